@@ -1,0 +1,3 @@
+from csa_conform.cli import main
+
+main()

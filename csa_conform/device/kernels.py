@@ -1,0 +1,88 @@
+"""A kernel directory (HARNESS.md §2): the prelude plus one CUDA C file per module.
+
+The entry names are the CUDA seed's ABI, so a production kernel directory
+drops in with ``--kernels DIR``. A module's compiled source is the prelude,
+a newline and the module file; its sha256 names it in the module cache and in
+every launch record. NVRTC gets the options that make CUDA arithmetic the
+reference's: IEEE division and square root, no flush-to-zero and, above all,
+no contraction of a*b+c into an fma.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from csa_conform.errors import DeviceUnavailable
+
+PRELUDE = "block_quant.cuh"
+
+# module file stem -> extern "C" entry
+MODULES = {
+    "csa_ratio128_compression": "csa_ratio128_compress",
+    "csa_ratio4_main_compression": "csa_ratio4_main_compress",
+    "csa_ratio4_index_compression": "csa_ratio4_index_compress",
+    "csa_ratio4_index_select": "csa_ratio4_index_select",
+    "csa_ratio4_index_replicate": "csa_ratio4_index_replicate",
+    "csa_ratio128_attention": "csa_ratio128_sink_attention",
+    "csa_ratio4_attention": "csa_ratio4_sink_attention",
+}
+
+NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+
+# nvcc spelling of the same flags, for compiling a module ahead of time.
+NVCC_OPTIONS = ("-std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+
+
+def builtin_directory() -> Path:
+    """The project's own kernels/ (next to the package in a checkout)."""
+    return Path(__file__).resolve().parents[2] / "kernels"
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    """One module as NVRTC compiles it."""
+
+    module: str
+    entry: str
+    path: Path
+    source: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+
+class KernelDirectory:
+    """Reads a kernel directory lazily; a missing file is an environment error naming it."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.builtin = path is None
+        self.path = builtin_directory() if path is None else Path(path)
+        if not self.path.is_dir():
+            raise DeviceUnavailable(f"kernel directory {self.path} does not exist")
+
+    def _read(self, name: str) -> str:
+        file = self.path / name
+        if not file.is_file():
+            raise DeviceUnavailable(
+                f"kernel directory {self.path} has no {name} (a kernel directory holds {PRELUDE} and "
+                f"{', '.join(stem + '.cu' for stem in MODULES)})"
+            )
+        return file.read_text(encoding="utf-8")
+
+    def module(self, module: str) -> ModuleSource:
+        if module not in MODULES:
+            raise KeyError(module)
+        source = self._read(PRELUDE) + "\n" + self._read(module + ".cu")
+        return ModuleSource(module, MODULES[module], self.path / (module + ".cu"), source)
+
+    def fingerprint(self) -> dict:
+        """sha256 of every file present, for the run's provenance."""
+        files = {}
+        for name in (PRELUDE, *(stem + ".cu" for stem in MODULES)):
+            file = self.path / name
+            if file.is_file():
+                files[name] = hashlib.sha256(file.read_bytes()).hexdigest()
+        return {"path": str(self.path), "builtin": self.builtin, "files": files}

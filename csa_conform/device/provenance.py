@@ -1,0 +1,76 @@
+"""What ran, where, compiled from what: a record per launch and per host stage.
+
+Like a kernel provider that records which native path served every call, a
+device run keeps, for each launch, the module, entry, the sha256 of the exact
+source NVRTC compiled, grid, block and the scratch capacities it was given;
+and once per run the device, CUDA runtime/driver/NVRTC versions and the
+kernel directory's file hashes. Host-oracle stages are recorded too, so a
+report says which stages the device actually computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+NVRTC_PATH = "nvrtc"
+HOST_PATH = "host-oracle"
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One kernel launch (path "nvrtc") or one host-oracle stage (path "host-oracle")."""
+
+    path: str
+    stages: tuple[str, ...]
+    module: str = ""
+    entry: str = ""
+    source_sha256: str = ""
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+    scratch: dict = field(default_factory=dict)
+    case: str = ""
+    step: int = -1
+
+    def to_dict(self) -> dict:
+        record = asdict(self)
+        record["stages"] = list(self.stages)
+        record["grid"] = list(self.grid)
+        record["block"] = list(self.block)
+        return record
+
+
+@dataclass
+class DeviceInfo:
+    """The machine and toolchain the launches ran on."""
+
+    name: str = ""
+    compute_capability: str = ""
+    cuda_runtime: int = 0
+    cuda_driver: int = 0
+    nvrtc: str = ""
+    cupy: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RunProvenance:
+    device: DeviceInfo | None
+    kernels: dict
+    nvrtc_options: tuple[str, ...]
+    launches: list[LaunchRecord] = field(default_factory=list)
+
+    def record(self, launch: LaunchRecord) -> None:
+        self.launches.append(launch)
+
+    def for_case(self, case: str) -> list[LaunchRecord]:
+        return [launch for launch in self.launches if launch.case == case]
+
+    def to_dict(self) -> dict:
+        return {
+            "device": None if self.device is None else self.device.to_dict(),
+            "kernels": self.kernels,
+            "nvrtc_options": list(self.nvrtc_options),
+            "launches": [launch.to_dict() for launch in self.launches],
+        }

@@ -1,0 +1,11 @@
+"""Process exit codes of HARNESS.md §4, used everywhere a command exits."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    DIVERGED = 1
+    USAGE = 2
+    ENVIRONMENT = 4
+    BISECT_SKIP = 125

@@ -1,0 +1,424 @@
+"""The HDF5 golden store of HARNESS.md §3: one file, many cases, every dataset checksummed.
+
+Layout (schema_version 1)::
+
+    /                                   format, schema_version, created_by, oracle_version,
+                                        numpy_version, contract (+ suite, suite_seed if generated)
+    /cases/<case_id>                    attrs_json, output_names_json, family, seed, description
+    /cases/<case_id>/steps/<kkkk>/inputs/<name>
+    /cases/<case_id>/steps/<kkkk>/stages/<stage>/<name>
+    /cases/<case_id>/steps/<kkkk>/outputs/<name>
+    /cases/<case_id>/steps/<kkkk>       expect_error (full message) on a step the oracle rejects
+
+Files are byte-reproducible: cases are written in sorted order with a fixed
+attribute order, no timestamps, and identical arrays inside one case (a
+step's ``past_*`` and the previous ``present_*``, the writeback stage and the
+outputs) are stored once and hard-linked, which readers cannot tell apart
+from copies. Files written by other tools only need the layout: stages,
+``family``, ``seed`` and ``description`` are optional there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+import h5py
+import numpy as np
+
+from csa_conform import ORACLE_VERSION, __version__
+from csa_conform.errors import GoldenFormatError, UsageError
+
+FORMAT = "csa-conform-goldens"
+SCHEMA_VERSION = 1
+CONTRACT = "pkg.nxrt::CompressedSparseAttention v1"
+
+__all__ = [
+    "CONTRACT",
+    "FORMAT",
+    "SCHEMA_VERSION",
+    "CaseInfo",
+    "Compression",
+    "CorruptDataset",
+    "GoldenCase",
+    "GoldenFile",
+    "GoldenStep",
+    "array_sha256",
+    "write_goldens",
+]
+
+
+class CorruptDataset(GoldenFormatError):
+    """A dataset's bytes do not match its sha256 attribute (or cannot be read at all).
+
+    Distinct from a malformed file: the layout is fine but the data was
+    altered, which ``verify`` reports as a verification failure (exit 1).
+    """
+
+    def __init__(self, path: str, dataset: str, reason: str):
+        super().__init__(f"{path}: dataset {dataset}: {reason}")
+        self.dataset = dataset
+
+
+@dataclass
+class GoldenStep:
+    """One operator invocation: what went in, what came out, and the stage payloads."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    stages: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    expect_error: str | None = None
+
+
+@dataclass
+class GoldenCase:
+    """A named stream of steps sharing node attributes."""
+
+    case_id: str
+    attrs: dict
+    output_names: tuple[str, ...]
+    steps: list[GoldenStep]
+    family: str = ""
+    seed: int | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CaseInfo:
+    """A case's attributes without its arrays (cheap listing for inspect/verify)."""
+
+    case_id: str
+    attrs: dict
+    output_names: tuple[str, ...]
+    family: str
+    seed: int | None
+    description: str
+    step_count: int
+    errors: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Compression:
+    """h5py filter settings for datasets of at least ``min_bytes``.
+
+    Small datasets stay contiguous: a chunk index costs more than it saves,
+    and a contiguous dataset is what a hex editor (or a tamper test) sees.
+    """
+
+    codec: str | None = "gzip"
+    level: int | None = 4
+    shuffle: bool = True
+    min_bytes: int = 4096
+
+    def options(self, array: np.ndarray) -> dict:
+        if self.codec is None or array.ndim == 0 or array.size == 0 or array.nbytes < self.min_bytes:
+            return {}
+        options = {"compression": self.codec, "shuffle": self.shuffle}
+        if self.codec == "gzip":
+            options["compression_opts"] = self.level
+        return options
+
+
+def array_sha256(array: np.ndarray) -> str:
+    """sha256 of the raw little-endian C-order bytes (the attribute every dataset carries)."""
+    array = _little_endian(array)
+    return hashlib.sha256(array.tobytes()).hexdigest()
+
+
+def _little_endian(array) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+def write_goldens(
+    path: str | os.PathLike,
+    cases: Iterable[GoldenCase],
+    *,
+    force: bool = False,
+    compression: Compression = Compression(),
+    provenance: Mapping[str, str | int] | None = None,
+) -> int:
+    """Write ``cases`` (consumed lazily, in the order given) and return how many were written.
+
+    The file appears under ``path`` only once complete; anything that stops
+    the write (an error, Ctrl-C) leaves no file and no temporary behind.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    written = 0
+    seen: set[str] = set()
+    with _atomic_file(path) as temporary:
+        with h5py.File(temporary, "w") as handle:
+            _write_root(handle, provenance or {})
+            root = handle.create_group("cases")
+            for case in cases:
+                if case.case_id in seen:
+                    raise GoldenFormatError(f"case id {case.case_id!r} appears twice")
+                seen.add(case.case_id)
+                _write_case(root, case, compression)
+                written += 1
+    return written
+
+
+@contextmanager
+def _atomic_file(path: Path) -> Iterator[Path]:
+    descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _write_root(handle: h5py.File, provenance: Mapping[str, str | int]) -> None:
+    handle.attrs["format"] = FORMAT
+    handle.attrs["schema_version"] = np.int64(SCHEMA_VERSION)
+    handle.attrs["created_by"] = f"csa-conform {__version__}"
+    handle.attrs["oracle_version"] = str(ORACLE_VERSION)
+    handle.attrs["numpy_version"] = np.__version__
+    handle.attrs["contract"] = CONTRACT
+    for key, value in provenance.items():
+        handle.attrs[key] = value
+
+
+def _check_case_id(case_id: str) -> None:
+    if not case_id or "/" in case_id or case_id in (".", ".."):
+        raise GoldenFormatError(f"case id {case_id!r} cannot name an HDF5 group")
+
+
+def _write_case(root: h5py.Group, case: GoldenCase, compression: Compression) -> None:
+    _check_case_id(case.case_id)
+    group = root.create_group(case.case_id)
+    group.attrs["attrs_json"] = json.dumps(case.attrs, sort_keys=True)
+    group.attrs["output_names_json"] = json.dumps(list(case.output_names))
+    group.attrs["family"] = case.family
+    if case.seed is not None:
+        group.attrs["seed"] = np.int64(case.seed)
+    group.attrs["description"] = case.description
+    stored: dict[tuple, h5py.Dataset] = {}
+    steps = group.create_group("steps")
+    for index, step in enumerate(case.steps):
+        node = steps.create_group(f"{index:04d}")
+        if step.expect_error is not None:
+            node.attrs["expect_error"] = step.expect_error
+        _write_arrays(node.create_group("inputs"), step.inputs, compression, stored)
+        if step.stages:
+            stages = node.create_group("stages")
+            for stage, payload in step.stages.items():
+                _write_arrays(stages.create_group(stage), payload, compression, stored)
+        if step.expect_error is None:
+            _write_arrays(node.create_group("outputs"), step.outputs, compression, stored)
+
+
+def _write_arrays(group, arrays: Mapping[str, np.ndarray], compression, stored: dict) -> None:
+    for name, array in arrays.items():
+        array = _little_endian(array)
+        digest = array_sha256(array)
+        key = (digest, array.dtype.str, array.shape)
+        if key in stored:
+            group[name] = stored[key]
+            continue
+        dataset = group.create_dataset(name, data=array, **compression.options(array))
+        dataset.attrs["sha256"] = digest
+        stored[key] = dataset
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+class GoldenFile:
+    """A golden file opened for reading; every array read is checked against its sha256."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        if not Path(path).exists():
+            raise GoldenFormatError(f"{self.path}: no such file")
+        try:
+            self._handle = h5py.File(path, "r")
+        except OSError as error:
+            raise GoldenFormatError(f"{self.path}: not an HDF5 file ({_first_line(error)})") from None
+        try:
+            self._check_root()
+        except BaseException:
+            self._handle.close()
+            raise
+
+    def __enter__(self) -> GoldenFile:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def _check_root(self) -> None:
+        attrs = self._handle.attrs
+        if _text(attrs.get("format")) != FORMAT:
+            raise GoldenFormatError(
+                f"{self.path}: not a csa-conform golden file (root attribute format != {FORMAT!r})"
+            )
+        version = attrs.get("schema_version")
+        if version is None or int(version) != SCHEMA_VERSION:
+            raise GoldenFormatError(
+                f"{self.path}: schema_version {version} is not supported; this csa-conform reads "
+                f"schema_version {SCHEMA_VERSION} (use a matching csa-conform or regenerate the file)"
+            )
+        if "cases" not in self._handle or not isinstance(self._handle["cases"], h5py.Group):
+            raise GoldenFormatError(f"{self.path}: missing group /cases")
+
+    @property
+    def provenance(self) -> dict:
+        return {key: _attr_value(value) for key, value in self._handle.attrs.items()}
+
+    def case_ids(self) -> list[str]:
+        return sorted(self._handle["cases"])
+
+    def _case_group(self, case_id: str) -> h5py.Group:
+        group = self._handle["cases"].get(case_id)
+        if not isinstance(group, h5py.Group):
+            raise GoldenFormatError(f"{self.path}: no case {case_id!r}")
+        return group
+
+    def _step_names(self, case_id: str) -> list[str]:
+        steps = self._case_group(case_id).get("steps")
+        if not isinstance(steps, h5py.Group) or not len(steps):
+            raise GoldenFormatError(f"{self.path}: case {case_id!r} has no steps")
+        names = sorted(steps)
+        if names != [f"{index:04d}" for index in range(len(names))]:
+            raise GoldenFormatError(
+                f"{self.path}: case {case_id!r} steps must be named 0000, 0001, ...; got {names[:4]}"
+            )
+        return names
+
+    def case_info(self, case_id: str) -> CaseInfo:
+        group = self._case_group(case_id)
+        attrs = group.attrs
+        for required in ("attrs_json", "output_names_json"):
+            if required not in attrs:
+                raise GoldenFormatError(f"{self.path}: case {case_id!r} lacks attribute {required}")
+        try:
+            node_attrs = json.loads(_text(attrs["attrs_json"]))
+            output_names = tuple(json.loads(_text(attrs["output_names_json"])))
+        except json.JSONDecodeError as error:
+            raise GoldenFormatError(f"{self.path}: case {case_id!r}: bad JSON attribute ({error})") from None
+        names = self._step_names(case_id)
+        steps = group["steps"]
+        errors = tuple(i for i, name in enumerate(names) if "expect_error" in steps[name].attrs)
+        seed = attrs.get("seed")
+        return CaseInfo(
+            case_id=case_id,
+            attrs=node_attrs,
+            output_names=output_names,
+            family=_text(attrs.get("family", "")),
+            seed=None if seed is None else int(seed),
+            description=_text(attrs.get("description", "")),
+            step_count=len(names),
+            errors=errors,
+        )
+
+    def step_count(self, case_id: str) -> int:
+        return len(self._step_names(case_id))
+
+    def read_step(self, case_id: str, index: int) -> GoldenStep:
+        names = self._step_names(case_id)
+        if not 0 <= index < len(names):
+            raise GoldenFormatError(
+                f"{self.path}: case {case_id!r} has {len(names)} steps; no step {index}"
+            )
+        node = self._case_group(case_id)["steps"][names[index]]
+        expect_error = node.attrs.get("expect_error")
+        if "inputs" not in node:
+            raise GoldenFormatError(f"{self.path}: {node.name} has no inputs group")
+        if expect_error is None and "outputs" not in node:
+            raise GoldenFormatError(f"{self.path}: {node.name} has neither outputs nor expect_error")
+        stages = node.get("stages", {})
+        return GoldenStep(
+            inputs=self._read_arrays(node["inputs"]),
+            outputs=self._read_arrays(node["outputs"]) if "outputs" in node else {},
+            stages={name: self._read_arrays(stages[name]) for name in stages},
+            expect_error=None if expect_error is None else _text(expect_error),
+        )
+
+    def read_case(self, case_id: str) -> GoldenCase:
+        info = self.case_info(case_id)
+        return GoldenCase(
+            case_id=case_id,
+            attrs=info.attrs,
+            output_names=info.output_names,
+            steps=[self.read_step(case_id, index) for index in range(info.step_count)],
+            family=info.family,
+            seed=info.seed,
+            description=info.description,
+        )
+
+    def dataset_entries(self, case_id: str, index: int) -> list[tuple[str, h5py.Dataset]]:
+        """(group-relative path, dataset) of one step, unread — for listings that show checksums."""
+        node = self._case_group(case_id)["steps"][self._step_names(case_id)[index]]
+        entries = []
+        node.visititems(
+            lambda name, item: entries.append((name, item)) if isinstance(item, h5py.Dataset) else None
+        )
+        return entries
+
+    def read_dataset(self, dataset: h5py.Dataset) -> np.ndarray:
+        """The array of one dataset, refused unless its bytes match the sha256 attribute."""
+        expected = dataset.attrs.get("sha256")
+        if expected is None:
+            raise GoldenFormatError(
+                f"{self.path}: dataset {dataset.name} has no sha256 attribute (HARNESS.md §3)"
+            )
+        try:
+            array = dataset[()]
+        except (OSError, ValueError) as error:
+            raise CorruptDataset(self.path, dataset.name, f"unreadable ({_first_line(error)})") from None
+        array = np.asarray(array)
+        actual = array_sha256(array)
+        if actual != _text(expected):
+            raise CorruptDataset(
+                self.path, dataset.name, f"sha256 mismatch (stored {_text(expected)[:16]}…, data {actual[:16]}…)"
+            )
+        return array
+
+    def _read_arrays(self, group) -> dict[str, np.ndarray]:
+        arrays = {}
+        for name, item in group.items():
+            if not isinstance(item, h5py.Dataset):
+                raise GoldenFormatError(f"{self.path}: {item.name} should be a dataset")
+            arrays[name] = self.read_dataset(item)
+        return arrays
+
+
+def _text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return _text(value[()])
+    return "" if value is None else str(value)
+
+
+def _attr_value(value):
+    if isinstance(value, (bytes, str)):
+        return _text(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -1,0 +1,30 @@
+"""bfloat16 rounding exactly as the reference's `half` crate does it.
+
+Round-to-nearest-even on the binary32 bit pattern; a NaN keeps its sign and
+top mantissa bits and gets the quiet bit, so it never rounds into infinity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def bf16_bits(x) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) of binary32 values."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    upper = bits >> np.uint32(16)
+    round_up = ((bits & np.uint32(0x8000)) != 0) & ((bits & np.uint32(0x17FFF)) != 0)
+    rounded = upper + round_up.astype(np.uint32)
+    is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    rounded = np.where(is_nan, upper | np.uint32(0x40), rounded)
+    return rounded.astype(np.uint16)
+
+
+def bf16_to_f32(bits) -> np.ndarray:
+    """Widen bfloat16 bit patterns to binary32 (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def bf16_round(x) -> np.ndarray:
+    """binary32 values rounded through bfloat16 and back."""
+    return bf16_to_f32(bf16_bits(x))

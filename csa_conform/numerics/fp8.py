@@ -1,0 +1,111 @@
+"""E4M3FN codes and the reference's 64-wide FP8 block quantizer.
+
+Encoding takes the sign from the sign bit (-0.0 and negatives that round to
+zero give 0x80), saturates at 448 (0x7e), uses 2^-9 subnormal steps and rounds
+half to even. The block scale is the E8M0 power ceil(log2f(amax/448)) with
+amax floored at 1e-4, so glibc's `log2f` decides the power at boundaries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.errors import ContractError
+from csa_conform.numerics.e8m0 import e8m0_decode, e8m0_encode, power_of_two
+from csa_conform.numerics.libm import log2f
+from csa_conform.numerics.rustfmt import rust_display_f32
+
+FP8_BLOCK = 64
+E4M3_MAX = np.float32(448.0)
+AMAX_FLOOR = np.float32(1.0e-4)
+_SUBNORMAL_LIMIT = np.float32(2.0**-6)
+
+
+def _decode_table() -> np.ndarray:
+    codes = np.arange(256)
+    exponent = (codes >> 3) & 0x0F
+    mantissa = (codes & 0x07).astype(np.float64)
+    magnitude = np.where(
+        exponent == 0,
+        mantissa * 2.0**-9,
+        (1.0 + mantissa / 8.0) * np.exp2(exponent - 7.0),
+    )
+    table = np.where(codes & 0x80, -magnitude, magnitude).astype(np.float32)
+    table[[0x7F, 0xFF]] = np.nan
+    return table
+
+
+E4M3_TABLE = _decode_table()
+
+
+def e4m3_decode(codes) -> np.ndarray:
+    return E4M3_TABLE[np.asarray(codes, dtype=np.uint8)]
+
+
+def e4m3_encode(values) -> np.ndarray:
+    """Codes of binary32 values already clamped to [-448, 448]."""
+    values = np.asarray(values, dtype=np.float32)
+    sign = ((values.view(np.uint32) >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
+    magnitude = np.abs(values)
+    subnormal = np.rint(magnitude * np.float32(512.0)).astype(np.int64)
+    bits = magnitude.view(np.uint32).astype(np.int64)
+    lsb = (bits >> 20) & 1
+    normal = ((bits + 0x7FFFF + lsb) >> 20) - (120 << 3)
+    code = np.where(magnitude < _SUBNORMAL_LIMIT, subnormal, normal)
+    return sign | code.astype(np.uint8)
+
+
+def block_power(amax, target_max) -> np.ndarray:
+    """ceil(log2f(amax / target_max)) as the E8M0 exponent, as the reference computes it."""
+    quotient = np.asarray(amax, dtype=np.float32) / np.float32(target_max)
+    return np.ceil(log2f(quotient)).astype(np.int64)
+
+
+def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):
+    """Shared E8M0-scaled block quantizer; blocks along the last axis, batch axes in processing order.
+
+    The reference quantizes block after block and stops at the first one that
+    holds a non-finite input or whose code times scale overflows, so the first
+    failing block in C order decides the message.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    finite = np.isfinite(x)
+    safe = np.where(finite, x, np.float32(0))
+    amax = np.abs(safe).max(axis=-1, initial=amax_floor)
+    power = block_power(amax, target_max)
+    scale = power_of_two(power)
+    normalized = np.clip(safe / scale[..., None], -target_max, target_max)
+    codes = encode(normalized)
+    decoded = decode(codes)
+    with np.errstate(over="ignore"):
+        dequantized = decoded * scale[..., None]
+    _raise_first_failure(finite, decoded, scale, dequantized, what)
+    return e8m0_encode(power), codes, dequantized
+
+
+def _raise_first_failure(finite, decoded, scale, dequantized, what: str) -> None:
+    non_finite = ~finite.all(axis=-1)
+    overflow = ~np.isfinite(dequantized).all(axis=-1)
+    failing = non_finite | overflow
+    if not failing.any():
+        return
+    block = np.unravel_index(int(np.argmax(failing)), failing.shape)
+    if non_finite[block]:
+        raise ContractError(f"block dequantization: {what} input contains a non-finite value")
+    element = int(np.argmax(~np.isfinite(dequantized[block])))
+    raise ContractError(
+        f"block dequantization: {what} value {rust_display_f32(decoded[block][element])} "
+        f"overflows with block scale {rust_display_f32(scale[block])}"
+    )
+
+
+def quantize_fp8_blocks(x):
+    """FP8 E4M3 block-64 quantization of x[..., 64].
+
+    Returns (scale_bytes u8[...], codes u8[..., 64], dequantized f32[..., 64]).
+    """
+    return quantize_blocks(x, E4M3_MAX, AMAX_FLOOR, e4m3_encode, e4m3_decode, "FP8 E4M3")
+
+
+def dequantize_fp8_blocks(scale_bytes, codes) -> np.ndarray:
+    return e4m3_decode(codes) * e8m0_decode(scale_bytes)[..., None]

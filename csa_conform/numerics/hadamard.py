@@ -1,0 +1,31 @@
+"""Unnormalised in-place Walsh–Hadamard butterfly, then bf16(x * 1/sqrt(n)).
+
+Span order 1, 2, 4, ... with each a+b / a-b rounded in binary32, as the
+reference's index path does before its FP4 round trip.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.errors import ContractError
+from csa_conform.numerics.bf16 import bf16_round
+
+
+def hadamard_bf16(x) -> np.ndarray:
+    values = np.array(x, dtype=np.float32)
+    width = values.shape[-1]
+    if width == 0 or width & (width - 1):
+        raise ContractError(
+            f"CompressedSparseAttention: Unsupported: Hadamard index width must be a power of two, got {width}",
+            kind="unsupported",
+        )
+    span = 1
+    while span < width:
+        pairs = values.reshape(values.shape[:-1] + (width // (2 * span), 2, span))
+        left, right = pairs[..., 0, :].copy(), pairs[..., 1, :]
+        pairs[..., 0, :] = left + right
+        pairs[..., 1, :] = left - right
+        span *= 2
+    scale = np.float32(1) / np.sqrt(np.float32(width))
+    return bf16_round(values * scale)

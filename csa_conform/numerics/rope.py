@@ -1,0 +1,46 @@
+"""The compressed RoPE of the reference (base 160000, YaRN-style ramp, factor 16).
+
+Frequencies, angles and rotations are binary32 with glibc's `powf`, `sinf`
+and `cosf`; each rotated pair is rounded through bfloat16.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.errors import ContractError
+from csa_conform.numerics.bf16 import bf16_round
+from csa_conform.numerics.libm import cosf, powf, sinf
+
+ROPE_BASE = np.float32(160_000.0)
+ROPE_FACTOR = np.float32(16.0)
+RAMP_LOW = np.float32(15.0)
+RAMP_HIGH = np.float32(25.0)
+
+
+def rope_frequencies(rope_dim: int) -> np.ndarray:
+    """f32 frequency of each (2j, 2j+1) pair, in the reference's operation order."""
+    pair = np.arange(rope_dim // 2, dtype=np.float32)
+    ramp = np.clip((pair - RAMP_LOW) / (RAMP_HIGH - RAMP_LOW), np.float32(0), np.float32(1))
+    exponent = -(np.float32(2) * pair) / np.float32(rope_dim)
+    base = powf(np.full_like(exponent, ROPE_BASE), exponent)
+    one = np.float32(1)
+    return base * (one - ramp) + base / ROPE_FACTOR * ramp
+
+
+def compressed_rope(tail, positions) -> np.ndarray:
+    """Rotate tail[..., even] by the compressed RoPE at `positions` (broadcast over the leading shape)."""
+    tail = np.asarray(tail, dtype=np.float32)
+    width = tail.shape[-1]
+    if width == 0:
+        return tail.copy()
+    if width % 2:
+        raise ContractError("CompressedSparseAttention: compressed RoPE tail width must be even")
+    position = np.asarray(positions).astype(np.float32)[..., None]
+    angle = position * rope_frequencies(width)
+    sin, cos = sinf(angle), cosf(angle)
+    real, imaginary = tail[..., 0::2], tail[..., 1::2]
+    rotated = np.empty(np.broadcast_shapes(tail.shape, angle.shape[:-1] + (width,)), dtype=np.float32)
+    rotated[..., 0::2] = bf16_round(real * cos - imaginary * sin)
+    rotated[..., 1::2] = bf16_round(real * sin + imaginary * cos)
+    return rotated

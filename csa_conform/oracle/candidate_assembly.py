@@ -1,0 +1,33 @@
+"""Stage 6, candidate_assembly: each query's dense window followed by its
+compressed records.
+
+Dense slot c is absolute position dense_start + c, skipped when it lies after
+the query or outside current_kv; dense_start = max(T - Kc, pos + 1 - 128).
+Ratio 4 appends the selected records, ratio 128 every record, valid only
+below (pos + 1) / 128. Ids: absolute position (dense), record index
+(compressed), -1 for an invalid slot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.contract import StepGeometry
+
+DENSE_WINDOW = 128
+
+
+def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None) -> dict[str, np.ndarray]:
+    positions = geometry.start + np.arange(geometry.sequence)
+    dense_start = np.maximum(geometry.current_kv_base, np.maximum(positions + 1 - DENSE_WINDOW, 0))
+    absolute = dense_start[:, None] + np.arange(geometry.dense_candidates)[None, :]
+    in_window = (absolute <= positions[:, None]) & (absolute - geometry.current_kv_base < geometry.current_kv_len)
+    dense = np.where(in_window, absolute, -1)
+    if selected is None:
+        records = np.arange(geometry.next_records)[None, :]
+        compressed = np.where(records < ((positions + 1) // geometry.ratio)[:, None], records, -1)
+        compressed = np.broadcast_to(compressed, (geometry.batch,) + compressed.shape)
+    else:
+        compressed = selected
+    dense = np.broadcast_to(dense, (geometry.batch,) + dense.shape)
+    return {"candidates": np.concatenate([dense, compressed], axis=-1).astype(np.int32)}

@@ -1,0 +1,72 @@
+"""Stage 4, index_scoring (ratio 4).
+
+score(b, s, c) = sum over index heads, ascending, of
+relu(dot(q, key_c)) * weight * (1/sqrt(128)/sqrt(I)) for causal records
+c < (pos+1)/4; dots ascend in d. -inf marks non-causal records.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.contract import StepGeometry
+from csa_conform.oracle.parallel import map_chunks, query_chunks
+from csa_conform.oracle.rows import RowFailure
+
+STAGE_RANK = 1
+
+
+def causal_records(geometry: StepGeometry) -> np.ndarray:
+    """Number of records each query of the step may score."""
+    positions = geometry.start + np.arange(geometry.sequence)
+    return np.minimum((positions + 1) // 4, geometry.next_records)
+
+
+def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weight, row_limit: int | None):
+    """Returns ({"scores": f32[B,S,T/4]}, first RowFailure or None); rows >= row_limit stay -inf."""
+    batch, sequence, heads, width = transformed.shape
+    records = logical_keys.shape[1]
+    weight_scale = np.float32(1) / np.sqrt(np.float32(width)) / np.sqrt(np.float32(heads))
+    keys = np.ascontiguousarray(np.moveaxis(logical_keys, -1, 0))
+    scores = np.full((batch, sequence, records), -np.inf, dtype=np.float32)
+
+    def score_chunk(chunk: slice) -> None:
+        queries = np.ascontiguousarray(np.moveaxis(transformed[:, chunk], -1, 0))
+        dots = np.zeros(queries.shape[1:] + (records,), dtype=np.float32)
+        product = np.empty_like(dots)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for d in range(width):
+                np.multiply(queries[d][..., None], keys[d][:, None, None, :], out=product)
+                np.add(dots, product, out=dots)
+            terms = np.fmax(dots, np.float32(0)) * index_weight[:, chunk][..., None] * weight_scale
+            total = np.zeros(terms.shape[:2] + (records,), dtype=np.float32)
+            for head in range(heads):
+                total += terms[:, :, head]
+        scores[:, chunk] = total
+
+    map_chunks(score_chunk, query_chunks(sequence, records * batch * heads))
+    live = causal_mask(geometry, records, row_limit)
+    scores = np.where(live, scores, np.float32(-np.inf))
+    return {"scores": scores}, _first_non_finite(scores, live)
+
+
+def causal_mask(geometry: StepGeometry, records: int, row_limit: int | None) -> np.ndarray:
+    """[B,S,records] mask of the scores the reference computes (rows before row_limit only)."""
+    causal = np.arange(records)[None, None, :] < causal_records(geometry)[None, :, None]
+    rows = np.arange(geometry.batch * geometry.sequence).reshape(geometry.batch, geometry.sequence)
+    reached = rows < (row_limit if row_limit is not None else rows.size)
+    return causal & reached[:, :, None]
+
+
+def _first_non_finite(scores, causal) -> RowFailure | None:
+    bad = causal & ~np.isfinite(scores)
+    if not bad.any():
+        return None
+    sequence = scores.shape[1]
+    b, s, record = np.argwhere(bad)[0]
+    return RowFailure(
+        int(b) * sequence + int(s),
+        STAGE_RANK,
+        "CompressedSparseAttention: ratio-4 index score is non-finite at "
+        f"[batch={b}, query={s}, record={record}]",
+    )

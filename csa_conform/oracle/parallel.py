@@ -1,0 +1,26 @@
+"""Query-row chunking over a thread pool.
+
+NumPy releases the GIL inside its ufunc loops, so independent query chunks
+run on every core; each chunk keeps its working set near cache size.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+WORKING_SET_ELEMENTS = 1 << 16
+
+
+def query_chunks(sequence: int, elements_per_query: int) -> list[slice]:
+    size = max(1, WORKING_SET_ELEMENTS // max(1, elements_per_query))
+    return [slice(begin, min(sequence, begin + size)) for begin in range(0, sequence, size)]
+
+
+def map_chunks(function: Callable[[slice], object], chunks: list[slice]) -> list:
+    workers = min(len(chunks), os.cpu_count() or 1)
+    if workers <= 1:
+        return [function(chunk) for chunk in chunks]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(function, chunks))

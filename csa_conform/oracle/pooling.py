@@ -1,0 +1,94 @@
+"""Per-dimension softmax pooling of compressor candidates, and record finalization.
+
+Both compressors pool one record per output dimension: max over the candidate
+scores (f32::max, so -inf slots never win), then an ascending sum of
+glibc-`expf` weights over the finite-or-+inf candidates. Finalization is the
+reference's bf16 -> RMSNorm -> compressed RoPE -> FP8 (attention) or
+Hadamard -> FP4 (index) chain; the logical record is what the block quantizer
+gives back, because that is what attention and scoring read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.errors import ContractError
+from csa_conform.numerics.bf16 import bf16_round
+from csa_conform.numerics.fp8 import FP8_BLOCK, quantize_fp8_blocks
+from csa_conform.numerics.hadamard import hadamard_bf16
+from csa_conform.numerics.index_query import fp4_round_trip
+from csa_conform.numerics.libm import expf
+from csa_conform.numerics.records import pack_fp4_record, pack_fp8_record
+from csa_conform.numerics.rope import compressed_rope
+
+RMS_EPSILON = np.float32(1.0e-6)
+OP = "CompressedSparseAttention"
+
+
+def softmax_pool(values: np.ndarray, scores: np.ndarray):
+    """Pool candidates along axis -2 of values/scores[..., K, W].
+
+    Returns (pooled[..., W], no_finite[..., W], invalid[..., W]): the two masks
+    say where the reference rejects the record (no finite score; a zero,
+    non-finite denominator or non-finite numerator).
+    """
+    maximum = np.fmax.reduce(scores, axis=-2)
+    no_finite = ~np.isfinite(maximum)
+    numerator = np.zeros(maximum.shape, dtype=np.float32)
+    denominator = np.zeros(maximum.shape, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for candidate in range(scores.shape[-2]):
+            score = scores[..., candidate, :]
+            weight = np.where(score == -np.inf, np.float32(0), expf(score - maximum))
+            numerator += weight * values[..., candidate, :]
+            denominator += weight
+        invalid = (denominator == 0) | ~np.isfinite(denominator) | ~np.isfinite(numerator)
+        pooled = numerator / denominator
+    return pooled, no_finite, invalid
+
+
+def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str | None:
+    """The reference's message for the first failing dimension of one record, if any."""
+    failing = no_finite | invalid
+    if not failing.any():
+        return None
+    d = int(np.argmax(failing))
+    if no_finite[d]:
+        return f"{OP}: {prefix}compression block has no finite score for dimension {d}"
+    return f"{OP}: {prefix}compression softmax is invalid for dimension {d}"
+
+
+def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str) -> np.ndarray:
+    """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w."""
+    values = bf16_round(records)
+    by_dim = np.moveaxis(values, -1, 0)
+    square_sum = np.zeros(by_dim.shape[1:], dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for column in by_dim:
+            square_sum += column * column
+    if not np.isfinite(square_sum).all():
+        raise ContractError(f"{OP}: {what}RMSNorm square sum is non-finite")
+    width = np.float32(values.shape[-1])
+    inverse_rms = np.float32(1) / np.sqrt(square_sum / width + RMS_EPSILON)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bf16_round(values * inverse_rms[..., None] * norm)
+
+
+def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int):
+    """(logical f32[..., 512], packed u8[..., 583]) of pooled[..., 512] records."""
+    record = rms_normalize(pooled, norm, "")
+    non_rope = record.shape[-1] - rope_dim
+    record[..., non_rope:] = compressed_rope(record[..., non_rope:], block_starts)
+    blocks = record[..., :non_rope].reshape(record.shape[:-1] + (non_rope // FP8_BLOCK, FP8_BLOCK))
+    scales, codes, dequantized = quantize_fp8_blocks(blocks)
+    record[..., :non_rope] = dequantized.reshape(record.shape[:-1] + (non_rope,))
+    return record, pack_fp8_record(scales, codes, record[..., non_rope:])
+
+
+def finalize_index_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int):
+    """(logical f32[..., 128], packed u8[..., 68]) of pooled[..., 128] index records."""
+    record = rms_normalize(pooled, norm, "index ")
+    width = record.shape[-1]
+    record[..., width - rope_dim :] = compressed_rope(record[..., width - rope_dim :], block_starts)
+    scales, packed, logical = fp4_round_trip(hadamard_bf16(record))
+    return logical, pack_fp4_record(scales, packed)

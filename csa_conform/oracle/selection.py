@@ -1,0 +1,54 @@
+"""Stage 5, selection (ratio 4): the top Kw causal records by descending score
+(`total_cmp` order), padded with -1; any exact tie among a row's scores is the
+reference's explicit Unsupported error (its tie order is not frozen)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.contract import StepGeometry
+from csa_conform.errors import ContractError
+from csa_conform.numerics.rustfmt import rust_display_f32
+from csa_conform.oracle.rows import RowFailure, earliest
+
+STAGE_RANK = 2
+
+
+def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None):
+    """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure."""
+    failure = earliest(*prior, _first_tie(scores, live))
+    if failure is not None:
+        raise ContractError(failure.message, failure.kind)
+    width = geometry.topk_width
+    order = np.argsort(np.where(live, -scores, np.inf), axis=-1, kind="stable")[..., :width]
+    chosen = np.take_along_axis(live, order, axis=-1)
+    selected = np.where(chosen, order, -1).astype(np.int32)
+    replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
+    return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
+
+
+def _first_tie(scores, live) -> RowFailure | None:
+    keyed = np.sort(np.where(live, scores, np.nan), axis=-1)
+    tied_rows = (keyed[..., 1:] == keyed[..., :-1]).any(axis=-1)
+    if not tied_rows.any():
+        return None
+    b, s = np.argwhere(tied_rows)[0]
+    row = scores[b, s][live[b, s]]
+    left, right = _first_equal_pair(row)
+    return RowFailure(
+        int(b) * scores.shape[1] + int(s),
+        STAGE_RANK,
+        "CompressedSparseAttention: Unsupported: portable top-k tie ordering is unfrozen: "
+        f"equal score {rust_display_f32(row[left])} at [batch={b}, query={s}] "
+        f"for compressed records {left} and {right}",
+        "unsupported",
+    )
+
+
+def _first_equal_pair(row: np.ndarray) -> tuple[int, int]:
+    """The reference scans left ascending, then right ascending; that is the pair it names."""
+    for left in range(row.size):
+        equal = np.flatnonzero(row[left + 1 :] == row[left])
+        if equal.size:
+            return left, left + 1 + int(equal[0])
+    raise AssertionError("tie detected by sorting but not by pairwise scan")

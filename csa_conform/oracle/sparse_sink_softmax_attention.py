@@ -1,0 +1,129 @@
+"""Stage 7, sparse_sink_softmax_attention.
+
+Per (b, s, h): score_c = dot(q, kv_c) * scale (+ bias), dots ascending in d;
+m = max over valid scores; Z = ascending sum of expf(score_c - m), then
++ expf(sink[h] - m) — the sink is logit-only mass, never in the max and
+without a value; Y = ascending sum over c of (expf(score_c - m) / Z) * kv_c.
+A row with no valid candidate is zeros. The loops run over d and c only,
+every (b, s, h, c) element in parallel, so each element keeps the
+reference's order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.contract import StepGeometry
+from csa_conform.errors import ContractError
+from csa_conform.numerics.libm import expf
+from csa_conform.oracle.parallel import map_chunks, query_chunks
+
+
+def sparse_sink_softmax_attention(
+    geometry: StepGeometry,
+    query: np.ndarray,
+    current_kv: np.ndarray,
+    logical_records: np.ndarray,
+    candidates: np.ndarray,
+    head_sink: np.ndarray,
+    bias: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    batch, sequence, heads, dim = query.shape
+    source, rows = _candidate_rows(geometry, current_kv, logical_records, candidates)
+    source_by_dim = np.ascontiguousarray(np.moveaxis(source, -1, 0)).reshape(dim, -1)
+    flat_rows = rows + (np.arange(batch) * source.shape[1])[:, None, None]
+    empty_row = source.shape[1] - 1
+    count = candidates.shape[-1]
+    scores = np.empty((batch, sequence, heads, count), dtype=np.float32)
+    output = np.empty(query.shape, dtype=np.float32)
+    batch_index = np.arange(batch)[:, None, None]
+
+    def attend(chunk: slice):
+        row_ids = rows[:, chunk]
+        keys = np.take(source_by_dim, flat_rows[:, chunk], axis=1)
+        queries = np.ascontiguousarray(np.moveaxis(query[:, chunk], -1, 0))
+        chunk_scores = _scaled_scores(keys, queries, geometry.scale)
+        if bias is not None:
+            chunk_scores += bias[:, :, chunk].transpose(0, 2, 1, 3)
+        chunk_scores[np.broadcast_to((row_ids == empty_row)[:, :, None, :], chunk_scores.shape)] = -np.inf
+        probabilities, failure = _softmax_with_sink(chunk_scores, head_sink, chunk.start)
+        values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
+        output[:, chunk] = _weighted_values(probabilities, values)
+        scores[:, chunk] = chunk_scores
+        return failure
+
+    failures = [f for f in map_chunks(attend, query_chunks(sequence, _per_query(count, batch, heads, dim))) if f]
+    if failures:
+        b, s, h = min(failures)
+        prefix = "ratio-4 " if geometry.ratio == 4 else ""
+        raise ContractError(
+            f"CompressedSparseAttention: {prefix}softmax denominator is invalid at [batch={b}, head={h}, query={s}]"
+        )
+    return {"scores": scores, "Y": output}
+
+
+def _per_query(count: int, batch: int, heads: int, dim: int) -> int:
+    """Working-set elements one query adds to a chunk (scores and gathered rows)."""
+    return max(count * batch * heads, count * batch * dim // 16)
+
+
+def _candidate_rows(geometry, current_kv, logical_records, candidates):
+    """Rows of [current_kv | records | zeros] per batch, and each candidate's row in it."""
+    batch, dim = current_kv.shape[0], current_kv.shape[-1]
+    source = np.concatenate(
+        [current_kv, logical_records, np.zeros((batch, 1, dim), dtype=np.float32)], axis=1
+    )
+    empty_row = source.shape[1] - 1
+    dense = candidates[..., : geometry.dense_candidates]
+    compressed = candidates[..., geometry.dense_candidates :]
+    rows = np.concatenate(
+        [
+            np.where(dense >= 0, dense - geometry.current_kv_base, empty_row),
+            np.where(compressed >= 0, geometry.current_kv_len + compressed, empty_row),
+        ],
+        axis=-1,
+    )
+    return source, rows
+
+
+def _scaled_scores(keys, queries, scale) -> np.ndarray:
+    """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long."""
+    dots = np.zeros(queries.shape[1:] + keys.shape[-1:], dtype=np.float32)
+    product = np.empty_like(dots)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for d in range(keys.shape[0]):
+            np.multiply(queries[d][..., None], keys[d][:, :, None, :], out=product)
+            np.add(dots, product, out=dots)
+        dots *= scale
+    return dots
+
+
+def _softmax_with_sink(scores, head_sink, first_query):
+    """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        maximum = np.fmax.reduce(scores, axis=-1)
+        active = maximum != -np.inf
+        exponent = np.ascontiguousarray(np.moveaxis(scores - maximum[..., None], -1, 0))
+        valid = np.moveaxis(scores, -1, 0) != -np.inf
+        weights = np.where(valid, expf(exponent), np.float32(0))
+        denominator = np.zeros(maximum.shape, dtype=np.float32)
+        for candidate in weights:
+            denominator += candidate
+        denominator += expf(head_sink - maximum)
+        invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
+        probabilities = np.where(active, weights / denominator, np.float32(0))
+    if invalid.any():
+        b, s, h = np.argwhere(invalid)[0]
+        return probabilities, (int(b), first_query + int(s), int(h))
+    return probabilities, None
+
+
+def _weighted_values(probabilities, values) -> np.ndarray:
+    """[B,s,N,D] = ascending sum over candidates of p_c * value_c."""
+    output = np.zeros(values.shape[1:3] + probabilities.shape[-1:] + values.shape[-1:], dtype=np.float32)
+    product = np.empty_like(output)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for probability, value in zip(probabilities, values):
+            np.multiply(probability[..., None], value[:, :, None, :], out=product)
+            np.add(output, product, out=output)
+    return output
