@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from csa_conform.errors import ContractError
+from csa_conform.numerics.rustfmt import rust_display_f32
 
 OP = "CompressedSparseAttention"
 
@@ -63,16 +64,6 @@ __all__ = [
 
 
 # --- Rust formatting and error constructors -------------------------------------------
-
-
-def rust_display_f32(value) -> str:
-    """Rust ``{}`` of an f32: shortest round-trip digits, never an exponent."""
-    value = np.float32(value)
-    if np.isnan(value):
-        return "NaN"
-    if np.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return np.format_float_positional(value, trim="-")
 
 
 def _debug_shape(shape) -> str:

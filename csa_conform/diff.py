@@ -232,7 +232,7 @@ _INT_OF_SIZE = {2: np.int16, 4: np.int32, 8: np.int64}
 def _bits(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind == "b":
         return array.view(np.uint8)
-    return np.ascontiguousarray(array).view(_UINT_OF_SIZE[array.dtype.itemsize])
+    return np.asarray(array, order="C").view(_UINT_OF_SIZE[array.dtype.itemsize])
 
 
 def _ordered(bits: np.ndarray) -> np.ndarray:

@@ -263,7 +263,8 @@ __device__ __forceinline__ unsigned short csa_bf16_bits(float x)
 {
     const unsigned int bits = __float_as_uint(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((bits >> 16) | 0x40u);
-    return (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    const unsigned int lsb = (bits >> 16) & 1u;
+    return (unsigned short)((bits + 0x7fffu + lsb) >> 16);
 }
 
 __device__ __forceinline__ float csa_bf16_value(unsigned short bits)
@@ -378,7 +379,7 @@ __device__ void quantize_fp4_e2m1_block(const float* in, unsigned char* scale, u
 __device__ void csa_compressed_rope(float* tail, int rope_dim, long long position)
 {
     const float where = (float)position;
-    for (int pair = 0; pair < rope_dim / 2; ++pair) {
+    for (int pair = 0; 2 * pair < rope_dim; ++pair) {
         const float ramp = fminf(fmaxf(((float)pair - 15.0f) / 10.0f, 0.0f), 1.0f);
         const float base = csa_powf(160000.0f, -(float)(2 * pair) / (float)rope_dim);
         const float frequency = base * (1.0f - ramp) + base / 16.0f * ramp;
@@ -395,13 +396,13 @@ __device__ void csa_compressed_rope(float* tail, int rope_dim, long long positio
 /* bf16, sequential square sum, inv = 1/sqrt(sum/dim + 1e-6), bf16(x*inv*w). */
 __device__ void csa_rms_normalize(float* record, const float* norm, int dim)
 {
-    float square_sum = 0.0f;
-    for (int d = 0; d < dim; ++d) {
-        record[d] = csa_bf16(record[d]);
-        square_sum = square_sum + record[d] * record[d];
+    float squares = 0.0f;
+    for (int i = 0; i < dim; ++i) {
+        record[i] = csa_bf16(record[i]);
+        squares = squares + record[i] * record[i];
     }
-    const float inverse_rms = 1.0f / sqrtf(square_sum / (float)dim + 1.0e-6f);
-    for (int d = 0; d < dim; ++d) record[d] = csa_bf16(record[d] * inverse_rms * norm[d]);
+    const float inverse_rms = 1.0f / sqrtf(squares / (float)dim + 1.0e-6f);
+    for (int i = 0; i < dim; ++i) record[i] = csa_bf16(record[i] * inverse_rms * norm[i]);
 }
 
 /* Unnormalised butterfly (spans 1, 2, 4, ...) then bf16(x * (1/sqrt(n))). */
@@ -459,7 +460,7 @@ __device__ void csa_store_fp8_record(float* record, int dim, int rope_dim, unsig
 /* Logical value of dimension d of a packed 583-byte hybrid record. */
 __device__ __forceinline__ float csa_fp8_record_value(const unsigned char* packed, int d)
 {
-    if (d < 448) {
+    if (d < 7 * 64) {
         const unsigned char* block = packed + 65 * (d / 64);
         return decode_e4m3fn(block[1 + d % 64]) * e8m0_scale(block[0]);
     }

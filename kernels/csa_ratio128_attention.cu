@@ -15,19 +15,19 @@ __device__ __forceinline__ float csa_r128_value(
     return ((const float*)compressed)[record_row * dim + d];
 }
 
-extern "C" __global__ void csa_ratio128_sink_attention(
-    const float* query, const float* current_kv, const unsigned char* compressed,
-    const float* sink, const float* bias, float* output, float* scores,
-    int batch, int sequence, int heads, int dim, int current_kv_len,
+extern "C" __global__ void csa_ratio128_sink_attention(const float* query, const float* current_kv,
+    const unsigned char* compressed, const float* sink, const float* bias, float* output,
+    float* scores, int batch, int sequence, int heads, int dim, int current_kv_len,
     const long long* total_ptr, int compressed_capacity, int scratch_stride, int cache_fp8,
-    int bias_present, int bias_b, int bias_h, int bias_s, int bias_k, float scale)
+    int bias_present,
+    int bias_b, int bias_h, int bias_s, int bias_k, float scale)
 {
     const int row = (int)blockIdx.x;
     if (row >= batch * sequence * heads) return;
-    const int h = row % heads;
+    const int head = row % heads;
     const int s = (row / heads) % sequence;
     const int b = row / (heads * sequence);
-    const long long total = *total_ptr;
+    const long long total = total_ptr[0];
     const long long first_position = total - (long long)sequence;
     const long long position = first_position + s;
     const long long kv_base = total - (long long)current_kv_len;
@@ -37,12 +37,12 @@ extern "C" __global__ void csa_ratio128_sink_attention(
     const long long causal_records = (position + 1) / 128;
     const int records = causal_records < (long long)compressed_capacity ? (int)causal_records : compressed_capacity;
     const float* q = query + (long long)row * dim;
-    float* row_scores = scores + (long long)row * scratch_stride;
+    float* slot_scores = scores + (long long)row * scratch_stride;
 
     __shared__ float shared_maximum;
     __shared__ float shared_denominator;
-    if (threadIdx.x == 0) {
-        for (int c = 0; c < scratch_stride; ++c) row_scores[c] = CSA_NEG_INF;
+    if (threadIdx.x == 0u) {
+        for (int c = 0; c < scratch_stride; ++c) slot_scores[c] = CSA_NEG_INF;
         float maximum = CSA_NEG_INF;
         for (int c = 0; c < dense + records; ++c) {
             long long dense_row = -1;
@@ -53,39 +53,39 @@ extern "C" __global__ void csa_ratio128_sink_attention(
                 dense_row = (long long)b * current_kv_len + (absolute - kv_base);
             }
             float dot = 0.0f;
-            for (int d = 0; d < dim; ++d)
-                dot = dot + q[d] * csa_r128_value(current_kv, compressed, cache_fp8, dense_row, record_row, dim, d);
+            for (int i = 0; i < dim; ++i)
+                dot = dot + q[i] * csa_r128_value(current_kv, compressed, cache_fp8, dense_row, record_row, dim, i);
             float score = dot * scale;
-            if (bias_present) {
-                const long long at = (((long long)(bias_b == 1 ? 0 : b) * bias_h + (bias_h == 1 ? 0 : h)) * bias_s
+            if (bias_present != 0) {
+                const long long at = (((long long)(bias_b == 1 ? 0 : b) * bias_h + (bias_h == 1 ? 0 : head)) * bias_s
                     + (bias_s == 1 ? 0 : s)) * bias_k + (bias_k == 1 ? 0 : c);
                 score = score + bias[at];
             }
-            row_scores[c] = score;
-            maximum = fmaxf(maximum, score);
+            slot_scores[c] = score;
+            maximum = fmaxf(score, maximum);
         }
         float denominator = 0.0f;
         if (maximum != CSA_NEG_INF) {
             for (int c = 0; c < dense + records; ++c)
-                if (row_scores[c] != CSA_NEG_INF) denominator = denominator + csa_expf(row_scores[c] - maximum);
-            denominator = denominator + csa_expf(sink[h] - maximum);
+                if (slot_scores[c] != CSA_NEG_INF) denominator = denominator + csa_expf(slot_scores[c] - maximum);
+            denominator = denominator + csa_expf(sink[head] - maximum);
         }
         shared_maximum = maximum;
         shared_denominator = denominator;
     }
-    __syncthreads();
+    __syncthreads();  // thread 0 has published the softmax statistics
 
     const float maximum = shared_maximum;
     const float denominator = shared_denominator;
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    for (int d = (int)threadIdx.x; d < dim; d += (int)blockDim.x) {
         float accumulated = 0.0f;
         if (maximum != CSA_NEG_INF) {
             for (int c = 0; c < dense + records; ++c) {
-                const float score = row_scores[c];
-                if (score == CSA_NEG_INF) continue;
+                const float logit = slot_scores[c];
+                if (logit == CSA_NEG_INF) continue;
                 const long long dense_row = c < dense ? (long long)b * current_kv_len + (dense_start + c - kv_base) : -1;
                 const long long record_row = (long long)b * compressed_capacity + (c - dense);
-                const float probability = csa_expf(score - maximum) / denominator;
+                const float probability = csa_expf(logit - maximum) / denominator;
                 accumulated = accumulated
                     + probability * csa_r128_value(current_kv, compressed, cache_fp8, dense_row, record_row, dim, d);
             }

@@ -13,19 +13,19 @@ __device__ __forceinline__ float csa_r4_value(
     return csa_fp8_record_value(compressed + record_row * 583, d);
 }
 
-extern "C" __global__ void csa_ratio4_sink_attention(
-    const float* query, const float* current_kv, const unsigned char* compressed, const int* selected,
-    const float* sink, const float* bias, float* output, float* scores,
-    int batch, int sequence, int heads, int dim, int current_kv_len,
-    const long long* total_ptr, int compressed_capacity, int index_heads, int topk_width, int scratch_stride,
-    int bias_present, int bias_b, int bias_h, int bias_s, int bias_k, float scale)
+extern "C" __global__ void csa_ratio4_sink_attention(const float* query, const float* current_kv,
+    const unsigned char* compressed, const int* selected, const float* sink, const float* bias,
+    float* output, float* scores, int batch, int sequence, int heads, int dim,
+    int current_kv_len, const long long* total_ptr, int compressed_capacity, int index_heads,
+    int topk_width, int scratch_stride, int bias_present,
+    int bias_b, int bias_h, int bias_s, int bias_k, float scale)
 {
     const int row = (int)blockIdx.x;
     if (row >= batch * sequence * heads) return;
-    const int h = row % heads;
+    const int head = row % heads;
     const int s = (row / heads) % sequence;
     const int b = row / (heads * sequence);
-    const long long total = *total_ptr;
+    const long long total = total_ptr[0];
     const long long first_position = total - (long long)sequence;
     const long long position = first_position + s;
     const long long kv_base = total - (long long)current_kv_len;
@@ -34,12 +34,12 @@ extern "C" __global__ void csa_ratio4_sink_attention(
     const long long dense_start = kv_base > window ? kv_base : window;
     const int* shared_selection = selected + ((long long)b * index_heads * sequence + s) * topk_width;
     const float* q = query + (long long)row * dim;
-    float* row_scores = scores + (long long)row * scratch_stride;
+    float* slot_scores = scores + (long long)row * scratch_stride;
 
     __shared__ float shared_maximum;
     __shared__ float shared_denominator;
-    if (threadIdx.x == 0) {
-        for (int c = 0; c < scratch_stride; ++c) row_scores[c] = CSA_NEG_INF;
+    if (threadIdx.x == 0u) {
+        for (int c = 0; c < scratch_stride; ++c) slot_scores[c] = CSA_NEG_INF;
         float maximum = CSA_NEG_INF;
         for (int c = 0; c < dense + topk_width; ++c) {
             long long dense_row = -1;
@@ -54,39 +54,39 @@ extern "C" __global__ void csa_ratio4_sink_attention(
                 record_row = (long long)b * compressed_capacity + record;
             }
             float dot = 0.0f;
-            for (int d = 0; d < dim; ++d)
-                dot = dot + q[d] * csa_r4_value(current_kv, compressed, dense_row, record_row, dim, d);
+            for (int i = 0; i < dim; ++i)
+                dot = dot + q[i] * csa_r4_value(current_kv, compressed, dense_row, record_row, dim, i);
             float score = dot * scale;
-            if (bias_present) {
-                const long long at = (((long long)(bias_b == 1 ? 0 : b) * bias_h + (bias_h == 1 ? 0 : h)) * bias_s
+            if (bias_present != 0) {
+                const long long at = (((long long)(bias_b == 1 ? 0 : b) * bias_h + (bias_h == 1 ? 0 : head)) * bias_s
                     + (bias_s == 1 ? 0 : s)) * bias_k + (bias_k == 1 ? 0 : c);
                 score = score + bias[at];
             }
-            row_scores[c] = score;
-            maximum = fmaxf(maximum, score);
+            slot_scores[c] = score;
+            maximum = fmaxf(score, maximum);
         }
         float denominator = 0.0f;
         if (maximum != CSA_NEG_INF) {
             for (int c = 0; c < dense + topk_width; ++c)
-                if (row_scores[c] != CSA_NEG_INF) denominator = denominator + csa_expf(row_scores[c] - maximum);
-            denominator = denominator + csa_expf(sink[h] - maximum);
+                if (slot_scores[c] != CSA_NEG_INF) denominator = denominator + csa_expf(slot_scores[c] - maximum);
+            denominator = denominator + csa_expf(sink[head] - maximum);
         }
         shared_maximum = maximum;
         shared_denominator = denominator;
     }
-    __syncthreads();
+    __syncthreads();  // thread 0 has published the softmax statistics
 
     const float maximum = shared_maximum;
     const float denominator = shared_denominator;
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    for (int d = (int)threadIdx.x; d < dim; d += (int)blockDim.x) {
         float accumulated = 0.0f;
         if (maximum != CSA_NEG_INF) {
             for (int c = 0; c < dense + topk_width; ++c) {
-                const float score = row_scores[c];
-                if (score == CSA_NEG_INF) continue;
+                const float logit = slot_scores[c];
+                if (logit == CSA_NEG_INF) continue;
                 const long long dense_row = c < dense ? (long long)b * current_kv_len + (dense_start + c - kv_base) : -1;
                 const long long record_row = c < dense ? -1 : (long long)b * compressed_capacity + shared_selection[c - dense];
-                const float probability = csa_expf(score - maximum) / denominator;
+                const float probability = csa_expf(logit - maximum) / denominator;
                 accumulated = accumulated
                     + probability * csa_r4_value(current_kv, compressed, dense_row, record_row, dim, d);
             }

@@ -3,8 +3,8 @@
  * selection, selected_indices[b, head, s, slot] = shared[b, s, slot].
  * One thread per output element.
  */
-extern "C" __global__ void csa_ratio4_index_replicate(
-    const int* shared, int* selected, int batch, int index_heads, int sequence, int topk_width)
+extern "C" __global__ void csa_ratio4_index_replicate(const int* shared, int* selected, int batch,
+    int index_heads, int sequence, int topk_width)
 {
     const long long element = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long count = (long long)batch * index_heads * sequence * topk_width;

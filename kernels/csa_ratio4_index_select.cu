@@ -14,11 +14,11 @@ __device__ __forceinline__ int csa_total_order_key(float x)
     return bits ^ (int)((unsigned int)(bits >> 31) >> 1);
 }
 
-extern "C" __global__ void csa_ratio4_index_select(
-    const float* index_query, const float* index_weight, const unsigned char* index_key,
-    float* transformed, float* scores, int* selected,
-    int batch, int sequence, int index_heads, int index_dim, int rope_dim,
-    int record_capacity, const long long* total_ptr, int topk_width)
+extern "C" __global__ void csa_ratio4_index_select(const float* index_query,
+    const float* index_weight, const unsigned char* index_key, float* transformed, float* scores,
+    int* selected, int batch, int sequence, int index_heads, int index_dim, int rope_dim,
+    int record_capacity, const long long* total_ptr,
+    int topk_width)
 {
     const int row = (int)blockIdx.x;
     if (row >= batch * sequence || threadIdx.x != 0) return;
@@ -29,13 +29,13 @@ extern "C" __global__ void csa_ratio4_index_select(
     const int limit = causal < (long long)record_capacity ? (int)causal : record_capacity;
 
     float* queries = transformed + (long long)row * index_heads * index_dim;
-    for (int head = 0; head < index_heads; ++head) {
-        float* q = queries + (long long)head * index_dim;
-        const float* source = index_query + ((long long)row * index_heads + head) * index_dim;
+    for (int h = 0; h < index_heads; ++h) {
+        float* q = queries + (long long)h * index_dim;
+        const float* source = index_query + ((long long)row * index_heads + h) * index_dim;
         for (int d = 0; d < index_dim; ++d) q[d] = csa_bf16(source[d]);
         csa_compressed_rope(q + index_dim - rope_dim, rope_dim, position);
         csa_hadamard_bf16(q, index_dim);
-        for (int block = 0; block < index_dim / 32; ++block) {
+        for (int block = 0; 32 * block < index_dim; ++block) {
             unsigned char scale;
             unsigned char packed[16];
             float* values = q + 32 * block;
@@ -50,13 +50,13 @@ extern "C" __global__ void csa_ratio4_index_select(
 
     const float weight_scale = 1.0f / sqrtf((float)index_dim) / sqrtf((float)index_heads);
     const float* weights = index_weight + (long long)row * index_heads;
-    float* row_scores = scores + (long long)row * record_capacity;
+    float* record_scores = scores + (long long)row * record_capacity;
     const int key_bytes = index_dim / 32 * 17;
-    for (int record = 0; record < limit; ++record) {
-        const unsigned char* key = index_key + ((long long)b * record_capacity + record) * key_bytes;
-        float score = 0.0f;
-        for (int head = 0; head < index_heads; ++head) {
-            const float* q = queries + (long long)head * index_dim;
+    for (int record_id = 0; record_id < limit; ++record_id) {
+        const unsigned char* key = index_key + ((long long)b * record_capacity + record_id) * key_bytes;
+        float weighted = 0.0f;
+        for (int h = 0; h < index_heads; ++h) {
+            const float* q = queries + (long long)h * index_dim;
             float dot = 0.0f;
             for (int d = 0; d < index_dim; ++d) {
                 const unsigned char* block = key + 17 * (d / 32);
@@ -64,28 +64,28 @@ extern "C" __global__ void csa_ratio4_index_select(
                 const unsigned char code = (d % 2) ? (unsigned char)(byte >> 4) : byte;
                 dot = dot + q[d] * (decode_e2m1(code) * e8m0_scale(block[0]));
             }
-            score = score + fmaxf(dot, 0.0f) * weights[head] * weight_scale;
+            weighted = weighted + fmaxf(dot, 0.0f) * weights[h] * weight_scale;
         }
-        row_scores[record] = score;
+        record_scores[record_id] = weighted;
     }
 
     int* row_selected = selected + (long long)row * topk_width;
     int previous = -1;
     int previous_key = 0;
-    for (int slot = 0; slot < topk_width; ++slot) {
+    for (int rank = 0; rank < topk_width; ++rank) {
         int best = -1;
         int best_key = 0;
-        for (int record = 0; record < limit; ++record) {
-            const int key = csa_total_order_key(row_scores[record]);
+        for (int candidate = 0; candidate < limit; ++candidate) {
+            const int key = csa_total_order_key(record_scores[candidate]);
             const int after_previous = previous < 0 || key < previous_key
-                || (key == previous_key && record > previous);
+                || (key == previous_key && candidate > previous);
             const int beats_best = best < 0 || key > best_key;
             if (after_previous && beats_best) {
-                best = record;
+                best = candidate;
                 best_key = key;
             }
         }
-        row_selected[slot] = best;
+        row_selected[rank] = best;
         if (best >= 0) {
             previous = best;
             previous_key = best_key;

@@ -1,19 +1,17 @@
 /*
  * Stage 1, ratio 4: the overlapped compressor.  Position p writes carry slot
- * 4 + p mod 4 (two channels of width `dim`); at each block end a record
+ * 4 + p mod 4 (two channels of width `dim`); at each block end a pooled
  * pools 8 candidates per dimension (slots 0..3 channel 0 = previous block,
  * slots 4..7 channel 1 = current block), is finalized into the 583-byte hybrid
- * FP8/bf16 record, and slots 4..7 rotate into 0..3 and are cleared.
+ * FP8/bf16 pooled, and slots 4..7 rotate into 0..3 and are cleared.
  */
-extern "C" __global__ void csa_ratio4_main_compress(
-    const float* kv, const float* gate, const float* ape, const float* norm,
-    const unsigned char* past_cache, const float* past_carry,
-    unsigned char* cache, float* carry,
-    int batch, int sequence, int dim, int rope_dim, int past_row_records, int cache_row_records,
-    const long long* total_ptr)
+extern "C" __global__ void csa_ratio4_main_compress(const float* kv, const float* gate,
+    const float* ape, const float* norm, const unsigned char* past_cache, const float* past_carry,
+    unsigned char* cache, float* carry, int batch, int sequence, int dim, int rope_dim,
+    int past_row_records, int cache_row_records, const long long* total_ptr)
 {
     const int b = (int)blockIdx.x;
-    if (b >= batch || threadIdx.x != 0) return;
+    if (threadIdx.x != 0 || b >= batch) return;
     const int ratio = 4;
     const int record_bytes = 583;
     const long long first_position = *total_ptr - (long long)sequence;
@@ -32,32 +30,32 @@ extern "C" __global__ void csa_ratio4_main_compress(
         for (long long i = 0; i < carry_size; ++i) state[i] = (i / width) % 2 ? CSA_NEG_INF : 0.0f;
 
     int written = kept_records;
-    for (int s = 0; s < sequence; ++s) {
-        const long long position = first_position + s;
+    for (int token = 0; token < sequence; ++token) {
+        const long long position = first_position + token;
         const int phase = (int)(position % ratio);
         float* current = state + (ratio + phase) * slot_stride;
-        const float* kv_row = kv + ((long long)b * sequence + s) * width;
-        const float* gate_row = gate + ((long long)b * sequence + s) * width;
+        const float* kv_row = kv + ((long long)b * sequence + token) * width;
+        const float* gate_row = gate + ((long long)b * sequence + token) * width;
         for (int d = 0; d < width; ++d) {
             current[d] = kv_row[d];
             current[width + d] = gate_row[d] + ape[(long long)phase * width + d];
         }
         if ((position + 1) % ratio != 0) continue;
 
-        float record[512];
-        for (int d = 0; d < dim; ++d) {
+        float pooled[512];
+        for (int i = 0; i < dim; ++i) {
             float scores[8];
             float values[8];
             for (int c = 0; c < 2 * ratio; ++c) {
-                const long long at = c * slot_stride + (c < ratio ? d : dim + d);
+                const long long at = c * slot_stride + (c < ratio ? i : dim + i);
                 values[c] = state[at];
                 scores[c] = state[at + width];
             }
-            record[d] = csa_pool_dimension(scores, values, 2 * ratio, 1);
+            pooled[i] = csa_pool_dimension(scores, values, 2 * ratio, 1);
         }
-        csa_rms_normalize(record, norm, dim);
-        csa_compressed_rope(record + dim - rope_dim, rope_dim, position + 1 - ratio);
-        csa_store_fp8_record(record, dim, rope_dim, records + (long long)written * record_bytes);
+        csa_rms_normalize(pooled, norm, dim);
+        csa_compressed_rope(pooled + dim - rope_dim, rope_dim, position + 1 - ratio);
+        csa_store_fp8_record(pooled, dim, rope_dim, records + (long long)written * record_bytes);
         ++written;
         for (long long i = 0; i < ratio * slot_stride; ++i) {
             state[i] = state[ratio * slot_stride + i];

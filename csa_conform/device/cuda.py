@@ -2,7 +2,8 @@
 
 CuPy is imported on first use, so everything else in csa-conform (and a run
 whose every stage is forced to the host) works on a machine without CUDA.
-Compiled modules are cached per process by the sha256 of their source.
+Modules go through NVRTC directly (not RawModule, whose compile forces
+-ftz=true) and are cached per process by the sha256 of their source.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from csa_conform.device.provenance import DeviceInfo
 from csa_conform.errors import DeviceUnavailable
 
 _COMPILED: dict[str, object] = {}
+
+# PTX that would break bit-exactness: flushed subnormals, approximations, fused binary32.
+FORBIDDEN_PTX = (".ftz", ".approx", "fma.rn.f32", "mad.f32", "mad.rn.f32")
 
 
 def _import_cupy():
@@ -44,32 +48,63 @@ class CudaBackend:
         runtime = self.cp.cuda.runtime
         properties = runtime.getDeviceProperties(self.cp.cuda.Device().id)
         name = properties["name"]
-        major, minor = self.cp.cuda.Device().compute_capability
         nvrtc_major, nvrtc_minor = self.cp.cuda.nvrtc.getVersion()
         return DeviceInfo(
             name=name.decode() if isinstance(name, bytes) else str(name),
-            compute_capability=f"{major}.{minor}",
+            compute_capability=f"{properties['major']}.{properties['minor']}",
             cuda_runtime=int(runtime.runtimeGetVersion()),
             cuda_driver=int(runtime.driverGetVersion()),
             nvrtc=f"{nvrtc_major}.{nvrtc_minor}",
             cupy=str(self.cp.__version__),
         )
 
+    @property
+    def compile_options(self) -> tuple[str, ...]:
+        """NVRTC options as given: the csa-conform flags and the device's virtual architecture."""
+        properties = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
+        return NVRTC_OPTIONS + (f"--gpu-architecture=compute_{properties['major']}{properties['minor']}",)
+
     def function(self, module: ModuleSource):
-        """The module's entry, compiled once per source hash."""
+        """The module's entry, compiled once per source hash.
+
+        NVRTC is called directly: CuPy's RawModule appends -ftz=true to every
+        compile, which flushes the binary32 subnormals the reference keeps. The
+        PTX is checked for flush-to-zero, approximate and fused binary32
+        instructions before the driver loads it.
+        """
         key = module.sha256
         if key not in _COMPILED:
+            ptx = self._compile(module)
+            forbidden = [token for token in FORBIDDEN_PTX if token in ptx]
+            if forbidden:
+                raise DeviceUnavailable(f"{module.path}: NVRTC emitted {', '.join(forbidden)} despite "
+                                        f"{' '.join(NVRTC_OPTIONS)}")
+            loaded = self.cp.cuda.function.Module()
             try:
-                raw = self.cp.RawModule(code=module.source, options=NVRTC_OPTIONS, name_expressions=None)
-                raw.get_function(module.entry)
-            except self.cp.cuda.compiler.CompileException as error:
-                raise DeviceUnavailable(
-                    f"NVRTC cannot compile {module.path} (prelude + module): {error}"
-                ) from None
+                loaded.load(ptx.encode())
             except Exception as error:
-                raise DeviceUnavailable(f"cannot load {module.entry} from {module.path}: {error}") from None
-            _COMPILED[key] = raw
-        return _COMPILED[key].get_function(module.entry)
+                raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
+            _COMPILED[key] = loaded
+        try:
+            return _COMPILED[key].get_function(module.entry)
+        except Exception as error:
+            raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
+
+    def _compile(self, module: ModuleSource) -> str:
+        nvrtc = self.cp.cuda.nvrtc
+        try:
+            program = nvrtc.createProgram(module.source, module.path.name, (), ())
+        except Exception as error:
+            raise DeviceUnavailable(f"NVRTC is unusable through CuPy {self.cp.__version__}: {error}") from None
+        try:
+            nvrtc.compileProgram(program, list(self.compile_options))
+            ptx = nvrtc.getPTX(program)
+        except nvrtc.NVRTCError as error:
+            log = nvrtc.getProgramLog(program)
+            raise DeviceUnavailable(f"NVRTC cannot compile {module.path} (prelude + module): {error}\n{log}") from None
+        finally:
+            nvrtc.destroyProgram(program)
+        return ptx.decode() if isinstance(ptx, bytes) else ptx
 
     def launch(self, entry: str, function, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple):
         """Launch and wait, so a faulting kernel is reported at its own launch."""
@@ -90,6 +125,3 @@ class CudaBackend:
 
     def download(self, array) -> np.ndarray:
         return self.cp.asnumpy(array)
-
-    def is_device_array(self, value) -> bool:
-        return isinstance(value, self.cp.ndarray)

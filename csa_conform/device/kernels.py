@@ -29,10 +29,10 @@ MODULES = {
     "csa_ratio4_attention": "csa_ratio4_sink_attention",
 }
 
-NVRTC_OPTIONS = ("--std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+NVRTC_OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
 
-# nvcc spelling of the same flags, for compiling a module ahead of time.
-NVCC_OPTIONS = ("-std=c++17", "--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+# nvcc spells them the same; both default to C++17, which the prelude's hex float literals need.
+NVCC_OPTIONS = NVRTC_OPTIONS
 
 
 def builtin_directory() -> Path:

@@ -58,7 +58,7 @@ def e4m3_encode(values) -> np.ndarray:
 def block_power(amax, target_max) -> np.ndarray:
     """ceil(log2f(amax / target_max)) as the E8M0 exponent, as the reference computes it."""
     quotient = np.asarray(amax, dtype=np.float32) / np.float32(target_max)
-    return np.ceil(log2f(quotient)).astype(np.int64)
+    return np.ceil(log2f(quotient)).astype(np.int64).reshape(quotient.shape)
 
 
 def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):

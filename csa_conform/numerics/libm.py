@@ -180,8 +180,9 @@ def _elementwise(kernel, x) -> np.ndarray:
     x = _binary32(x)
     flat = x.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float32)
-    for start in range(0, flat.size, _CHUNK):
-        out[start : start + _CHUNK] = kernel(flat[start : start + _CHUNK])
+    with np.errstate(all="ignore"):  # NaN, inf and underflow are results here, not faults
+        for start in range(0, flat.size, _CHUNK):
+            out[start : start + _CHUNK] = kernel(flat[start : start + _CHUNK])
     return out.reshape(x.shape)
 
 
@@ -336,11 +337,12 @@ def _reduce_large(bits):
     return fixed.view(_I64).astype(_F64) * _PI63, n.astype(_I64)
 
 
-def _quadrant_result(r, n, octant_sign, want_cosine):
-    """Evaluate the polynomial a quadrant selects; `octant_sign` is n (+1 for negative large x)."""
+def _quadrant_result(r, n, signed_quadrant, want_cosine):
+    """The polynomial quadrant n selects; sign[] and the negated cosine table go by
+    `signed_quadrant`, which reduce_large's callers bump by one for negative x."""
     use_cos = ((n & 1) == 1) != want_cosine
-    sign = np.where(((octant_sign + 1) & 2) == 0, 1.0, -1.0)
-    negate_cos = (octant_sign & 2) != 0
+    sign = np.where(((signed_quadrant + 1) & 2) == 0, 1.0, -1.0)
+    negate_cos = (signed_quadrant & 2) != 0
     r2 = r * r
     out = np.empty(r.shape, dtype=_F64)
     sin_idx = np.flatnonzero(~use_cos)
@@ -526,9 +528,7 @@ def _powf_x_special(ix, iy):
     odd_negative = ((ix & _U32(_SIGN)) != 0) & (_checkint(iy) == 1)
     square = np.where(odd_negative, -square, square)
     negative_y = (iy & _U32(_SIGN)) != 0
-    with np.errstate(divide="ignore"):
-        reciprocal = np.float32(1.0) / square
-    return np.where(negative_y, reciprocal, square)
+    return np.where(negative_y, np.float32(1.0) / square, square)
 
 
 def _powf_regular(ix, y, sign_bias):
@@ -558,7 +558,7 @@ def _powf_flat(x, y):
     negative = finite & (ix >= _U32(_SIGN))
     yint = _checkint(iy)
     invalid = negative & (yint == 0)
-    out[invalid] = _DEFAULT_NAN_F32
+    out[invalid] = _f32_from_bits(_DEFAULT_NAN)
     sign_bias = np.where(negative & (yint == 1), _U64(_POWF_SIGN_BIAS), _U64(0))
     ix[negative] &= _U32(0x7FFFFFFF)
     subnormal = finite & (ix < _U32(0x00800000))
@@ -568,11 +568,10 @@ def _powf_flat(x, y):
     return out
 
 
-_DEFAULT_NAN_F32 = _f32_from_bits(_DEFAULT_NAN)
-
 
 def powf(x, y) -> np.ndarray:
     """glibc powf (e_powf-fma) of binary32 values, elementwise with broadcasting."""
     x, y = np.broadcast_arrays(_binary32(x), _binary32(y))
-    shape = x.shape
-    return _powf_flat(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1)).reshape(shape)
+    with np.errstate(all="ignore"):
+        flat = _powf_flat(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1))
+    return flat.reshape(x.shape)

@@ -6,7 +6,8 @@ m = max over valid scores; Z = ascending sum of expf(score_c - m), then
 without a value; Y = ascending sum over c of (expf(score_c - m) / Z) * kv_c.
 A row with no valid candidate is zeros. The loops run over d and c only,
 every (b, s, h, c) element in parallel, so each element keeps the
-reference's order.
+reference's order. Candidate columns invalid for a whole query chunk are
+skipped: they would add exactly +0 to Z and to Y.
 """
 
 from __future__ import annotations
@@ -39,17 +40,19 @@ def sparse_sink_softmax_attention(
     batch_index = np.arange(batch)[:, None, None]
 
     def attend(chunk: slice):
-        row_ids = rows[:, chunk]
-        keys = np.take(source_by_dim, flat_rows[:, chunk], axis=1)
+        live = np.flatnonzero((rows[:, chunk] != empty_row).any(axis=(0, 1)))
+        row_ids = rows[:, chunk][:, :, live]
+        keys = np.take(source_by_dim, flat_rows[:, chunk][:, :, live], axis=1)
         queries = np.ascontiguousarray(np.moveaxis(query[:, chunk], -1, 0))
-        chunk_scores = _scaled_scores(keys, queries, geometry.scale)
+        live_scores = _scaled_scores(keys, queries, geometry.scale)
         if bias is not None:
-            chunk_scores += bias[:, :, chunk].transpose(0, 2, 1, 3)
-        chunk_scores[np.broadcast_to((row_ids == empty_row)[:, :, None, :], chunk_scores.shape)] = -np.inf
-        probabilities, failure = _softmax_with_sink(chunk_scores, head_sink, chunk.start)
+            live_scores += bias[:, :, chunk][..., live].transpose(0, 2, 1, 3)
+        live_scores[np.broadcast_to((row_ids == empty_row)[:, :, None, :], live_scores.shape)] = -np.inf
+        probabilities, failure = _softmax_with_sink(live_scores, head_sink, chunk.start)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values)
-        scores[:, chunk] = chunk_scores
+        scores[:, chunk] = -np.inf
+        scores[:, chunk, :, live] = live_scores
         return failure
 
     failures = [f for f in map_chunks(attend, query_chunks(sequence, _per_query(count, batch, heads, dim))) if f]

@@ -1,26 +1,17 @@
-// Host build of kernels/block_quant.cuh: maps the few CUDA builtins the
-// prelude uses onto standard C++ so its libm ports and block codecs can be
-// checked against this machine's glibc without a GPU (compile with
-// -ffp-contract=off, the host twin of NVRTC's --fmad=false).
-#include <math.h>
-#include <string.h>
-
-#define __device__
-#define __forceinline__ inline
-
-static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
-static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
-static inline long long __double_as_longlong(double x) { long long u; memcpy(&u, &x, 8); return u; }
-static inline double __longlong_as_double(long long u) { double x; memcpy(&x, &u, 8); return x; }
-
-#include CSA_PRELUDE
+// Host build of the prelude alone: batch entry points for its libm ports and
+// block codecs, compared against glibc (ctypes) and the NumPy oracle.
+#include "cuda_host_shim.h"
+#include CSA_SOURCE
 
 extern "C" {
 void host_expf(const float* in, float* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_expf(in[i]); }
 void host_sinf(const float* in, float* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_sinf(in[i]); }
 void host_cosf(const float* in, float* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_cosf(in[i]); }
 void host_log2f(const float* in, float* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_log2f(in[i]); }
-void host_powf(const float* x, const float* y, float* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_powf(x[i], y[i]); }
+void host_powf(const float* x, const float* y, float* out, long n)
+{
+    for (long i = 0; i < n; ++i) out[i] = csa_powf(x[i], y[i]);
+}
 void host_bf16(const float* in, unsigned short* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_bf16_bits(in[i]); }
 void host_fp8_blocks(const float* in, unsigned char* scale, unsigned char* codes, long blocks)
 {
@@ -32,7 +23,10 @@ void host_fp4_blocks(const float* in, unsigned char* scale, unsigned char* packe
 }
 void host_decode_tables(float* e4m3, float* e2m1, float* e8m0)
 {
-    for (int c = 0; c < 256; ++c) { e4m3[c] = decode_e4m3fn((unsigned char)c); e8m0[c] = e8m0_scale((unsigned char)c); }
+    for (int c = 0; c < 256; ++c) {
+        e4m3[c] = decode_e4m3fn((unsigned char)c);
+        e8m0[c] = e8m0_scale((unsigned char)c);
+    }
     for (int c = 0; c < 16; ++c) e2m1[c] = decode_e2m1((unsigned char)c);
 }
 }

@@ -1,0 +1,34 @@
+"""The ``csa-conform`` command line (HARNESS.md §4): presentation only, no numerics.
+
+Each command lives in its own module and is registered on the group here.
+"""
+
+from __future__ import annotations
+
+import click
+
+from csa_conform import __version__
+from csa_conform.cli.bisect import bisect as bisect_command
+from csa_conform.cli.common import OneLineErrors
+from csa_conform.cli.diff import diff as diff_command
+from csa_conform.cli.generate import generate_command
+from csa_conform.cli.inspect import inspect_command
+from csa_conform.cli.report import report_command
+from csa_conform.cli.verify import verify_command
+
+__all__ = ["main"]
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="csa-conform")
+def main() -> None:
+    """Bit-exact conformance harness for CompressedSparseAttention v1.
+
+    Exit codes: 0 verified, 1 divergence or verification failure, 2 usage or
+    invalid input, 4 environment.
+    """
+
+
+COMMANDS = (generate_command, verify_command, diff_command, bisect_command, inspect_command, report_command)
+for command in COMMANDS:
+    main.add_command(command)

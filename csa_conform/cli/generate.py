@@ -1,0 +1,68 @@
+"""``csa-conform generate``: build a suite's fixtures, run the oracle, write goldens."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+
+import click
+
+from csa_conform.cli.common import boundary, fan_out, progress
+from csa_conform.exitcodes import ExitCode
+from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
+from csa_conform.goldens import GoldenCase, write_goldens
+from csa_conform.oracle import run_step
+
+
+def generate_case(recipe: Recipe) -> GoldenCase:
+    """One case, oracle included (module level so worker processes can receive it)."""
+    return recipe.generate(run_step)
+
+
+@click.command("generate")
+@click.option("--suite", type=click.Choice(sorted(SUITES)), default="ci", show_default=True,
+              help="Which suite of recipes to build.")
+@click.option("--case", "case_glob", metavar="GLOB", help="Only cases whose id matches GLOB.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=0, show_default=True,
+              help="Suite seed every case seed derives from.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Golden file to write [default: SUITE.h5].")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes (the file is identical for any value).")
+@boundary
+def generate_command(
+    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int
+) -> ExitCode:
+    """Build deterministic fixtures, run the oracle on every step and write goldens.
+
+    The file appears only when complete: an error or Ctrl-C leaves nothing behind.
+    """
+    output = output or Path(f"{suite}.h5")
+    recipes = suite_recipes(suite, seed, case_glob)
+    if output.exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    started = time.monotonic()
+    counted = {"steps": 0}
+
+    def describe(case: GoldenCase) -> str:
+        counted["steps"] += len(case.steps)
+        return f"{case.case_id} ({len(case.steps)} steps)"
+
+    cases = progress(fan_out(generate_case, recipes, jobs), len(recipes), "generate", describe)
+    provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*"}
+    try:
+        written = write_goldens(output, cases, force=force, provenance=provenance)
+    except FixtureError as error:
+        case = shlex.quote(error.case_id or "*")
+        reproduce = f"csa-conform generate --suite {suite} --seed {seed} --case {case} -o case.h5"
+        click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
+        return ExitCode.DIVERGED
+    size = os.path.getsize(output) / 1e6
+    click.echo(
+        f"wrote {output}: {written} cases, {counted['steps']} steps, {size:.2f} MB "
+        f"in {time.monotonic() - started:.1f} s"
+    )
+    return ExitCode.OK

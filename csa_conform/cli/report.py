@@ -1,0 +1,43 @@
+"""``csa-conform report``: CI artefacts (JUnit XML, JSON) from ``--json`` run documents."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from csa_conform.cli.common import boundary
+from csa_conform.errors import UsageError
+from csa_conform.exitcodes import ExitCode
+from csa_conform.report import junit_xml, load_run, merged_summary
+
+
+@click.command("report")
+@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the merged JSON summary here.")
+@boundary
+def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None) -> ExitCode:
+    """Turn RESULTS (documents written by 'verify --json' or 'diff --json'; '-' reads stdin)
+    into CI artefacts. Exits 0 once written, whatever the results say: the run's
+    own exit code is the gate."""
+    if junit is None and json_path is None:
+        raise UsageError("nothing to write: give --junit FILE and/or --json FILE")
+    documents = [load_run(_read(source), source) for source in results]
+    if junit is not None:
+        junit.write_text(junit_xml(documents))
+    if json_path is not None:
+        json_path.write_text(json.dumps(merged_summary(documents), indent=2) + "\n")
+    total = sum(document["summary"]["cases"] for document in documents)
+    failed = sum(document["summary"]["failed"] for document in documents)
+    click.echo(f"report: {len(documents)} runs, {total} cases, {failed} failed")
+    return ExitCode.OK
+
+
+def _read(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    return Path(source).read_text()

@@ -1,0 +1,184 @@
+"""A golden case replayed on a device runner and compared with the oracle, stage by stage.
+
+The expected side is the golden file's stage payloads (or, for a file that
+carries none, the oracle run on the golden inputs). In chained mode a step's
+past_* inputs are the previous step's present_* from this run wherever the
+golden stream itself threads them (bit-identical golden tensors), so device
+state flows through a stream exactly as in production. Steps the oracle
+rejects are not run: there is nothing to compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from csa_conform.device.modes import Mode
+from csa_conform.device.runner import STATE_THREADING, DeviceRunner, DeviceStepResult, HostStageRejected
+from csa_conform.diff import TensorDiff, compare_payloads
+from csa_conform.errors import ContractError
+from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.oracle import run_step
+
+IDENTICAL = "identical"
+DIVERGED = "diverged"
+NOT_APPLICABLE = "n/a"
+NOT_COMPARED = "not compared"
+
+
+@dataclass
+class StepOutcome:
+    """One step of a replayed stream: the oracle's payloads and what the device run made of it."""
+
+    index: int
+    expected: dict[str, dict[str, np.ndarray]]
+    actual: DeviceStepResult | None = None
+    expected_error: str | None = None
+    failure_stage: str | None = None
+    failure: str | None = None
+
+
+@dataclass
+class StageVerdict:
+    stage: str
+    placement: str
+    status: str = NOT_COMPARED
+    step: int | None = None
+    diffs: list[TensorDiff] = field(default_factory=list)
+    message: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "placement": self.placement,
+            "status": self.status,
+            "step": self.step,
+            "message": self.message,
+            "diffs": [diff.to_dict() for diff in self.diffs],
+        }
+
+
+@dataclass
+class CaseReport:
+    case: str
+    ratio: int
+    steps: int
+    stages: dict[str, StageVerdict]
+    compared_steps: int = 0
+    rejected_steps: list[int] = field(default_factory=list)
+    failure: dict | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and all(verdict.status != DIVERGED for verdict in self.stages.values())
+
+    def diverged(self) -> list[StageVerdict]:
+        return [verdict for verdict in self.stages.values() if verdict.status == DIVERGED]
+
+    def to_dict(self) -> dict:
+        return {
+            "case": self.case,
+            "ratio": self.ratio,
+            "steps": self.steps,
+            "compared_steps": self.compared_steps,
+            "rejected_steps": self.rejected_steps,
+            "passed": self.passed,
+            "failure": self.failure,
+            "stages": {name: verdict.to_dict() for name, verdict in self.stages.items()},
+        }
+
+
+def _same_bits(left: np.ndarray, right: np.ndarray) -> bool:
+    left, right = np.asarray(left), np.asarray(right)
+    return left.dtype == right.dtype and left.shape == right.shape and left.tobytes() == right.tobytes()
+
+
+def _expected(attrs: dict, output_names: Sequence[str], step: GoldenStep) -> dict[str, dict[str, np.ndarray]]:
+    if step.stages:
+        return step.stages
+    return run_step(attrs, step.inputs, output_names).stages
+
+
+def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | None = None) -> Iterator[StepOutcome]:
+    """Run a case's steps in order (through step ``upto``); stops after a step the device run refused."""
+    info = golden.case_info(case_id)
+    previous: tuple[GoldenStep, DeviceStepResult] | None = None
+    last = info.step_count if upto is None else min(upto + 1, info.step_count)
+    for index in range(last):
+        step = golden.read_step(case_id, index)
+        if step.expect_error is not None:
+            yield StepOutcome(index, {}, expected_error=step.expect_error)
+            continue
+        expected = _expected(info.attrs, info.output_names, step)
+        past = {}
+        if runner.mode is Mode.CHAINED and previous is not None:
+            golden_before, result_before = previous
+            for present, past_name in STATE_THREADING.items():
+                if present in result_before.present and past_name in step.inputs and _same_bits(
+                    golden_before.outputs.get(present, np.empty(0)), step.inputs[past_name]
+                ):
+                    past[past_name] = result_before.present[present]
+        try:
+            result = runner.run_step(
+                info.attrs, step.inputs, info.output_names,
+                reference=expected, past=past, case=case_id, step=index,
+            )
+        except HostStageRejected as error:
+            yield StepOutcome(index, expected, failure_stage=error.stage, failure=str(error))
+            return
+        except ContractError as error:
+            yield StepOutcome(index, expected, failure_stage="writeback", failure=f"oracle rejects the golden step: {error}")
+            return
+        previous = (step, result)
+        yield StepOutcome(index, expected, actual=result)
+
+
+def compare_step(outcome: StepOutcome, stages: Sequence[str], ulp: int = 0) -> list[TensorDiff]:
+    """Every tensor comparison of the chosen stages for one step (failing and passing)."""
+    expected = {stage: outcome.expected[stage] for stage in stages if stage in outcome.expected}
+    actual = {stage: outcome.actual.stages.get(stage, {}) for stage in expected}
+    return compare_payloads(expected, actual, ulp=ulp)
+
+
+def check_case(
+    golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int = 0
+) -> CaseReport:
+    """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors."""
+    info = golden.case_info(case_id)
+    ratio = info.attrs.get("compression_ratio")
+    if ratio in (4, 128):
+        plan = runner.plan(int(ratio))
+        placement = {stage.stage: stage.placement for stage in plan.stages}
+    else:
+        placement = {stage: "" for stage in stages}  # attributes the reference rejects: no step runs
+    verdicts = {
+        stage: StageVerdict(stage, placement[stage]) if stage in placement
+        else StageVerdict(stage, "", NOT_APPLICABLE)
+        for stage in stages
+    }
+    applicable = tuple(placement)
+    report = CaseReport(case_id, ratio if isinstance(ratio, int) else 0, info.step_count, verdicts)
+    for outcome in replay(golden, case_id, runner):
+        if outcome.expected_error is not None:
+            report.rejected_steps.append(outcome.index)
+            continue
+        if outcome.failure is not None:
+            report.failure = {"step": outcome.index, "stage": outcome.failure_stage, "message": outcome.failure}
+            if outcome.failure_stage in verdicts:
+                verdict = verdicts[outcome.failure_stage]
+                verdict.status, verdict.step, verdict.message = DIVERGED, outcome.index, outcome.failure
+            break
+        report.compared_steps += 1
+        by_stage: dict[str, list[TensorDiff]] = {}
+        for diff in compare_step(outcome, [stage for stage in stages if stage in applicable], ulp):
+            by_stage.setdefault(diff.stage, []).append(diff)
+        for stage, diffs in by_stage.items():
+            verdict = verdicts[stage]
+            failing = [diff for diff in diffs if not diff.passed]
+            if failing and verdict.status != DIVERGED:
+                verdict.status, verdict.step, verdict.diffs = DIVERGED, outcome.index, failing
+            elif verdict.status == NOT_COMPARED:
+                verdict.status = IDENTICAL
+    return report

@@ -1,0 +1,33 @@
+// The CUDA builtins the CSA kernels use, mapped onto standard C++, so a
+// kernel directory can be built for the host: the prelude's libm ports are
+// checked against glibc, and whole modules run (blocks and threads in
+// sequence) under the device runner without a GPU. Build with
+// -ffp-contract=off, the host twin of NVRTC's --fmad=false.
+#include <math.h>
+#include <string.h>
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __shared__ static
+
+struct csa_host_dim3 {
+    unsigned int x, y, z;
+};
+static csa_host_dim3 blockIdx, threadIdx, blockDim;
+
+extern "C" void csa_host_set_thread(unsigned int block, unsigned int thread, unsigned int threads)
+{
+    blockIdx.x = block;
+    threadIdx.x = thread;
+    blockDim.x = threads;
+}
+
+// Threads of a block run one after another in index order; the kernels only
+// synchronise after thread 0 publishes shared values, so this is faithful.
+static inline void __syncthreads() {}
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
+static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
+static inline long long __double_as_longlong(double x) { long long u; memcpy(&u, &x, 8); return u; }
+static inline double __longlong_as_double(long long u) { double x; memcpy(&x, &u, 8); return x; }

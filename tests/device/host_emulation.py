@@ -1,0 +1,103 @@
+"""Kernel sources built for the host with g++ (tests only).
+
+``build_prelude`` gives ctypes access to the prelude's libm ports and block
+codecs; ``HostEmulationBackend`` stands in for the CUDA backend of
+DeviceRunner: every module is compiled as C++ (-ffp-contract=off, the twin of
+--fmad=false) and each launch runs its blocks and threads in order. The same
+source therefore reaches the same runner code paths without a GPU, which is
+what lets the mutant suite and the chained/isolated plumbing be tested here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from csa_conform.device.kernels import KernelDirectory, ModuleSource
+from csa_conform.device.provenance import DeviceInfo
+
+HERE = Path(__file__).resolve().parent
+GXX = shutil.which("g++")
+GXX_FLAGS = ("-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
+
+
+def _build(source: str, wrapper: str, build_dir: Path) -> ctypes.CDLL:
+    digest = hashlib.sha256((wrapper + "\0" + source).encode()).hexdigest()[:24]
+    library = build_dir / f"{digest}.so"
+    if not library.exists():
+        source_file = build_dir / f"{digest}.cuh"
+        source_file.write_text(source, encoding="utf-8")
+        command = [
+            GXX, *GXX_FLAGS, f"-I{HERE}", f'-DCSA_SOURCE="{source_file}"', str(HERE / wrapper), "-o", str(library)
+        ]
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    return ctypes.CDLL(str(library))
+
+
+def build_prelude(build_dir: Path, kernels: KernelDirectory | None = None) -> ctypes.CDLL:
+    kernels = kernels or KernelDirectory()
+    source = (kernels.path / "block_quant.cuh").read_text(encoding="utf-8")
+    return _build(source, "host_prelude.cpp", build_dir)
+
+
+class EmulatedArray:
+    """A 'device' buffer: host memory the runner cannot mistake for a host tensor."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = np.ascontiguousarray(array)
+
+    shape = property(lambda self: self.array.shape)
+    ndim = property(lambda self: self.array.ndim)
+    size = property(lambda self: self.array.size)
+    dtype = property(lambda self: self.array.dtype)
+
+
+class HostEmulationBackend:
+    """The CUDA backend's interface, executing modules on the CPU."""
+
+    def __init__(self, build_dir: Path):
+        self.build_dir = Path(build_dir)
+        self.launches = 0
+
+    def info(self) -> DeviceInfo:
+        return DeviceInfo(name="host emulation (g++)", compute_capability="host")
+
+    def function(self, module: ModuleSource):
+        library = _build(module.source, "host_module.cpp", self.build_dir)
+        return library, getattr(library, module.entry)
+
+    def launch(self, entry, function, grid, block, args) -> None:
+        library, kernel = function
+        converted = []
+        for arg in args:
+            if isinstance(arg, EmulatedArray):
+                converted.append(ctypes.c_void_p(arg.array.ctypes.data))
+            elif isinstance(arg, np.float32):
+                converted.append(ctypes.c_float(float(arg)))
+            else:
+                converted.append(ctypes.c_int(int(arg)))
+        for block_index in range(grid[0]):
+            for thread in range(block[0]):
+                library.csa_host_set_thread(block_index, thread, block[0])
+                kernel(*converted)
+        self.launches += 1
+
+    def upload(self, array):
+        return EmulatedArray(np.array(array, copy=True))
+
+    def empty(self, shape, dtype):
+        """Uninitialised like device memory: 0xA5 bytes, so an unwritten element shows up."""
+        array = np.empty(shape, dtype=dtype)
+        array.reshape(-1).view(np.uint8)[:] = 0xA5
+        return EmulatedArray(array)
+
+    def full(self, shape, value, dtype):
+        return EmulatedArray(np.full(shape, value, dtype=dtype))
+
+    def download(self, array) -> np.ndarray:
+        return array.array.copy()

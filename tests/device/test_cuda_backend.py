@@ -1,0 +1,130 @@
+"""The CUDA backend against a stand-in CuPy: how modules reach NVRTC and what is refused.
+
+CuPy's RawModule appends -ftz=true to every compile (which flushes the binary32
+subnormals the reference keeps), so the backend drives NVRTC itself; these tests
+pin the options it passes and the PTX checks it makes, without a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+import csa_conform.device.cuda as cuda
+from csa_conform.device.kernels import NVRTC_OPTIONS, KernelDirectory
+from csa_conform.errors import DeviceUnavailable
+
+CLEAN_PTX = ".version 8.0\n.visible .entry csa_ratio4_index_replicate(\n)\n{\n\tmul.rn.f32 \t%f1, %f2, %f3;\n}\n"
+
+
+class FakeNvrtc:
+    class NVRTCError(Exception):
+        pass
+
+    def __init__(self, ptx: str = CLEAN_PTX, fails: bool = False):
+        self.ptx, self.fails = ptx, fails
+        self.compiled: list[tuple[str, list[str]]] = []
+        self.destroyed = 0
+
+    def createProgram(self, source, name, headers, include_names):
+        self.compiled.append((name, []))
+        return len(self.compiled)
+
+    def compileProgram(self, program, options):
+        self.compiled[program - 1] = (self.compiled[program - 1][0], list(options))
+        if self.fails:
+            raise self.NVRTCError("NVRTC_ERROR_COMPILATION (6)")
+
+    def getPTX(self, program):
+        return self.ptx.encode() + b"\0"
+
+    def getProgramLog(self, program):
+        return "kernel.cu(3): error: expected a \";\""
+
+    def destroyProgram(self, program):
+        self.destroyed += 1
+
+    @staticmethod
+    def getVersion():
+        return (13, 0)
+
+
+class FakeModule:
+    loaded: list[bytes] = []
+
+    def load(self, image: bytes):
+        FakeModule.loaded.append(image)
+
+    def get_function(self, name: str):
+        return SimpleNamespace(name=name)
+
+
+def fake_cupy(nvrtc: FakeNvrtc, devices: int = 1):
+    runtime = SimpleNamespace(
+        getDeviceCount=lambda: devices,
+        getDeviceProperties=lambda index: {"name": b"Fake H200", "major": 9, "minor": 0},
+        runtimeGetVersion=lambda: 13020,
+        driverGetVersion=lambda: 13000,
+    )
+    return SimpleNamespace(
+        __version__="fake",
+        cuda=SimpleNamespace(
+            runtime=runtime, nvrtc=nvrtc, function=SimpleNamespace(Module=FakeModule),
+            Device=lambda: SimpleNamespace(id=0),
+        ),
+    )
+
+
+@pytest.fixture
+def install(monkeypatch):
+    monkeypatch.setattr(cuda, "_COMPILED", {})
+
+    def with_nvrtc(nvrtc: FakeNvrtc, devices: int = 1):
+        monkeypatch.setitem(sys.modules, "cupy", fake_cupy(nvrtc, devices))
+        return cuda.CudaBackend()
+
+    return with_nvrtc
+
+
+def test_modules_compile_without_flush_to_zero_for_the_device_arch(install):
+    nvrtc = FakeNvrtc()
+    backend = install(nvrtc)
+    module = KernelDirectory().module("csa_ratio4_index_replicate")
+    function = backend.function(module)
+    assert function.name == "csa_ratio4_index_replicate"
+    name, options = nvrtc.compiled[0]
+    assert name == "csa_ratio4_index_replicate.cu"
+    assert tuple(options) == NVRTC_OPTIONS + ("--gpu-architecture=compute_90",)
+    assert "--ftz=false" in options and "-ftz=true" not in options and "--fmad=false" in options
+    backend.function(module)
+    assert len(nvrtc.compiled) == 1 and nvrtc.destroyed == 1
+
+
+@pytest.mark.parametrize("instruction", ["mul.rn.ftz.f32", "ex2.approx.f32", "fma.rn.f32", "mad.f32"])
+def test_ptx_that_would_break_bit_exactness_is_refused(install, instruction):
+    backend = install(FakeNvrtc(ptx=CLEAN_PTX.replace("mul.rn.f32", instruction)))
+    with pytest.raises(DeviceUnavailable, match="NVRTC emitted"):
+        backend.function(KernelDirectory().module("csa_ratio4_index_replicate"))
+
+
+def test_compile_errors_carry_the_nvrtc_log(install):
+    backend = install(FakeNvrtc(fails=True))
+    with pytest.raises(DeviceUnavailable, match="(?s)cannot compile .*expected a"):
+        backend.function(KernelDirectory().module("csa_ratio4_attention"))
+
+
+def test_no_device_and_no_cupy_are_environment_errors(install, monkeypatch):
+    with pytest.raises(DeviceUnavailable, match="no CUDA device"):
+        install(FakeNvrtc(), devices=0)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(DeviceUnavailable, match="CuPy is not importable"):
+        cuda.CudaBackend()
+
+
+def test_device_info(install):
+    info = install(FakeNvrtc()).info()
+    assert (info.name, info.compute_capability, info.cuda_runtime, info.cuda_driver, info.nvrtc) == (
+        "Fake H200", "9.0", 13020, 13000, "13.0"
+    )

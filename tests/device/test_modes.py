@@ -1,0 +1,130 @@
+"""Mode planning and force-host parsing: which stage runs where, and what feeds it (no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from csa_conform.device.modes import (
+    DEVICE,
+    HOST,
+    RATIO4_ONLY_STAGES,
+    SEED_FORCE_HOST_ENV,
+    STAGES,
+    FORCE_HOST_ENV,
+    Mode,
+    force_host_from_environment,
+    parse_force_host,
+    plan_step,
+    stages_for_ratio,
+)
+from csa_conform.errors import UsageError
+from csa_conform.oracle import STAGES as ORACLE_STAGES
+
+
+def test_stage_names_are_the_oracles():
+    assert STAGES == ORACLE_STAGES
+
+
+def test_ratio128_has_no_index_stages():
+    assert stages_for_ratio(128) == tuple(s for s in STAGES if s not in RATIO4_ONLY_STAGES)
+    assert stages_for_ratio(4) == STAGES
+    with pytest.raises(UsageError):
+        stages_for_ratio(8)
+
+
+@pytest.mark.parametrize("ratio", [4, 128])
+def test_default_plan_runs_every_stage_on_device_with_the_seed_launches(ratio):
+    plan = plan_step(ratio, Mode.CHAINED)
+    assert all(stage.placement == DEVICE for stage in plan.stages)
+    expected = {
+        128: ["csa_ratio128_compression", "csa_ratio128_attention"],
+        4: [
+            "csa_ratio4_main_compression",
+            "csa_ratio4_index_compression",
+            "csa_ratio4_index_select",
+            "csa_ratio4_index_replicate",
+            "csa_ratio4_attention",
+        ],
+    }[ratio]
+    assert [launch.module for launch in plan.launches] == expected
+
+
+def test_all_host_plan_launches_nothing():
+    plan = plan_step(4, Mode.CHAINED, parse_force_host("all"))
+    assert plan.launches == ()
+    assert not plan.uses_device
+    assert {stage.placement for stage in plan.stages} == {HOST}
+
+
+def test_fused_launch_runs_while_any_of_its_stages_is_on_device():
+    plan = plan_step(4, Mode.CHAINED, {"index_query_finalize", "index_scoring"})
+    modules = [launch.module for launch in plan.launches]
+    assert "csa_ratio4_index_select" in modules
+    assert "csa_ratio4_index_replicate" in modules
+    selection_forced = plan_step(4, Mode.CHAINED, {"selection"})
+    modules = [launch.module for launch in selection_forced.launches]
+    assert "csa_ratio4_index_select" in modules
+    assert "csa_ratio4_index_replicate" not in modules
+    attention_forced = plan_step(4, Mode.CHAINED, {"candidate_assembly", "sparse_sink_softmax_attention"})
+    assert "csa_ratio4_attention" not in [launch.module for launch in attention_forced.launches]
+
+
+def test_chained_feeds_follow_placement_and_fusion():
+    plan = plan_step(4, Mode.CHAINED, {"index_query_finalize"})
+    feeds = dict(plan.stage("index_scoring").feeds)
+    assert feeds["index_query_finalize"] == "fused index_query_finalize (csa_ratio4_index_select)"
+    assert feeds["index_key_update"] == "device index_key_update"
+    host_scoring = plan_step(4, Mode.CHAINED, {"index_scoring"})
+    assert dict(host_scoring.stage("index_scoring").feeds)["index_query_finalize"] == "device index_query_finalize"
+    assert dict(plan.stage("compression_update").feeds)["past_state"].startswith("previous step")
+
+
+def test_isolated_feeds_every_stage_from_the_oracle():
+    plan = plan_step(4, Mode.ISOLATED)
+    for stage in plan.stages:
+        for upstream, source in stage.feeds:
+            expected = "golden past_* inputs" if upstream == "past_state" else f"oracle {upstream}"
+            assert source == expected
+
+
+def test_describe_is_serialisable():
+    description = plan_step(128, "isolated").describe()
+    assert [entry["stage"] for entry in description] == list(stages_for_ratio(128))
+    assert all(entry["placement"] == DEVICE for entry in description)
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (None, set()),
+        ("", set()),
+        ("selection", {"selection"}),
+        (" selection , index_scoring ", {"selection", "index_scoring"}),
+        ("all", set(STAGES)),
+        ("selection,all", set(STAGES)),
+    ],
+)
+def test_parse_force_host(spec, expected):
+    assert parse_force_host(spec) == frozenset(expected)
+
+
+def test_parse_force_host_rejects_unknown_stages():
+    with pytest.raises(UsageError, match="unknown stage"):
+        parse_force_host("selection,attention")
+
+
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, set()),
+        ({FORCE_HOST_ENV: "writeback"}, {"writeback"}),
+        ({FORCE_HOST_ENV: "all"}, set(STAGES)),
+        ({SEED_FORCE_HOST_ENV: "1"}, set(STAGES)),
+        ({SEED_FORCE_HOST_ENV: "yes", FORCE_HOST_ENV: "selection"}, set(STAGES)),
+        ({SEED_FORCE_HOST_ENV: "0"}, set()),
+        ({SEED_FORCE_HOST_ENV: ""}, set()),
+        ({SEED_FORCE_HOST_ENV: "0", FORCE_HOST_ENV: "selection"}, {"selection"}),
+    ],
+)
+def test_force_host_environment_follows_the_seed(environ, expected):
+    assert force_host_from_environment(environ) == frozenset(expected)

@@ -1,0 +1,140 @@
+"""Planted bugs: each a one-place textual patch (old -> new) of a file in kernels/.
+
+A mutant is applied to a temporary copy of the kernel directory; ``diff``
+must then fail, first at ``stage`` in chained mode, and in isolated mode at
+exactly ``isolated`` (a fused launch can carry a bug into the later stages
+it computes itself, which is why some sets have more than one stage).
+``cases`` picks golden cases that exercise the patched code.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    old: str
+    new: str
+    stage: str
+    isolated: frozenset[str]
+    cases: str
+    why: str
+
+    def apply(self, source: Path, target: Path) -> Path:
+        """Copy kernel directory ``source`` to ``target`` with this patch applied."""
+        shutil.copytree(source, target)
+        path = target / self.file
+        text = path.read_text(encoding="utf-8")
+        if text.count(self.old) != 1:
+            raise AssertionError(f"{self.name}: patch text occurs {text.count(self.old)} times in {self.file}")
+        path.write_text(text.replace(self.old, self.new), encoding="utf-8")
+        return target
+
+
+MUTANTS = (
+    Mutant(
+        "r4_carry_rotation_off_by_one",
+        "csa_ratio4_main_compression.cu",
+        "state[i] = state[ratio * slot_stride + i];",
+        "state[i] = state[(ratio - 1) * slot_stride + i];",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r4-*",
+        "slots 3..6 instead of 4..7 become the previous block, so the second record pools the wrong tokens",
+    ),
+    Mutant(
+        "r128_carry_not_cleared",
+        "csa_ratio128_compression.cu",
+        "++written;\n        for (long long i = 0; i < carry_size; ++i) state[i] = (i / dim) % 2 ? CSA_NEG_INF : 0.0f;",
+        "++written;",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r128-*",
+        "the carry keeps the finished block instead of resetting to kv 0 / score -inf",
+    ),
+    Mutant(
+        "fp8_scale_rounded_down",
+        "block_quant.cuh",
+        "const int power = csa_block_power(in, 64, 1.0e-4f, 448.0f);",
+        "const int power = csa_block_power(in, 64, 1.0e-4f, 448.0f) - 1;",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r4-*",
+        "the E8M0 exponent is one below ceil(log2(amax/448)), so large values saturate at 448",
+    ),
+    Mutant(
+        "index_key_rope_at_block_end",
+        "csa_ratio4_index_compression.cu",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, position + 1 - ratio);",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, position);",
+        "index_key_update",
+        frozenset({"index_key_update"}),
+        "boundaries.r4-*",
+        "index records are rotated at the block's last position instead of its first",
+    ),
+    Mutant(
+        "index_query_rope_one_position_late",
+        "csa_ratio4_index_select.cu",
+        "csa_compressed_rope(q + index_dim - rope_dim, rope_dim, position);",
+        "csa_compressed_rope(q + index_dim - rope_dim, rope_dim, position + 1);",
+        "index_query_finalize",
+        frozenset({"index_query_finalize", "index_scoring", "selection"}),
+        "boundaries.r4-*",
+        "queries are rotated for the next position; the fused kernel scores and selects with them",
+    ),
+    Mutant(
+        "index_score_without_head_normalization",
+        "csa_ratio4_index_select.cu",
+        "1.0f / sqrtf((float)index_dim) / sqrtf((float)index_heads);",
+        "1.0f / sqrtf((float)index_dim);",
+        "index_scoring",
+        frozenset({"index_scoring"}),
+        "boundaries.r4-*",
+        "scores miss the 1/sqrt(index_heads) factor (a positive scale: the selection order survives)",
+    ),
+    Mutant(
+        "selection_ignores_causal_limit",
+        "csa_ratio4_index_select.cu",
+        "for (int candidate = 0; candidate < limit; ++candidate) {",
+        "for (int candidate = 0; candidate < record_capacity; ++candidate) {",
+        "selection",
+        frozenset({"selection"}),
+        "boundaries.r4-*",
+        "rows with fewer causal records than topk_width fill their -1 slots with future records",
+    ),
+    Mutant(
+        "replicate_reverses_slots",
+        "csa_ratio4_index_replicate.cu",
+        "selected[element] = shared[(b * sequence + s) * topk_width + slot];",
+        "selected[element] = shared[(b * sequence + s) * topk_width + (topk_width - 1 - slot)];",
+        "selection",
+        frozenset({"selection"}),
+        "boundaries.r4-*",
+        "selected_indices repeats each row's selection in reverse order",
+    ),
+    Mutant(
+        "r4_dense_window_includes_next_position",
+        "csa_ratio4_attention.cu",
+        "if (absolute > position || absolute - kv_base >= current_kv_len) continue;",
+        "if (absolute > position + 1 || absolute - kv_base >= current_kv_len) continue;",
+        "candidate_assembly",
+        frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
+        "boundaries.r4-*",
+        "each query also attends to the token after it (the fused kernel scores what it assembled)",
+    ),
+    Mutant(
+        "r128_missing_sink",
+        "csa_ratio128_attention.cu",
+        "denominator = denominator + csa_expf(sink[head] - maximum);",
+        "denominator = denominator + 0.0f;",
+        "sparse_sink_softmax_attention",
+        frozenset({"sparse_sink_softmax_attention"}),
+        "boundaries.r128-*",
+        "the logit-only sink mass is left out of the softmax denominator",
+    ),
+)

@@ -1,0 +1,83 @@
+"""Planted bugs must be caught by `diff`, first at their own stage, and in isolated mode only
+where the mutated launch computes. Emulated on the host here; on a GPU with -m cuda."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from csa_conform.cli.diff import diff
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.device.conformance import check_case
+from csa_conform.device.kernels import MODULES, PRELUDE
+from csa_conform.device.modes import STAGES
+from csa_conform.exitcodes import ExitCode
+from csa_conform.goldens import GoldenFile
+from mutants import MUTANTS
+
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
+
+
+def test_mutant_names_are_unique_and_stages_known():
+    assert len({mutant.name for mutant in MUTANTS}) == len(MUTANTS)
+    for mutant in MUTANTS:
+        assert mutant.stage in STAGES and mutant.stage in mutant.isolated
+        assert mutant.isolated <= set(STAGES)
+
+
+def test_every_kernel_file_has_a_planted_bug():
+    assert {mutant.file for mutant in MUTANTS} == {PRELUDE} | {stem + ".cu" for stem in MODULES}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+def test_patch_applies_exactly_once(mutant, tmp_path):
+    text = (KERNELS / mutant.file).read_text()
+    assert text.count(mutant.old) == 1, f"{mutant.name}: old text found {text.count(mutant.old)} times"
+    patched = mutant.apply(KERNELS, tmp_path / "kernels")
+    assert (patched / mutant.file).read_text() == text.replace(mutant.old, mutant.new)
+    assert (patched / mutant.file).read_text() != text
+
+
+def _divergences(path: Path, kernels: Path, mode: str, pattern: str) -> list[list[str]]:
+    runner = DeviceRunner(KernelDirectory(kernels), mode=mode)
+    with GoldenFile(path) as golden:
+        cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, pattern)]
+        assert cases, f"no golden case matches {pattern}"
+        reports = [check_case(golden, case, runner, STAGES) for case in cases]
+    return [[stage for stage in STAGES if report.stages[stage].status == "diverged"] for report in reports]
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_goldens, tmp_path):
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    chained = [stages for stages in _divergences(device_goldens, kernels, "chained", mutant.cases) if stages]
+    assert chained, f"{mutant.name} was not caught"
+    assert {stages[0] for stages in chained} == {mutant.stage}
+    isolated = _divergences(device_goldens, kernels, "isolated", mutant.cases)
+    assert set().union(*map(set, isolated)) == mutant.isolated
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_device):
+    if not CI_GOLDENS.exists():
+        pytest.fail(f"{CI_GOLDENS} is missing (csa-conform generate --suite ci -o goldens/ci.h5)")
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    verdicts = {}
+    for mode in ("chained", "isolated"):
+        result = CliRunner().invoke(
+            diff, [str(CI_GOLDENS), "--kernels", str(kernels), "--mode", mode, "--case", mutant.cases, "--json"]
+        )
+        assert result.exit_code == ExitCode.DIVERGED, result.output[-2000:]
+        cases = json.loads(result.output)["cases"]
+        verdicts[mode] = [[s for s in STAGES if case["stages"][s]["status"] == "diverged"] for case in cases]
+    assert {stages[0] for stages in verdicts["chained"] if stages} == {mutant.stage}
+    assert set().union(*map(set, verdicts["isolated"])) == mutant.isolated
+    shutil.rmtree(kernels)
