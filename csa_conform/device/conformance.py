@@ -129,7 +129,8 @@ def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | N
             yield StepOutcome(index, expected, failure_stage=error.stage, failure=str(error))
             return
         except ContractError as error:
-            yield StepOutcome(index, expected, failure_stage="writeback", failure=f"oracle rejects the golden step: {error}")
+            yield StepOutcome(index, expected, failure_stage="validation",
+                              failure=f"this oracle rejects a step the golden file accepted: {error}")
             return
         previous = (step, result)
         yield StepOutcome(index, expected, actual=result)

@@ -65,14 +65,14 @@ class CudaBackend:
         return NVRTC_OPTIONS + (f"--gpu-architecture=compute_{properties['major']}{properties['minor']}",)
 
     def function(self, module: ModuleSource):
-        """The module's entry, compiled once per source hash.
+        """The module's entry, compiled once per source hash and option set.
 
         NVRTC is called directly: CuPy's RawModule appends -ftz=true to every
         compile, which flushes the binary32 subnormals the reference keeps. The
         PTX is checked for flush-to-zero, approximate and fused binary32
         instructions before the driver loads it.
         """
-        key = module.sha256
+        key = module.sha256 + " " + " ".join(self.compile_options)
         if key not in _COMPILED:
             ptx = self._compile(module)
             forbidden = [token for token in FORBIDDEN_PTX if token in ptx]

@@ -213,11 +213,12 @@ _EXPF_OVERFLOW = np.float32(_hex("0x1.62e42ep6"))
 _EXPF_UNDERFLOW = np.float32(-_hex("0x1.9fe368p6"))
 _EXPF_MAY_UNDERFLOW = np.float32(-_hex("0x1.9d1d9ep6"))
 _TIE_MARGIN = 0.5 - 2.0**-14
-# libm's fused y and the plain one below differ by a few double ulps; past this
-# many ulps from a binary32 rounding midpoint both round to the same float.
+# The unfused polynomial below and libm's fused one differ by a few double ulps;
+# a double farther than this from every binary32 rounding midpoint rounds to
+# the same binary32 either way.
 _MIDPOINT_ULPS = 1 << 10
-_LOW29 = (1 << 29) - 1
-_MIDPOINT = 1 << 28
+_NORMAL_DROPPED = 29  # double mantissa bits below a normal binary32's last bit
+_LOWEST_NORMAL = 2.0**-126
 
 
 def _expf_reduce_exact(xd):
@@ -239,14 +240,34 @@ def _expf_exact(xd):
     return _expf_poly_exact(r, _scale_bits(ki, EXP2F_TAB, ki & _U64(31)))
 
 
+def _near_binary32_midpoint(y):
+    """Doubles within _MIDPOINT_ULPS of a binary32 rounding midpoint (or below 2^-149)."""
+    bits = y.view(_U64)
+    low = _U64((1 << _NORMAL_DROPPED) - 1)
+    near = ((bits - _U64((1 << (_NORMAL_DROPPED - 1)) - _MIDPOINT_ULPS + 1)) & low) < _U64(2 * _MIDPOINT_ULPS - 1)
+    subnormal = np.flatnonzero(y < _LOWEST_NORMAL)
+    if subnormal.size:
+        near[subnormal] = _near_subnormal_midpoint(bits[subnormal])
+    return np.flatnonzero(near)
+
+
+def _near_subnormal_midpoint(bits):
+    """The same test where the binary32 result is subnormal and drops more bits."""
+    exponent = (bits >> _U64(52)).astype(_I64) - 1023
+    dropped = np.clip(_NORMAL_DROPPED - 126 - exponent, _NORMAL_DROPPED, 52).astype(_U64)
+    low = bits & ((_U64(1) << dropped) - _U64(1))
+    distance = np.abs(low.view(_I64) - (_I64(1) << (dropped.view(_I64) - 1)))
+    return (distance < _MIDPOINT_ULPS) | (exponent < -149)
+
+
 def _expf_fast(xd):
     """_expf_exact without the cost: exact products, and fmas only where they can matter.
 
     x*InvLn2N = p + q exactly (InvLn2N cut in two), so r = (p - kd) + q is the
     fused r; only |p - kd| near 1/2 can move k, and those redo the reduction
     with `fma`. The polynomial runs unfused and is redone with fmas where the
-    double result lies too close to a binary32 rounding midpoint (or rounds to
-    a binary32 subnormal) for the fusion to be provably invisible.
+    double result lies too close to a binary32 rounding midpoint for the fusion
+    to be provably invisible.
     """
     c0, c1, c2 = _EXPF_POLY
     p = xd * _INVLN2N_HIGH
@@ -260,11 +281,18 @@ def _expf_fast(xd):
         ki[near_tie], r[near_tie] = _expf_reduce_exact(xd[near_tie])
     scale = _scale_bits(ki, EXP2F_TAB, ki & _U64(31))
     y = ((c0 * r + c1) * (r * r) + (c2 * r + 1.0)) * scale
-    low = (y.view(_U64) & _U64(_LOW29)).view(_I64) - _MIDPOINT
-    hard = np.flatnonzero((np.abs(low) < _MIDPOINT_ULPS) | (y < 2.0**-126))
+    hard = _near_binary32_midpoint(y)
     if hard.size:
         y[hard] = _expf_poly_exact(r[hard], scale[hard])
     return y
+
+
+def _expf_special(x):
+    """Outside [log 2^-149, log 2^128]: NaN, overflow, underflow to 0 or to 2^-149 (errno cases)."""
+    out = np.where(x > _EXPF_OVERFLOW, np.float32(np.inf), np.where(x < _EXPF_UNDERFLOW, np.float32(0.0), np.float32(2.0**-149)))
+    nan = np.isnan(x)
+    out[nan] = _quiet(x[nan].view(_U32))
+    return out
 
 
 def _expf_kernel(x):
@@ -272,16 +300,10 @@ def _expf_kernel(x):
     if regular.all():
         return _expf_fast(x.astype(_F64)).astype(np.float32)
     out = np.empty_like(x)
-    out[regular] = _expf_fast(x[regular].astype(_F64)).astype(np.float32)
-    bits = x.view(_U32)
-    special = [
-        (np.isnan(x), _quiet(bits)),
-        (x > _EXPF_OVERFLOW, np.float32(np.inf)),
-        (x < _EXPF_UNDERFLOW, np.float32(0.0)),
-        (x < _EXPF_MAY_UNDERFLOW, np.float32(2.0**-149)),
-    ]
-    rest = ~regular
-    out[rest] = np.select([cond[rest] for cond, _ in special], [np.broadcast_to(v, x.shape)[rest] for _, v in special])
+    inside = np.flatnonzero(regular)
+    outside = np.flatnonzero(~regular)
+    out[inside] = _expf_fast(x[inside].astype(_F64)).astype(np.float32)
+    out[outside] = _expf_special(x[outside])
     return out
 
 
