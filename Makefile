@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test golden-check bench clean
+.PHONY: venv test demo bench clean
 
 $(BIN)/csa-conform: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +15,11 @@ venv: $(BIN)/csa-conform
 test: venv
 	$(BIN)/python -m pytest
 
-golden-check: venv
-	$(BIN)/csa-conform generate --suite ci -o /tmp/csa-ci.h5 --force
-	$(BIN)/csa-conform verify /tmp/csa-ci.h5
+demo: venv
+	mkdir -p build
+	$(BIN)/csa-conform generate --suite ci -o build/ci.h5 --force
+	$(BIN)/csa-conform verify build/ci.h5
+	$(BIN)/csa-conform verify goldens/ci.h5
 
 bench: venv
 	$(BIN)/python benchmarks/oracle_bench.py

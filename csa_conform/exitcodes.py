@@ -9,3 +9,4 @@ class ExitCode(IntEnum):
     USAGE = 2
     ENVIRONMENT = 4
     BISECT_SKIP = 125
+    INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C

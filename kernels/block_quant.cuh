@@ -7,6 +7,8 @@
  * and glibc 2.36's binary32 expf/sinf/cosf/powf/log2f evaluated in double.
  * The reference runs glibc's x86-64 FMA multiarch variants, so the ports call
  * fma() exactly where that build fuses and round every other operation.
+ * It also carries what the modules share: the compressor walk of stages 1-2
+ * and the sparse sink attention row of stages 6-7.
  */
 
 #define CSA_NEG_INF __uint_as_float(0xff800000u)
@@ -466,4 +468,199 @@ __device__ __forceinline__ float csa_fp8_record_value(const unsigned char* packe
     }
     const int i = d - 448;
     return csa_bf16_value((unsigned short)(packed[455 + 2 * i] | (packed[456 + 2 * i] << 8)));
+}
+
+/* ---- the compressor walk shared by the compression modules ------------ */
+
+/* A carry slot is [kv | score], `width` floats each (carry f32[B,slots,2,W]);
+ * a cleared slot holds kv 0 and score -inf, so it takes no softmax mass. */
+__device__ void csa_clear_slots(float* slots, long long count, int width)
+{
+    for (long long i = 0; i < count; ++i) slots[i] = (i / width) % 2 ? CSA_NEG_INF : 0.0f;
+}
+
+/* Stages 1 and 2 for one batch row, on one thread in the reference's order.
+ * The past carry and the complete past records are copied to the present
+ * buffers (a stream's first step starts from a cleared carry); position p
+ * writes slot p mod 128 (ratio 128) or 4 + p mod 4 of the 8-slot overlap
+ * carry, whose kv holds two channels of `dim` (ratio 4), with score
+ * gate + ape.  At a block end every dimension is softmax-pooled over the
+ * carry (ratio 4: slots 0..3 channel 0, the previous block, then slots 4..7
+ * channel 1), `finalize(pooled, record, block_start)` turns the pooled vector
+ * into the block's record, and the carry is cleared (ratio 128) or slots
+ * 4..7 rotate into 0..3 and are cleared (ratio 4). */
+template <typename Finalize>
+__device__ void csa_compress_row(const float* kv, const float* gate, const float* ape,
+    const float* past_carry, const unsigned char* past_cache, float* carry, unsigned char* cache,
+    int batch, int sequence, int dim, int ratio, long long record_bytes,
+    int past_row_records, int cache_row_records, const long long* total_ptr, Finalize finalize)
+{
+    const int b = (int)blockIdx.x;
+    if (threadIdx.x != 0 || b >= batch) return;
+    const bool overlap = ratio == 4;
+    const int width = overlap ? 2 * dim : dim;
+    const int slots = overlap ? 2 * ratio : ratio;
+    const long long slot_stride = 2LL * width;
+    const long long block_floats = ratio * slot_stride;
+    const long long carry_floats = slots * slot_stride;
+    const long long first_position = *total_ptr - (long long)sequence;
+    int written = (int)(first_position / ratio);
+    float* state = carry + (long long)b * carry_floats;
+    unsigned char* records = cache + (long long)b * cache_row_records * record_bytes;
+    const float* past_state = past_carry + (long long)b * carry_floats;
+    const unsigned char* past_records = past_cache + (long long)b * past_row_records * record_bytes;
+    for (long long i = 0; i < carry_floats; ++i) state[i] = past_state[i];
+    for (long long i = 0; i < written * record_bytes; ++i) records[i] = past_records[i];
+    if (first_position == 0) csa_clear_slots(state, carry_floats, width);
+
+    float* current = overlap ? state + block_floats : state;
+    for (int token = 0; token < sequence; ++token) {
+        const long long position = first_position + token;
+        const int phase = (int)(position % ratio);
+        const long long row = (long long)b * sequence + token;
+        for (int d = 0; d < width; ++d) {
+            current[phase * slot_stride + d] = kv[row * width + d];
+            current[phase * slot_stride + width + d] = gate[row * width + d] + ape[(long long)phase * width + d];
+        }
+        if ((position + 1) % ratio != 0) continue;
+
+        float pooled[512];
+        for (int i = 0; i < dim; ++i) {
+            float scores[128];
+            float values[128];
+            for (int c = 0; c < slots; ++c) {
+                const long long at = c * slot_stride + (overlap && c >= ratio ? dim + i : i);
+                values[c] = state[at];
+                scores[c] = state[at + width];
+            }
+            pooled[i] = csa_pool_dimension(scores, values, slots, 1);
+        }
+        finalize(pooled, records + (long long)written * record_bytes, position + 1 - ratio);
+        ++written;
+        if (overlap)
+            for (long long i = 0; i < block_floats; ++i) state[i] = state[block_floats + i];
+        csa_clear_slots(current, block_floats, width);
+    }
+}
+
+/* ---- sparse sink attention shared by the attention modules ------------ */
+
+/* One attention launch's tensors and sizes, as the entry received them. */
+struct CsaAttention {
+    const float* query;
+    const float* current_kv;
+    const unsigned char* compressed;
+    const float* sink;
+    const float* bias;
+    float* output;
+    float* scores;
+    int sequence, heads, dim, current_kv_len;
+    const long long* total_ptr;
+    int compressed_capacity, scratch_stride, cache_fp8;
+    int bias_present, bias_b, bias_h, bias_s, bias_k;
+    float scale;
+};
+
+/* The (batch, query, head) row of block `row`, with its dense window: the
+ * last 128 positions up to the query, or the whole current_kv (at most 128)
+ * on a stream's first step, never before current_kv's first position. */
+struct CsaAttentionRow {
+    int row, b, s, head, dense;
+    long long position, kv_base, dense_start;
+};
+
+__device__ CsaAttentionRow csa_attention_row(const CsaAttention& a, int row)
+{
+    CsaAttentionRow r;
+    r.row = row;
+    r.head = row % a.heads;
+    r.s = (row / a.heads) % a.sequence;
+    r.b = row / (a.heads * a.sequence);
+    const long long total = a.total_ptr[0];
+    const long long first_position = total - (long long)a.sequence;
+    r.position = first_position + r.s;
+    r.kv_base = total - (long long)a.current_kv_len;
+    r.dense = first_position == 0 ? min(a.current_kv_len, 128) : 128;
+    const long long window = r.position + 1 - 128 > 0 ? r.position + 1 - 128 : 0;
+    r.dense_start = r.kv_base > window ? r.kv_base : window;
+    return r;
+}
+
+/* Where a candidate slot's values live: a current_kv row, else a compressed record. */
+struct CsaCandidate {
+    long long dense_row, record_row;
+};
+
+/* Dense slot c: valid at or before the query's position and inside current_kv. */
+__device__ bool csa_dense_candidate(const CsaAttention& a, const CsaAttentionRow& r, int c, CsaCandidate* where)
+{
+    const long long absolute = r.dense_start + c;
+    if (absolute > r.position || absolute - r.kv_base >= a.current_kv_len) return false;
+    where->dense_row = (long long)r.b * a.current_kv_len + (absolute - r.kv_base);
+    return true;
+}
+
+__device__ __forceinline__ float csa_candidate_value(const CsaAttention& a, const CsaCandidate& where, int d)
+{
+    if (where.dense_row >= 0) return a.current_kv[where.dense_row * a.dim + d];
+    if (a.cache_fp8) return csa_fp8_record_value(a.compressed + where.record_row * 583, d);
+    return ((const float*)a.compressed)[where.record_row * a.dim + d];
+}
+
+/* Stages 6-7 of one row, with `locate(c, &where)` naming candidate slot c's
+ * values or rejecting the slot.  Thread 0 scores the slots in order
+ * (ascending dot, times scale, plus the broadcast bias) into the row's
+ * scratch (-inf where rejected), takes f32::max and the ascending glibc-expf
+ * denominator plus the logit-only sink; then each thread accumulates its
+ * output dimensions over the slots in order.  No valid slot: zeros. */
+template <typename Locate>
+__device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow& r, int slots, Locate locate)
+{
+    const float* q = a.query + (long long)r.row * a.dim;
+    float* slot_scores = a.scores + (long long)r.row * a.scratch_stride;
+    __shared__ float shared_maximum;
+    __shared__ float shared_denominator;
+    if (threadIdx.x == 0u) {
+        for (int c = 0; c < a.scratch_stride; ++c) slot_scores[c] = CSA_NEG_INF;
+        float maximum = CSA_NEG_INF;
+        for (int c = 0; c < slots; ++c) {
+            CsaCandidate where = {-1, -1};
+            if (!locate(c, &where)) continue;
+            float dot = 0.0f;
+            for (int i = 0; i < a.dim; ++i) dot = dot + q[i] * csa_candidate_value(a, where, i);
+            float score = dot * a.scale;
+            if (a.bias_present != 0) {
+                const long long at = (((long long)(a.bias_b == 1 ? 0 : r.b) * a.bias_h + (a.bias_h == 1 ? 0 : r.head))
+                    * a.bias_s + (a.bias_s == 1 ? 0 : r.s)) * a.bias_k + (a.bias_k == 1 ? 0 : c);
+                score = score + a.bias[at];
+            }
+            slot_scores[c] = score;
+            maximum = fmaxf(score, maximum);
+        }
+        float denominator = 0.0f;
+        if (maximum != CSA_NEG_INF) {
+            for (int c = 0; c < slots; ++c)
+                if (slot_scores[c] != CSA_NEG_INF) denominator = denominator + csa_expf(slot_scores[c] - maximum);
+            denominator = denominator + csa_expf(a.sink[r.head] - maximum);
+        }
+        shared_maximum = maximum;
+        shared_denominator = denominator;
+    }
+    __syncthreads();  // thread 0 has published the softmax statistics
+
+    const float maximum = shared_maximum;
+    const float denominator = shared_denominator;
+    for (int d = (int)threadIdx.x; d < a.dim; d += (int)blockDim.x) {
+        float accumulated = 0.0f;
+        if (maximum != CSA_NEG_INF) {
+            for (int c = 0; c < slots; ++c) {
+                const float logit = slot_scores[c];
+                CsaCandidate where = {-1, -1};
+                if (logit == CSA_NEG_INF || !locate(c, &where)) continue;
+                const float probability = csa_expf(logit - maximum) / denominator;
+                accumulated = accumulated + probability * csa_candidate_value(a, where, d);
+            }
+        }
+        a.output[(long long)r.row * a.dim + d] = accumulated;
+    }
 }

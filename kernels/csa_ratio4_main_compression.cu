@@ -1,65 +1,19 @@
 /*
- * Stage 1, ratio 4: the overlapped compressor.  Position p writes carry slot
- * 4 + p mod 4 (two channels of width `dim`); at each block end a pooled
- * pools 8 candidates per dimension (slots 0..3 channel 0 = previous block,
- * slots 4..7 channel 1 = current block), is finalized into the 583-byte hybrid
- * FP8/bf16 pooled, and slots 4..7 rotate into 0..3 and are cleared.
+ * Stage 1, ratio 4: the prelude's compressor walk over the 8-slot overlap
+ * carry.  Each block's pooled vector becomes a 583-byte record: bf16
+ * RMSNorm, compressed RoPE of the last `rope_dim` dimensions at the block
+ * start, FP8 E4M3 block-64 for the first 448 dimensions and a bf16 tail.
  */
 extern "C" __global__ void csa_ratio4_main_compress(const float* kv, const float* gate,
     const float* ape, const float* norm, const unsigned char* past_cache, const float* past_carry,
     unsigned char* cache, float* carry, int batch, int sequence, int dim, int rope_dim,
     int past_row_records, int cache_row_records, const long long* total_ptr)
 {
-    const int b = (int)blockIdx.x;
-    if (threadIdx.x != 0 || b >= batch) return;
-    const int ratio = 4;
-    const int record_bytes = 583;
-    const long long first_position = *total_ptr - (long long)sequence;
-    const int kept_records = (int)(first_position / ratio);
-    const int width = 2 * dim;
-    const long long slot_stride = 2LL * width;
-    const long long carry_size = 2LL * ratio * slot_stride;
-    float* state = carry + (long long)b * carry_size;
-    const float* past_state = past_carry + (long long)b * carry_size;
-    unsigned char* records = cache + (long long)b * cache_row_records * record_bytes;
-    const unsigned char* past_records = past_cache + (long long)b * past_row_records * record_bytes;
-
-    for (long long i = 0; i < carry_size; ++i) state[i] = past_state[i];
-    for (long long i = 0; i < (long long)kept_records * record_bytes; ++i) records[i] = past_records[i];
-    if (first_position == 0)
-        for (long long i = 0; i < carry_size; ++i) state[i] = (i / width) % 2 ? CSA_NEG_INF : 0.0f;
-
-    int written = kept_records;
-    for (int token = 0; token < sequence; ++token) {
-        const long long position = first_position + token;
-        const int phase = (int)(position % ratio);
-        float* current = state + (ratio + phase) * slot_stride;
-        const float* kv_row = kv + ((long long)b * sequence + token) * width;
-        const float* gate_row = gate + ((long long)b * sequence + token) * width;
-        for (int d = 0; d < width; ++d) {
-            current[d] = kv_row[d];
-            current[width + d] = gate_row[d] + ape[(long long)phase * width + d];
-        }
-        if ((position + 1) % ratio != 0) continue;
-
-        float pooled[512];
-        for (int i = 0; i < dim; ++i) {
-            float scores[8];
-            float values[8];
-            for (int c = 0; c < 2 * ratio; ++c) {
-                const long long at = c * slot_stride + (c < ratio ? i : dim + i);
-                values[c] = state[at];
-                scores[c] = state[at + width];
-            }
-            pooled[i] = csa_pool_dimension(scores, values, 2 * ratio, 1);
-        }
+    auto finalize = [&](float* pooled, unsigned char* record, long long block_start) {
         csa_rms_normalize(pooled, norm, dim);
-        csa_compressed_rope(pooled + dim - rope_dim, rope_dim, position + 1 - ratio);
-        csa_store_fp8_record(pooled, dim, rope_dim, records + (long long)written * record_bytes);
-        ++written;
-        for (long long i = 0; i < ratio * slot_stride; ++i) {
-            state[i] = state[ratio * slot_stride + i];
-            state[ratio * slot_stride + i] = (i / width) % 2 ? CSA_NEG_INF : 0.0f;
-        }
-    }
+        csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start);
+        csa_store_fp8_record(pooled, dim, rope_dim, record);
+    };
+    csa_compress_row(kv, gate, ape, past_carry, past_cache, carry, cache, batch, sequence, dim, 4, 583,
+        past_row_records, cache_row_records, total_ptr, finalize);
 }

@@ -23,8 +23,6 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import CorruptDataset
 
 PROGRAM = "csa-conform"
-# 128 + SIGINT: what shells report for a command stopped by Ctrl-C.
-INTERRUPTED = 130
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -76,7 +74,7 @@ class OneLineErrors(click.Group):
         except click.ClickException as error:
             fail(error.format_message())
         except click.Abort:
-            fail("interrupted", INTERRUPTED)
+            fail("interrupted", ExitCode.INTERRUPTED)
         sys.exit(int(code or 0))
 
 

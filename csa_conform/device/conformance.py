@@ -46,18 +46,11 @@ class StageVerdict:
     placement: str
     status: str = NOT_COMPARED
     step: int | None = None
-    diffs: list[TensorDiff] = field(default_factory=list)
     message: str | None = None
+    diffs: list[TensorDiff] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "stage": self.stage,
-            "placement": self.placement,
-            "status": self.status,
-            "step": self.step,
-            "message": self.message,
-            "diffs": [diff.to_dict() for diff in self.diffs],
-        }
+        return {**vars(self), "diffs": [diff.to_dict() for diff in self.diffs]}
 
 
 @dataclass
@@ -65,10 +58,10 @@ class CaseReport:
     case: str
     ratio: int
     steps: int
-    stages: dict[str, StageVerdict]
     compared_steps: int = 0
     rejected_steps: list[int] = field(default_factory=list)
     failure: dict | None = None
+    stages: dict[str, StageVerdict] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -78,16 +71,8 @@ class CaseReport:
         return [verdict for verdict in self.stages.values() if verdict.status == DIVERGED]
 
     def to_dict(self) -> dict:
-        return {
-            "case": self.case,
-            "ratio": self.ratio,
-            "steps": self.steps,
-            "compared_steps": self.compared_steps,
-            "rejected_steps": self.rejected_steps,
-            "passed": self.passed,
-            "failure": self.failure,
-            "stages": {name: verdict.to_dict() for name, verdict in self.stages.items()},
-        }
+        stages = {name: verdict.to_dict() for name, verdict in self.stages.items()}
+        return {**vars(self), "passed": self.passed, "stages": stages}
 
 
 def _same_bits(left: np.ndarray, right: np.ndarray) -> bool:
@@ -160,7 +145,7 @@ def check_case(
         for stage in stages
     }
     applicable = tuple(placement)
-    report = CaseReport(case_id, ratio if isinstance(ratio, int) else 0, info.step_count, verdicts)
+    report = CaseReport(case_id, ratio if isinstance(ratio, int) else 0, info.step_count, stages=verdicts)
     for outcome in replay(golden, case_id, runner):
         if outcome.expected_error is not None:
             report.rejected_steps.append(outcome.index)

@@ -22,18 +22,8 @@ from enum import Enum
 from typing import Mapping
 
 from csa_conform.errors import UsageError
-
-STAGES = (
-    "compression_update",
-    "index_key_update",
-    "index_query_finalize",
-    "index_scoring",
-    "selection",
-    "candidate_assembly",
-    "sparse_sink_softmax_attention",
-    "writeback",
-)
-RATIO4_ONLY_STAGES = STAGES[1:5]
+from csa_conform.oracle import STAGES
+from csa_conform.oracle.pipeline import RATIO4_ONLY_STAGES
 
 FORCE_HOST_ENV = "CSA_CONFORM_FORCE_HOST"
 SEED_FORCE_HOST_ENV = "ONNX_GENAI_CSA_FORCE_HOST"
@@ -43,6 +33,8 @@ HOST = "host"
 
 
 class Mode(str, Enum):
+    """What feeds a device stage: this run's own upstream payloads, or the oracle's (see above)."""
+
     CHAINED = "chained"
     ISOLATED = "isolated"
 

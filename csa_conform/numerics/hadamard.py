@@ -24,8 +24,10 @@ def hadamard_bf16(x) -> np.ndarray:
     while span < width:
         pairs = values.reshape(values.shape[:-1] + (width // (2 * span), 2, span))
         left, right = pairs[..., 0, :].copy(), pairs[..., 1, :]
-        pairs[..., 0, :] = left + right
-        pairs[..., 1, :] = left - right
+        with np.errstate(over="ignore", invalid="ignore"):
+            pairs[..., 0, :] = left + right
+            pairs[..., 1, :] = left - right
         span *= 2
     scale = np.float32(1) / np.sqrt(np.float32(width))
-    return bf16_round(values * scale)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bf16_round(values * scale)

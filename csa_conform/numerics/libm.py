@@ -63,7 +63,8 @@ def fma(a, b, c) -> np.ndarray:
     product_error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
     high, low = _two_sum(c, product)
     low_sum, low_error = _two_sum(low, product_error)
-    return np.asarray(high + _round_to_odd(np.asarray(low_sum), low_error))
+    tail = _round_to_odd(np.asarray(low_sum), low_error)
+    return np.asarray(np.where(tail == 0, high, high + tail))  # keeps high's signed zero
 
 
 # --- tables --------------------------------------------------------------------
@@ -171,14 +172,10 @@ _DEFAULT_NAN = 0xFFC00000  # x86's "real indefinite", what inf - inf gives
 # --- shared helpers ------------------------------------------------------------
 
 
-def _binary32(x) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
 def _elementwise(kernel, x) -> np.ndarray:
     """Run a 1-D kernel over cache-sized chunks, so its temporaries stay in cache."""
-    x = _binary32(x)
-    flat = x.reshape(-1)
+    x = np.asarray(x, dtype=np.float32)
+    flat = x.ravel()
     out = np.empty(flat.shape, dtype=np.float32)
     with np.errstate(all="ignore"):  # NaN, inf and underflow are results here, not faults
         for start in range(0, flat.size, _CHUNK):
@@ -195,16 +192,22 @@ def _quiet(bits) -> np.ndarray:
     return _f32_from_bits(np.asarray(bits, dtype=_U32) | _U32(_QUIET))
 
 
+def _is_nan(bits):
+    return (bits & _U32(0x7FFFFFFF)) > _U32(0x7F800000)
+
+
 def _invalid(bits) -> np.ndarray:
     """__math_invalidf: (x - x) / (x - x) -- the quieted NaN itself, else the default NaN."""
     bits = np.asarray(bits, dtype=_U32)
-    is_nan = (bits & _U32(0x7FFFFFFF)) > _U32(0x7F800000)
-    return _f32_from_bits(np.where(is_nan, bits | _U32(_QUIET), _U32(_DEFAULT_NAN)))
+    return _f32_from_bits(np.where(_is_nan(bits), bits | _U32(_QUIET), _U32(_DEFAULT_NAN)))
 
 
-def _scale_bits(k, table_bits, index):
-    """asdouble(T[index] + (k << 47)): 2^(k/32) rebuilt from its table fraction."""
-    return (table_bits[index] + (k << _U64(47))).view(_F64)
+def _exp2_scale(ki, sign_bias=None):
+    """asdouble(T[ki % 32] + ((ki + sign_bias) << 47)): 2^(k/32) from the shifted k's bits."""
+    fraction = EXP2F_TAB.take((ki & _U64(31)).view(_I64), mode="clip")
+    if sign_bias is not None:
+        ki = ki + sign_bias
+    return (fraction + (ki << _U64(47))).view(_F64)
 
 
 # --- expf ----------------------------------------------------------------------
@@ -237,7 +240,7 @@ def _expf_poly_exact(r, scale):
 
 def _expf_exact(xd):
     ki, r = _expf_reduce_exact(xd)
-    return _expf_poly_exact(r, _scale_bits(ki, EXP2F_TAB, ki & _U64(31)))
+    return _expf_poly_exact(r, _exp2_scale(ki))
 
 
 def _near_binary32_midpoint(y):
@@ -260,26 +263,33 @@ def _near_subnormal_midpoint(bits):
     return (distance < _MIDPOINT_ULPS) | (exponent < -149)
 
 
-def _expf_fast(xd):
-    """_expf_exact without the cost: exact products, and fmas only where they can matter.
+def _expf_reduce(xd):
+    """_expf_reduce_exact at the cost of plain operations.
 
     x*InvLn2N = p + q exactly (InvLn2N cut in two), so r = (p - kd) + q is the
-    fused r; only |p - kd| near 1/2 can move k, and those redo the reduction
-    with `fma`. The polynomial runs unfused and is redone with fmas where the
-    double result lies too close to a binary32 rounding midpoint for the fusion
-    to be provably invisible.
+    fused r whenever kd = round(p) is also round(p + q); only |p - kd| near 1/2
+    can tell them apart, and those elements redo the reduction with `fma`.
     """
-    c0, c1, c2 = _EXPF_POLY
     p = xd * _INVLN2N_HIGH
-    q = xd * _INVLN2N_LOW
     shifted = p + _SHIFT
     ki = shifted.view(_U64)
     head = p - (shifted - _SHIFT)
-    r = head + q
+    r = head + xd * _INVLN2N_LOW
     near_tie = np.flatnonzero(np.abs(head) >= _TIE_MARGIN)
     if near_tie.size:
         ki[near_tie], r[near_tie] = _expf_reduce_exact(xd[near_tie])
-    scale = _scale_bits(ki, EXP2F_TAB, ki & _U64(31))
+    return ki, r
+
+
+def _expf_fast(xd):
+    """_expf_exact, with the polynomial unfused wherever the fusion provably cannot show.
+
+    Where the double result lies too close to a binary32 rounding midpoint,
+    the polynomial is redone with fmas.
+    """
+    c0, c1, c2 = _EXPF_POLY
+    ki, r = _expf_reduce(xd)
+    scale = _exp2_scale(ki)
     y = ((c0 * r + c1) * (r * r) + (c2 * r + 1.0)) * scale
     hard = _near_binary32_midpoint(y)
     if hard.size:
@@ -444,7 +454,6 @@ def _log2f_kernel(x):
     regular = ~special | subnormal
     out = np.empty(x.shape, dtype=np.float32)
     out[regular] = _log2f_regular(ix[regular]).astype(np.float32)
-    out[ix == _U32(0x3F800000)] = 0.0
     rest = special & ~subnormal
     bits = ix[rest]
     out[rest] = np.select(
@@ -487,7 +496,7 @@ def _powf_exp2(xd, sign_bias):
     shifted = xd + _SHIFT_SCALED
     ki = shifted.view(_U64)
     r = xd - (shifted - _SHIFT_SCALED)
-    scale = _scale_bits(ki + sign_bias, EXP2F_TAB, ki & _U64(31))
+    scale = _exp2_scale(ki, sign_bias)
     return fma(fma(c0, r, c1), r * r, fma(c2, r, 1.0)) * scale
 
 
@@ -503,10 +512,6 @@ def _checkint(iy):
 
 def _zeroinfnan(bits):
     return (bits * _U32(2) - _U32(1)) >= _U32(2 * 0x7F800000 - 1)
-
-
-def _is_nan(bits):
-    return (bits & _U32(0x7FFFFFFF)) > _U32(0x7F800000)
 
 
 def _is_signaling(bits):
@@ -590,10 +595,9 @@ def _powf_flat(x, y):
     return out
 
 
-
 def powf(x, y) -> np.ndarray:
     """glibc powf (e_powf-fma) of binary32 values, elementwise with broadcasting."""
-    x, y = np.broadcast_arrays(_binary32(x), _binary32(y))
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32))
     with np.errstate(all="ignore"):
-        flat = _powf_flat(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1))
+        flat = _powf_flat(x.ravel(), y.ravel())
     return flat.reshape(x.shape)

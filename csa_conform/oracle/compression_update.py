@@ -7,12 +7,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp8_record
-from csa_conform.oracle.compressor import (
-    pool_and_finalize,
-    reset_carry,
-    stream_block_compressor,
-    stream_overlap_compressor,
-)
+from csa_conform.oracle.compressor import compress
 from csa_conform.oracle.pooling import finalize_attention_records
 
 
@@ -25,25 +20,13 @@ def compression_update(
     past_compressed_kv: np.ndarray,
     past_compression_carry: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    carry = np.array(past_compression_carry, dtype=np.float32)
-    if geometry.start == 0:
-        reset_carry(carry)
-    ape_rows = (geometry.start + np.arange(geometry.sequence)) % compressor_ape.shape[0]
-    with np.errstate(over="ignore"):
-        scores = compressor_gate + compressor_ape[ape_rows]
-    if geometry.ratio == 4:
-        candidates, block_starts = stream_overlap_compressor(carry, compressor_kv, scores, geometry.start)
-        prefix = "ratio-4 "
-    else:
-        candidates, block_starts = stream_block_compressor(
-            carry, compressor_kv, scores, geometry.start, geometry.ratio
-        )
-        prefix = ""
-
     def finalize(pooled, positions):
         return finalize_attention_records(pooled, compressor_norm, positions, geometry.rope_dim)
 
-    logical, packed = pool_and_finalize(candidates, block_starts, finalize, prefix)
+    prefix = "ratio-4 " if geometry.ratio == 4 else ""
+    logical, packed, carry = compress(
+        geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry, finalize, prefix
+    )
     if geometry.cache_format == "f32":
         past_logical = np.asarray(past_compressed_kv, dtype=np.float32)
         present = np.concatenate([past_logical, logical], axis=1)

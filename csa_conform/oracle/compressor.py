@@ -70,6 +70,25 @@ def _stacked(snapshots, template):
     return np.stack(snapshots, axis=1)
 
 
+def compress(geometry, kv, gate, ape, past_carry, finalize: Callable, prefix: str):
+    """Stream the step's positions through a copy of the carry; returns (logical, packed, carry).
+
+    At start == 0 the reference resets the carry first, whatever it held.
+    """
+    carry = np.array(past_carry, dtype=np.float32)
+    if geometry.start == 0:
+        reset_carry(carry)
+    ape_rows = (geometry.start + np.arange(geometry.sequence)) % ape.shape[0]
+    with np.errstate(over="ignore"):
+        scores = gate + ape[ape_rows]
+    if geometry.ratio == OVERLAP_RATIO:
+        candidates, block_starts = stream_overlap_compressor(carry, kv, scores, geometry.start)
+    else:
+        candidates, block_starts = stream_block_compressor(carry, kv, scores, geometry.start, geometry.ratio)
+    logical, packed = pool_and_finalize(candidates, block_starts, finalize, prefix)
+    return logical, packed, carry
+
+
 def pool_and_finalize(candidates, block_starts, finalize: Callable, prefix: str):
     """Pool every record, then finalize; raise the reference's first failure in (batch, record) order."""
     values, scores = candidates[:, :, :, 0], candidates[:, :, :, 1]

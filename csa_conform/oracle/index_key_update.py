@@ -7,7 +7,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp4_record
-from csa_conform.oracle.compressor import pool_and_finalize, reset_carry, stream_overlap_compressor
+from csa_conform.oracle.compressor import compress
 from csa_conform.oracle.pooling import finalize_index_records
 
 
@@ -20,18 +20,13 @@ def index_key_update(
     past_index_key: np.ndarray,
     past_index_carry: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    carry = np.array(past_index_carry, dtype=np.float32)
-    if geometry.start == 0:
-        reset_carry(carry)
-    phases = (geometry.start + np.arange(geometry.sequence)) % index_compressor_ape.shape[0]
-    with np.errstate(over="ignore"):
-        scores = index_compressor_gate + index_compressor_ape[phases]
-    candidates, block_starts = stream_overlap_compressor(carry, index_compressor_kv, scores, geometry.start)
-
     def finalize(pooled, positions):
         return finalize_index_records(pooled, index_compressor_norm, positions, geometry.rope_dim)
 
-    logical, packed = pool_and_finalize(candidates, block_starts, finalize, "ratio-4 ")
+    logical, packed, carry = compress(
+        geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry,
+        finalize, "ratio-4 ",
+    )
     return {
         "present_index_key": np.concatenate([past_index_key, packed], axis=1),
         "present_index_carry": carry,

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
-SINK = next(mutant for mutant in MUTANTS if mutant.name == "r128_missing_sink")
+SINK = next(mutant for mutant in MUTANTS if mutant.name == "missing_sink")
 
 
 def invoke(command, *args, env=None):

@@ -22,7 +22,7 @@ from csa_conform.oracle import STAGES as ORACLE_STAGES
 
 
 def test_stage_names_are_the_oracles():
-    assert STAGES == ORACLE_STAGES
+    assert STAGES is ORACLE_STAGES
 
 
 def test_ratio128_has_no_index_stages():

@@ -3,7 +3,9 @@
 A mutant is applied to a temporary copy of the kernel directory; ``diff``
 must then fail, first at ``stage`` in chained mode, and in isolated mode at
 exactly ``isolated`` (a fused launch can carry a bug into the later stages
-it computes itself, which is why some sets have more than one stage).
+it computes itself, and a bug in the prelude's shared compressor walk or
+attention row reaches every module built on it, which is why some sets have
+more than one stage).
 ``cases`` picks golden cases that exercise the patched code.
 """
 
@@ -38,20 +40,20 @@ class Mutant:
 
 MUTANTS = (
     Mutant(
-        "r4_carry_rotation_off_by_one",
-        "csa_ratio4_main_compression.cu",
-        "state[i] = state[ratio * slot_stride + i];",
-        "state[i] = state[(ratio - 1) * slot_stride + i];",
+        "overlap_carry_rotation_off_by_one",
+        "block_quant.cuh",
+        "for (long long i = 0; i < block_floats; ++i) state[i] = state[block_floats + i];",
+        "for (long long i = 0; i < block_floats; ++i) state[i] = state[block_floats - slot_stride + i];",
         "compression_update",
-        frozenset({"compression_update"}),
+        frozenset({"compression_update", "index_key_update"}),
         "boundaries.r4-*",
-        "slots 3..6 instead of 4..7 become the previous block, so the second record pools the wrong tokens",
+        "slots 3..6 instead of 4..7 become the previous block, in both overlap compressors",
     ),
     Mutant(
         "r128_carry_not_cleared",
-        "csa_ratio128_compression.cu",
-        "++written;\n        for (long long i = 0; i < carry_size; ++i) state[i] = (i / dim) % 2 ? CSA_NEG_INF : 0.0f;",
-        "++written;",
+        "block_quant.cuh",
+        "        csa_clear_slots(current, block_floats, width);",
+        "        if (overlap) csa_clear_slots(current, block_floats, width);",
         "compression_update",
         frozenset({"compression_update"}),
         "boundaries.r128-*",
@@ -68,10 +70,30 @@ MUTANTS = (
         "the E8M0 exponent is one below ceil(log2(amax/448)), so large values saturate at 448",
     ),
     Mutant(
+        "r128_rope_at_block_end",
+        "csa_ratio128_compression.cu",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start);",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start + 127);",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r128-*",
+        "records are rotated at the block's last position instead of its first",
+    ),
+    Mutant(
+        "r4_main_rope_at_block_end",
+        "csa_ratio4_main_compression.cu",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start);",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start + 3);",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r4-*",
+        "main records are rotated at the block's last position instead of its first",
+    ),
+    Mutant(
         "index_key_rope_at_block_end",
         "csa_ratio4_index_compression.cu",
-        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, position + 1 - ratio);",
-        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, position);",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start);",
+        "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start + 3);",
         "index_key_update",
         frozenset({"index_key_update"}),
         "boundaries.r4-*",
@@ -118,23 +140,43 @@ MUTANTS = (
         "selected_indices repeats each row's selection in reverse order",
     ),
     Mutant(
-        "r4_dense_window_includes_next_position",
-        "csa_ratio4_attention.cu",
-        "if (absolute > position || absolute - kv_base >= current_kv_len) continue;",
-        "if (absolute > position + 1 || absolute - kv_base >= current_kv_len) continue;",
+        "dense_window_includes_next_position",
+        "block_quant.cuh",
+        "if (absolute > r.position || absolute - r.kv_base >= a.current_kv_len) return false;",
+        "if (absolute > r.position + 1 || absolute - r.kv_base >= a.current_kv_len) return false;",
         "candidate_assembly",
         frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
         "boundaries.r4-*",
         "each query also attends to the token after it (the fused kernel scores what it assembled)",
     ),
     Mutant(
-        "r128_missing_sink",
-        "csa_ratio128_attention.cu",
-        "denominator = denominator + csa_expf(sink[head] - maximum);",
+        "missing_sink",
+        "block_quant.cuh",
+        "denominator = denominator + csa_expf(a.sink[r.head] - maximum);",
         "denominator = denominator + 0.0f;",
         "sparse_sink_softmax_attention",
         frozenset({"sparse_sink_softmax_attention"}),
         "boundaries.r128-*",
         "the logit-only sink mass is left out of the softmax denominator",
+    ),
+    Mutant(
+        "r128_attends_next_record",
+        "csa_ratio128_attention.cu",
+        "const long long causal_records = (r.position + 1) / 128;",
+        "const long long causal_records = (r.position + 1) / 128 + 1;",
+        "candidate_assembly",
+        frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
+        "boundaries.r128-*",
+        "queries before a block end in the same step also attend the record that block completes",
+    ),
+    Mutant(
+        "r4_attention_drops_record_zero",
+        "csa_ratio4_attention.cu",
+        "return record >= 0 && record < compressed_capacity;",
+        "return record > 0 && record < compressed_capacity;",
+        "candidate_assembly",
+        frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
+        "boundaries.r4-*",
+        "a selected record 0 is treated like a -1 padding slot",
     ),
 )
