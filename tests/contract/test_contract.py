@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from reference_corpus import REFERENCE_DIR as REFERENCE
+from reference_corpus import case_files, expected_error, step_inputs, step_prefixes
 from contract_steps import (
     PREFIX,
     UNSUPPORTED,
@@ -29,7 +30,6 @@ from csa_conform.contract import (
 )
 from csa_conform.errors import ContractError
 
-REFERENCE = Path("/work/shared/reference")
 POSITIVE_INDEX_ATTRIBUTES = (
     "ratio-4 requires positive index_num_heads, index_head_dim, and index_topk"
 )
@@ -499,37 +499,15 @@ def test_rust_display_f32(value, text):
 
 
 def _reference_steps():
-    for path in sorted(REFERENCE.glob("*.npz")):
-        if path.name.startswith("prim_"):
-            continue
-        archive = np.load(path)
-        count = int(archive["steps"]) if "steps" in archive else None
-        prefixes = [""] if count is None else [f"step{k:03d}/" for k in range(count)]
-        for prefix in prefixes:
-            yield pytest.param(path, prefix, id=f"{path.stem}:{prefix or 'single'}")
+    for name in case_files():
+        archive = np.load(REFERENCE / name)
+        for prefix in step_prefixes(archive):
+            yield pytest.param(REFERENCE / name, prefix, id=f"{name[:-4]}:{prefix or 'single'}")
 
 
-def _load_step(archive, prefix: str) -> tuple[dict, dict, list]:
-    aliases = json.loads(str(archive.get(prefix + "alias_json", "{}")))
-    inputs = {}
-    for name in json.loads(str(archive[prefix + "input_names_json"])):
-        key = "in/" + name
-        if key in aliases:
-            alias = aliases[key]
-            array = archive[alias["key"]]
-            if "rows" in alias:
-                array = array[:, alias["rows"][0] : alias["rows"][1]]
-            inputs[name] = array
-        elif prefix + key in archive:
-            inputs[name] = archive[prefix + key]
-    attrs = json.loads(str(archive["attrs_json"]))
-    return attrs, inputs, json.loads(str(archive["output_names_json"]))
-
-
-def _operator_message(archive, key: str) -> str | None:
-    if key not in archive or not str(archive[key]):
-        return None
-    return str(archive[key]).removeprefix("kernel execution failed: ")
+def _claim(archive, prefix: str) -> str | None:
+    claim = str(archive[prefix + "claim"]).removeprefix("kernel execution failed: ")
+    return claim or None
 
 
 VALIDATION_PASSES_THEN_COMPUTATION_FAILS = {"err_r4_topk_tie_zero_weights"}
@@ -539,12 +517,12 @@ VALIDATION_PASSES_THEN_COMPUTATION_FAILS = {"err_r4_topk_tie_zero_weights"}
 @pytest.mark.parametrize("path, prefix", list(_reference_steps()))
 def test_reference_kernel_decisions(path, prefix):
     archive = np.load(path)
-    attrs, inputs, output_names = _load_step(archive, prefix)
+    attrs = json.loads(str(archive["attrs_json"]))
+    output_names = json.loads(str(archive["output_names_json"]))
+    inputs = step_inputs(archive, prefix)
     shapes, dtypes = claim_metadata(inputs)
-    assert unsupported_reason(attrs, shapes, dtypes, output_names) == _operator_message(
-        archive, prefix + "claim"
-    )
-    expected = _operator_message(archive, prefix + "error")
+    assert unsupported_reason(attrs, shapes, dtypes, output_names) == _claim(archive, prefix)
+    expected = expected_error(archive, prefix)
     if expected is None or path.stem in VALIDATION_PASSES_THEN_COMPUTATION_FAILS:
         validate_step(attrs, inputs, output_names)
         return
