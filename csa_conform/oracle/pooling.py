@@ -32,7 +32,7 @@ def softmax_pool(values: np.ndarray, scores: np.ndarray):
     say where the reference rejects the record (no finite score; a zero,
     non-finite denominator or non-finite numerator).
     """
-    maximum = np.fmax.reduce(scores, axis=-2)
+    maximum = np.fmax.reduce(scores, axis=-2, initial=-np.inf)
     no_finite = ~np.isfinite(maximum)
     numerator = np.zeros(maximum.shape, dtype=np.float32)
     denominator = np.zeros(maximum.shape, dtype=np.float32)

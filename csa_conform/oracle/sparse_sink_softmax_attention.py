@@ -104,7 +104,7 @@ def _scaled_scores(keys, queries, scale) -> np.ndarray:
 def _softmax_with_sink(scores, head_sink, first_query):
     """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid."""
     with np.errstate(over="ignore", invalid="ignore"):
-        maximum = np.fmax.reduce(scores, axis=-1)
+        maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
         active = maximum != -np.inf
         exponent = np.ascontiguousarray(np.moveaxis(scores - maximum[..., None], -1, 0))
         valid = np.moveaxis(scores, -1, 0) != -np.inf
