@@ -339,6 +339,26 @@ def test_fusion_is_visible_on_pinned_inputs(name, monkeypatch):
     assert np.all(unfused.view(np.uint32) != want.view(np.uint32)), "each pinned input must expose the fusion"
 
 
+# (x, y) pairs where an unfused powf differs from the -fma variant (about 1 in
+# 3e7 pairs with x near 1 and |y| in the hundreds; none among other samples).
+POWF_FUSION_VISIBLE = [
+    (0x3F8A1BE0, 0xC485F1DC),
+    (0x3F7440B2, 0xC4A52323),
+    (0x3F66E7A2, 0xC44FFF93),
+    (0x3F890A05, 0xC373719D),
+    (0x3F879C32, 0x44AE9F58),
+]
+
+
+@needs_libm
+def test_powf_fusion_is_visible_on_pinned_pairs(monkeypatch):
+    x, y = (from_bits(column) for column in zip(*POWF_FUSION_VISIBLE))
+    want = glibc("powf", x, y)
+    assert_same_bits("powf", powf(x, y), want, x, y)
+    monkeypatch.setattr(libm, "fma", plain_fma)
+    assert np.all(powf(x, y).view(np.uint32) != want.view(np.uint32)), "each pinned pair must expose the fusion"
+
+
 @pytest.mark.parametrize("name,correctly_rounded", [("expf", np.exp), ("sinf", np.sin), ("cosf", np.cos)])
 def test_port_is_not_the_correctly_rounded_function(name, correctly_rounded):
     """A correctly rounded stand-in (np.exp on doubles) must fail these comparisons."""
