@@ -9,6 +9,7 @@ __all__ = ["ContractError", "__version__", "ORACLE_VERSION", "run_step"]
 
 
 def __getattr__(name):
+    """run_step loads lazily: the oracle imports the numerics, which import csa_conform.errors."""
     if name == "run_step":
         from csa_conform.oracle import run_step
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.numerics.e8m0 import e8m0_decode
-from csa_conform.numerics.fp8 import quantize_blocks
+from csa_conform.numerics.blockscale import quantize_blocks
 
 FP4_BLOCK = 32
 E2M1_MAX = np.float32(6.0)

@@ -116,5 +116,5 @@ def _writeback(geometry: StepGeometry, stages) -> dict[str, np.ndarray]:
 
 
 def _as_stored(value) -> np.ndarray:
-    """C-contiguous copy in the tensor's own dtype, so no stage aliases a caller's array."""
+    """C-contiguous in the tensor's own dtype; stages never write to their inputs."""
     return np.ascontiguousarray(value)
