@@ -21,8 +21,9 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import DeviceUnavailable, GoldenFormatError, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
+from csa_conform.resources import ci_goldens
 
-DEFAULT_FILE = "goldens/ci.h5"
+DEFAULT_FILE = str(ci_goldens())
 SHORT_NAMES = {
     "compression_update": "1:compress",
     "index_key_update": "2:index-key",

@@ -1,4 +1,4 @@
-"""A kernel directory (HARNESS.md §2): the prelude plus one CUDA C file per module.
+"""A kernel directory (specs/kernel-abi.md): the prelude plus one CUDA C file per module.
 
 The entry names are the CUDA seed's ABI, so a production kernel directory
 drops in with ``--kernels DIR``. A module's compiled source is the prelude,
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from csa_conform.errors import DeviceUnavailable
+from csa_conform.resources import builtin_kernels
 
 PRELUDE = "block_quant.cuh"
 
@@ -36,8 +37,8 @@ NVCC_OPTIONS = NVRTC_OPTIONS
 
 
 def builtin_directory() -> Path:
-    """The project's own kernels/ (next to the package in a checkout)."""
-    return Path(__file__).resolve().parents[2] / "kernels"
+    """The project's own kernels/, packaged in a wheel or at the root of a checkout."""
+    return builtin_kernels()
 
 
 @dataclass(frozen=True)
