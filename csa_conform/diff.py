@@ -67,7 +67,7 @@ _STAGE_AXES = {
 
 
 def default_axes(stage: str, tensor: str, shape: tuple, dtype) -> tuple[str, ...]:
-    """Axis names of a payload tensor (COMMON.md shapes), generic a0.. when unknown.
+    """Axis names of a payload tensor (specs/stage-payloads.md shapes), generic a0.. when unknown.
 
     The attention bias broadcasts from the right onto [b, h, s, c], so its
     names are the trailing ones; a packed u8 record's last axis is a byte.

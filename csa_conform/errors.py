@@ -20,7 +20,7 @@ class ContractError(CsaConformError, ValueError):
 
 
 class GoldenFormatError(CsaConformError):
-    """A golden file does not follow HARNESS.md §3 (schema, layout or checksum)."""
+    """A golden file does not follow specs/golden-file.md (schema, layout or checksum)."""
 
 
 class UsageError(CsaConformError):

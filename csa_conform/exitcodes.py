@@ -1,4 +1,4 @@
-"""Process exit codes of HARNESS.md §4, used everywhere a command exits."""
+"""Process exit codes (specs/cli.md), used everywhere a command exits."""
 
 from enum import IntEnum
 

@@ -1,4 +1,4 @@
-"""The HDF5 golden store of HARNESS.md §3: one file, many cases, every dataset checksummed.
+"""The HDF5 golden store of specs/golden-file.md: one file, many cases, every dataset checksummed.
 
 Layout (schema_version 1)::
 
@@ -512,7 +512,7 @@ class GoldenFile:
         expected = dataset.attrs.get("sha256")
         if expected is None:
             raise GoldenFormatError(
-                f"{self.path}: dataset {dataset.name} has no sha256 attribute (HARNESS.md §3)"
+                f"{self.path}: dataset {dataset.name} has no sha256 attribute (specs/golden-file.md)"
             )
         try:
             array = dataset[()]

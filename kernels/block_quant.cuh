@@ -1,5 +1,5 @@
 /*
- * Prelude prepended to every CSA device module (HARNESS.md section 2).
+ * Prelude prepended to every CSA device module (specs/kernel-abi.md).
  *
  * Everything here reproduces the CPU reference bit for bit: binary32
  * arithmetic with no contraction (modules are compiled with --fmad=false),

@@ -1,4 +1,4 @@
-"""The ``csa-conform`` command line (HARNESS.md §4): presentation only, no numerics.
+"""The ``csa-conform`` command line (specs/cli.md): presentation only, no numerics.
 
 Each command lives in its own module and is registered on the group here.
 """

@@ -1,6 +1,6 @@
 """The kernel launches of one step: scratch, arguments in the seed's ABI order, payloads read back.
 
-Launch shapes are the CUDA seed's (HARNESS.md §2): one thread per batch row
+Launch shapes are the CUDA seed's (specs/kernel-abi.md): one thread per batch row
 for the compressors, one per (batch, query) for index selection, 256 threads
 per (batch, query, head) for attention. Each function reads what its kernel
 consumes through the step run (the oracle's payloads when isolated) and

@@ -2,7 +2,7 @@
 
 ``DeviceRunner.run_step(attrs, inputs, output_names)`` returns a StepResult
 like ``csa_conform.oracle.run_step`` does: operator outputs plus the boundary
-payload of every stage (CONTRACT.md §2), here read back from the buffers and
+payload of every stage (specs/stage-payloads.md), here read back from the buffers and
 scratch the runner owns, so ``diff`` never cares which side it compares.
 The stages of a step run in csa_conform.device.step, their kernel launches
 in csa_conform.device.launches; this module owns what outlives a step: the

@@ -15,7 +15,7 @@ from csa_conform.errors import DeviceUnavailable
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
 
-# HARNESS.md §2: entry arguments, in order.
+# specs/kernel-abi.md: entry arguments, in order.
 ABI = {
     "csa_ratio128_compress": "kv gate ape norm past_carry past_cache carry cache batch sequence dim "
     "past_row_records cache_row_records cache_fp8 total_ptr",

@@ -313,7 +313,7 @@ def plain_fma(a, b, c):
 
 
 def plain_expf(x: np.ndarray) -> np.ndarray:
-    """CONTRACT.md's unfused expf recipe (the non-FMA build)."""
+    """specs/contract.md's unfused expf recipe (the non-FMA build)."""
     c0, c1, c2 = (float.fromhex(h) for h in ("0x1.c6af84b912394p-5", "0x1.ebfce50fac4f3p-3", "0x1.62e42ff0c52d6p-1"))
     shift = float.fromhex("0x1.8p+52")
     z = float.fromhex("0x1.71547652b82fep+0") * 32 * x.astype(np.float64)
