@@ -1,25 +1,31 @@
+# Set-up on a fresh machine is two commands: `make demo` (the main job on the
+# committed ci suite) and `make test`. Both build .venv first; afterwards
+# `. .venv/bin/activate` puts csa-conform on PATH.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+CSA := $(BIN)/csa-conform
 
 .PHONY: venv test demo bench clean
 
-$(BIN)/csa-conform: pyproject.toml
+$(CSA): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-venv: $(BIN)/csa-conform
+venv: $(CSA)
 
 test: venv
 	$(BIN)/python -m pytest
 
 demo: venv
 	mkdir -p build
-	$(BIN)/csa-conform generate --suite ci -o build/ci.h5 --force
-	$(BIN)/csa-conform verify build/ci.h5
-	$(BIN)/csa-conform verify goldens/ci.h5
+	$(CSA) verify goldens/ci.h5 --json > build/verify.json
+	$(CSA) generate --suite ci -o build/ci.h5 --force
+	$(CSA) verify build/ci.h5
+	$(CSA) diff --force-host all --json > build/diff.json
+	$(CSA) report build/verify.json --junit build/junit.xml --json build/summary.json
 
 bench: venv
 	$(BIN)/python benchmarks/oracle_bench.py

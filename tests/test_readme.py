@@ -1,13 +1,16 @@
-"""The README's console commands run as documented (Polygraphy's habit).
+"""The README's set-up and console commands work as documented (Polygraphy's habit).
 
-Each `$ csa-conform ...` line runs in a scratch folder holding a copy of
-goldens/ci.h5 and must exit 0; `diff` needs a GPU, so it runs there with every
-stage forced to the host, the control that must diff clean anywhere. The
-set-up commands must be Makefile targets.
+Set-up is two Makefile targets, `make demo` and `make test`, which build the
+venv whose activation the README then asks for. After it every
+`$ csa-conform ...` line runs as typed: the `csa-conform` script next to this
+interpreter, importing this tree, in a scratch folder holding a copy of
+goldens/ci.h5. Each must exit 0; `diff` needs a GPU, so there it runs with
+every stage forced to the host, the control that must diff clean anywhere.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,12 +22,35 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 COMMANDS = [line.split("  #")[0].strip() for line in re.findall(r"^\$ (csa-conform .+)$", README, flags=re.MULTILINE)]
+SETUP = README[README.index("## Set-up"):README.index("\n## ", README.index("## Set-up") + 1)]
 
 
-def test_setup_commands_are_makefile_targets():
+def dry_run(target: str) -> list[str]:
+    """The commands `make TARGET` would run on a fresh clone (-B: as if nothing were built)."""
+    done = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_setup_is_two_makefile_targets():
     targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
     setup = re.findall(r"^\$ make (\w+)", README, flags=re.MULTILINE)
     assert setup == ["demo", "test"] and set(setup) <= targets
+
+
+@pytest.mark.parametrize("target", ["demo", "test"])
+def test_setup_builds_the_venv_the_readme_activates(target):
+    assert "$ . .venv/bin/activate" in SETUP
+    commands = dry_run(target)
+    assert commands[0].endswith("-m venv .venv")
+    assert any(".venv/bin/pip install" in command and "-e '.[dev]'" in command for command in commands)
+    tools = [command for command in commands if "csa-conform " in command or "pytest" in command]
+    assert tools and all(command.startswith((".venv/bin/csa-conform ", ".venv/bin/python -m pytest"))
+                         for command in tools)
+
+
+def test_ci_runs_make_test():
+    lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip()]
+    assert lines[-1] == "make test"
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +61,18 @@ def scratch(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def activated() -> dict[str, str]:
+    """The environment after `. .venv/bin/activate`: this interpreter's scripts first on PATH."""
+    scripts = Path(sys.executable).parent
+    assert (scripts / "csa-conform").is_file(), f"{scripts} has no csa-conform script: install the package"
+    return {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT)}
+
+
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command_runs(command, scratch):
+def test_readme_command_runs(command, scratch, activated):
     if command.startswith("csa-conform diff"):
         command = re.sub(r"--mode \w+", "--force-host all", command)
-    shell = command.replace("csa-conform", f"{sys.executable} -m csa_conform", 1)
-    done = subprocess.run(shell, shell=True, cwd=scratch, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, shell=True, cwd=scratch, env=activated, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
