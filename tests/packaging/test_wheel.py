@@ -94,6 +94,8 @@ def test_main_job_runs_from_the_wheel(installed, workdir):
     assert kernels["builtin"] and Path(kernels["path"]) == goldens.parents[1] / "kernels"
     assert len(kernels["files"]) == 8
 
+    run([cli, "bisect", "--case", "seed-closed-form.r4-prefill-8", "--force-host", "all"], workdir, env)
+
     summary = run([cli, "report", "verify.json", "--junit", "junit.xml", "--json", "summary.json"], workdir, env)
     assert summary.stdout.startswith("report: 1 runs, 163 cases, 0 failed")
     assert (workdir / "junit.xml").read_text().startswith("<?xml")
