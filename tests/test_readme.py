@@ -27,7 +27,10 @@ SETUP = README[README.index("## Set-up"):README.index("\n## ", README.index("## 
 
 def dry_run(target: str) -> list[str]:
     """The commands `make TARGET` would run on a fresh clone (-B: as if nothing were built)."""
-    done = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True)
+    outer = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")  # set when the suite itself runs under `make test`
+    env = {key: value for key, value in os.environ.items() if key not in outer}
+    done = subprocess.run(["make", "--no-print-directory", "-n", "-B", target], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
 
