@@ -74,12 +74,12 @@ def oracle_outcomes(path: str, case: CaseItems) -> dict[str, Outcome]:
         result = verify_case(path, case.case_id)
         with GoldenFile(path) as golden:
             held = _held_payloads(golden, case.case_id)
-            corrupt = _first_corrupt(golden, case.case_id) if result.problem else None
+            owners = _corrupt_owners(golden, case) if result.problem else set()
     except GoldenFormatError as error:
         line = f"FAIL {case.case_id}: {error} — reproduce: {reproduce_command(path, case.case_id)}"
         return {name: failed([line]) for name in case.oracle}
     if result.problem:
-        return _corrupt_outcomes(result, corrupt, case)
+        return _corrupt_outcomes(result, owners, case)
     fragments: dict[str, list[StepResult]] = {name: [] for name in case.oracle}
     for step in result.steps:
         if step.passed:
@@ -110,41 +110,43 @@ def oracle_outcomes(path: str, case: CaseItems) -> dict[str, Outcome]:
 def _held_payloads(golden: GoldenFile, case_id: str) -> set[str]:
     """Stages whose payload the file stores for an accepted step (its outputs count as writeback)."""
     info = golden.case_info(case_id)
-    held = set()
-    for index in range(info.step_count):
-        if index in info.errors:
-            continue
-        for name, _ in golden.dataset_entries(case_id, index):
-            kind, _, rest = name.partition("/")
-            if kind == "stages":
-                held.add(rest.partition("/")[0])
-            elif kind == OUTPUTS:
-                held.add(WRITEBACK)
-    return held
+    return {
+        owner
+        for index in range(info.step_count) if index not in info.errors
+        for name, _ in golden.dataset_entries(case_id, index)
+        for owner in [_payload_owner(name)] if owner is not None
+    }
 
 
-def _first_corrupt(golden: GoldenFile, case_id: str) -> CorruptDataset | None:
-    """The dataset verify_case stopped at (only looked for once it reported a problem)."""
+def _payload_owner(entry: str) -> str | None:
+    """The stage a step's dataset is a payload of ('stages/S/T' -> S, 'outputs/T' -> writeback)."""
+    kind, _, rest = entry.partition("/")
+    if kind == "stages":
+        return rest.partition("/")[0]
+    return WRITEBACK if kind == OUTPUTS else None
+
+
+def _corrupt_owners(golden: GoldenFile, case: CaseItems) -> set[str]:
+    """The items whose data the case's first corrupt dataset is.
+
+    Payloads are hard links (a step's Y is attention's, writeback's and the output's; a stream's
+    present_* can be the next step's past_*), so every path to the same dataset counts; an input
+    or the kv history belongs to every item.
+    """
     try:
-        golden.verify_case_checksums(case_id)
+        golden.verify_case_checksums(case.case_id)
     except CorruptDataset as corrupt:
-        return corrupt
-    return None
-
-
-def _owners(dataset: str, case: CaseItems) -> set[str]:
-    """The items a dataset belongs to: its stage, writeback for outputs, every item for inputs."""
-    parts = dataset.strip("/").split("/")
-    if len(parts) >= 6 and parts[2] == "steps" and parts[4] == "stages" and parts[5] in case.oracle:
-        return {parts[5]}
-    if len(parts) >= 5 and parts[2] == "steps" and parts[4] == OUTPUTS and WRITEBACK in case.oracle:
-        return {WRITEBACK}
+        entries = [entry for index in range(golden.step_count(case.case_id))
+                   for entry in golden.dataset_entries(case.case_id, index)]
+        target = next((dataset for _, dataset in entries if dataset.name == corrupt.dataset), None)
+        linked = [_payload_owner(name) for name, dataset in entries if target is not None and dataset == target]
+        if linked and None not in linked:
+            return set(linked) & set(case.oracle) or set(case.oracle)
     return set(case.oracle)
 
 
-def _corrupt_outcomes(result: CaseResult, corrupt: CorruptDataset | None, case: CaseItems) -> dict[str, Outcome]:
+def _corrupt_outcomes(result: CaseResult, owners: set[str], case: CaseItems) -> dict[str, Outcome]:
     lines = result.failure_lines()
-    owners = _owners(corrupt.dataset, case) if corrupt is not None else set(case.oracle)
     return {
         name: failed(lines) if name in owners
         else skipped(f"not verified: verify stops at a case's first corrupt dataset ({lines[0]})")
