@@ -3,6 +3,7 @@ and --csa-case; bad options are one usage error; without --csa-goldens the plugi
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -10,26 +11,11 @@ import pytest
 
 from csa_conform.device.modes import Mode
 from csa_conform.pytest_plugin import MODES
+from plugin_fixtures import R4_ID, R128_ID, R128_STAGES, REJECTED_ID, expected_ids
 
 pytest_plugins = ("pytester",)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-R4_ID = "boundaries.r4-prefill-5"
-R128_ID = "boundaries.r128-resumed-119-chunks"
-REJECTED_ID = "errors.topk-tie-zero-weights"
-R4_STAGES = (
-    "compression_update", "index_key_update", "index_query_finalize", "index_scoring",
-    "selection", "candidate_assembly", "sparse_sink_softmax_attention", "writeback",
-)
-R128_STAGES = ("compression_update", "candidate_assembly", "sparse_sink_softmax_attention", "writeback")
-
-
-def expected_ids(file: str = "goldens.h5") -> list[str]:
-    ids = [f"{file}::{R128_ID}::{stage}[{side}]" for stage in R128_STAGES for side in ("oracle", "device")]
-    ids += [f"{file}::{R4_ID}::{stage}[{side}]" for stage in R4_STAGES for side in ("oracle", "device")]
-    return ids + [f"{file}::{REJECTED_ID}::validation[oracle]"]
-
 
 def collected(result: pytest.RunResult) -> list[str]:
     return [line for line in result.outlines if "::" in line]
@@ -144,3 +130,11 @@ def test_the_entry_point_loads_the_plugin_and_without_goldens_it_costs_nothing(p
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["1 passed*"])
+
+
+def test_the_spec_lists_exactly_the_plugins_options(inner):
+    spec = (ROOT / "specs" / "pytest-plugin.md").read_text()
+    table = spec.split("## Options", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `(--csa-[a-z]+)", table, flags=re.MULTILINE)
+    offered = re.findall(r"^\s+(--csa-[a-z]+)", inner.plain("--help").stdout.str(), flags=re.MULTILINE)
+    assert documented == offered == ["--csa-goldens", "--csa-kernels", "--csa-build", "--csa-mode", "--csa-case"]

@@ -3,6 +3,7 @@ with its reason, and failures carry verify's and diff's diagnosis and reproduce 
 
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ElementTree
 from dataclasses import replace
 from pathlib import Path
@@ -11,10 +12,9 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import R4, ci_cases
 from csa_conform.goldens import write_goldens
 from mutants import MUTANTS
-from test_plugin_collection import R4_ID, R4_STAGES, R128_ID, R128_STAGES, REJECTED_ID, expected_ids
+from plugin_fixtures import R4_ID, R4_STAGES, R128_ID, R128_STAGES, REJECTED_ID, ci_cases, expected_ids
 
 pytest_plugins = ("pytester",)
 
@@ -52,7 +52,9 @@ def test_without_a_device_oracle_items_pass_and_device_items_skip_with_the_reaso
     found = outcomes(result)
     assert {node: found[node][0] for node in ORACLE_IDS} == dict.fromkeys(ORACLE_IDS, "passed")
     assert {node: found[node] for node in DEVICE_IDS} == dict.fromkeys(DEVICE_IDS, ("skipped", f"no device: {reason}"))
-    result.stdout.fnmatch_lines([f"csa-conform: 12 device items skipped: no device: {reason}", "*13 passed, 12 skipped*"])
+    result.stdout.fnmatch_lines(
+        [f"csa-conform: 12 device items skipped: no device: {reason}", "*13 passed, 12 skipped*"]
+    )
 
 
 def test_on_the_emulated_device_every_item_passes_and_names_the_device(inner, emulation_backend):
@@ -163,6 +165,60 @@ def test_junitxml_carries_every_item_its_failure_and_skip_reasons(inner, monkeyp
     assert properties == {"csa_case": REJECTED_ID, "csa_stage": "validation", "csa_side": "oracle"}
 
 
+def test_a_kernel_dir_missing_a_module_fails_the_device_items_as_an_environment_error(
+    inner, emulation_backend, tmp_path
+):
+    kernels = tmp_path / "kernels"
+    shutil.copytree(KERNELS, kernels)
+    (kernels / "csa_ratio4_index_select.cu").unlink()
+    inner.emulate_device(emulation_backend)
+    found = outcomes(inner.run(f"--csa-kernels={kernels}", "--csa-case", R4_ID))
+    device = {node: found[node] for node in found if node.endswith("[device]")}
+    assert len(device) == len(R4_STAGES) and {outcome for outcome, _ in device.values()} == {"failed"}
+    text = device[f"goldens.h5::{R4_ID}::selection[device]"][1]
+    assert text.startswith(f"{R4_ID} / selection: environment: kernel directory {kernels} has no "
+                           "csa_ratio4_index_select.cu")
+    assert text.endswith(f"reproduce: csa-conform diff goldens.h5 --stage selection --mode chained --case {R4_ID} "
+                         f"--kernels {kernels}")
+    assert {found[node][0] for node in found if node.endswith("[oracle]")} == {"passed"}
+
+
+@pytest.mark.parametrize(
+    ("case_id", "stored_stages", "stop"),
+    [
+        # no stored stages: the device side's expected payloads come from the oracle, which rejects
+        (REJECTED_ID, False, ": "),
+        # stored stages: the device runner's own validation rejects the step
+        ("errors.arity-r4-missing-index-weight", True, " step 0: the run stopped at validation: "),
+    ],
+)
+def test_a_stored_step_the_oracle_rejects_fails_every_stage_on_both_sides(
+    inner, emulation_backend, case_id, stored_stages, stop
+):
+    """A file that claims outputs for a step the reference rejects (the stored rejection dropped)."""
+    case = ci_cases(case_id)[0]
+    payload = {"Y": np.zeros(1, np.float32)}
+    claimed = replace(case, steps=[
+        replace(step, expect_error=None, outputs=payload, stages={"writeback": payload} if stored_stages else {})
+        for step in case.steps
+    ])
+    write_goldens(inner.pytester.path / "claimed.h5", [claimed])
+    inner.emulate_device(emulation_backend)
+    found = outcomes(inner.run(goldens="claimed.h5"))
+    assert set(found) == {
+        f"claimed.h5::{case_id}::{stage}[{side}]" for stage in R4_STAGES for side in ("oracle", "device")
+    }
+    message = case.steps[0].expect_error
+    for stage in R4_STAGES:
+        oracle = found[f"claimed.h5::{case_id}::{stage}[oracle]"]
+        assert oracle == ("failed", f"FAIL {case_id} step 0: oracle rejected the stored step: {message} — "
+                                    f"reproduce: csa-conform verify claimed.h5 --case {case_id}")
+        device = found[f"claimed.h5::{case_id}::{stage}[device]"]
+        assert device == ("failed", f"{case_id}{stop}this oracle rejects a step the golden file accepted: "
+                                    f"{message}\n  reproduce: csa-conform diff claimed.h5 --stage all --mode chained "
+                                    f"--case {case_id}")
+
+
 @pytest.mark.parametrize("dist", ["load", "loadscope"])
 def test_xdist_gives_the_same_outcomes(inner, emulation_backend, tmp_path, dist):
     pytest.importorskip("xdist")
@@ -179,7 +235,7 @@ def test_xdist_gives_the_same_outcomes(inner, emulation_backend, tmp_path, dist)
 def test_a_file_without_stage_payloads_skips_their_oracle_items_and_still_compares_the_device(
     inner, emulation_backend
 ):
-    case = ci_cases(R4)[0]
+    case = ci_cases(R4_ID)[0]
     bare = replace(case, steps=[replace(step, stages={}) for step in case.steps])
     write_goldens(inner.pytester.path / "bare.h5", [bare])
     inner.emulate_device(emulation_backend)
