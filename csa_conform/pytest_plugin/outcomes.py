@@ -92,7 +92,9 @@ def oracle_outcomes(path: str, case: CaseItems) -> dict[str, Outcome]:
                 fragments[stage].append(replace(step, diffs=[]))
         for diff in step.diffs:
             owner = WRITEBACK if diff.stage == OUTPUTS else diff.stage
-            fragments[owner].append(replace(step, problem=None, diffs=[diff]))
+            # a payload of a stage the case does not run (another tool's file) concerns them all
+            for name in [owner] if owner in fragments else case.stages:
+                fragments[name].append(replace(step, problem=None, diffs=[diff]))
     outcomes = {}
     for name, steps in fragments.items():
         if steps:

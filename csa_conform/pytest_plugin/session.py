@@ -113,11 +113,10 @@ class GoldenSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         settings = self.settings
-        kernels = settings.kernels or "built-in kernels"
+        selected = f" matching {settings.case_glob}" if settings.case_glob else ""
         return [
-            f"csa-conform: goldens {settings.file} ({len(self.cases)} cases"
-            f"{', --csa-case ' + settings.case_glob if settings.case_glob else ''}); kernels {kernels}; "
-            f"build {settings.build}; mode {settings.mode.value}"
+            f"csa-conform: goldens {settings.file} ({len(self.cases)} cases{selected}), "
+            f"kernels {settings.kernels or 'built-in'}, build {settings.build}, mode {settings.mode.value}"
         ]
 
     def pytest_terminal_summary(self, terminalreporter) -> None:

@@ -31,7 +31,11 @@ def test_one_item_per_case_stage_and_side(inner):
 def test_header_records_file_kernels_build_and_mode(inner):
     result = inner.run("--collect-only", "--csa-build", "production", "--csa-mode", "isolated")
     result.stdout.fnmatch_lines(
-        ["csa-conform: goldens goldens.h5 (3 cases); kernels built-in kernels; build production; mode isolated"]
+        ["csa-conform: goldens goldens.h5 (3 cases), kernels built-in, build production, mode isolated"]
+    )
+    result = inner.run("--collect-only", "--csa-case", "boundaries.*", "--csa-kernels=.")
+    result.stdout.fnmatch_lines(
+        ["csa-conform: goldens goldens.h5 (2 cases matching boundaries.*), kernels ., build strict, mode chained"]
     )
 
 

@@ -183,6 +183,20 @@ def test_a_kernel_dir_missing_a_module_fails_the_device_items_as_an_environment_
     assert {found[node][0] for node in found if node.endswith("[oracle]")} == {"passed"}
 
 
+def test_a_stored_payload_of_a_stage_the_case_does_not_run_fails_its_stage_items(inner, monkeypatch):
+    """Another tool's file giving a ratio-128 step an index_scoring payload: verify finds no such stage."""
+    inner.without_device(monkeypatch)
+    case = ci_cases(R128_ID)[0]
+    scores = {"scores": np.zeros(3, np.float32)}
+    extra = replace(case, steps=[replace(step, stages={**step.stages, "index_scoring": scores}) for step in case.steps])
+    write_goldens(inner.pytester.path / "extra.h5", [extra])
+    found = outcomes(inner.run(goldens="extra.h5"))
+    for stage in R128_STAGES:
+        outcome, text = found[f"extra.h5::{R128_ID}::{stage}[oracle]"]
+        assert outcome == "failed"
+        assert text.startswith(f"FAIL {R128_ID} step 0 index_scoring/scores: missing in actual — reproduce: ")
+
+
 @pytest.mark.parametrize(
     ("case_id", "stored_stages", "stop"),
     [
