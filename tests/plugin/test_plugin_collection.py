@@ -87,7 +87,6 @@ def test_the_file_given_as_a_path_too_is_collected_once(inner):
     ],
 )
 def test_bad_options_are_one_usage_error(inner, args, message):
-    inner.pytester.makefile(".h5", garbage="")
     result = inner.plain(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])

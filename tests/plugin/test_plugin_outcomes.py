@@ -276,7 +276,6 @@ def test_a_build_profile_this_runner_lacks_fails_the_device_items(inner, emulati
 
 @pytest.mark.cuda
 def test_device_items_run_on_the_cuda_device(inner, cuda_device, tmp_path):
-    inner.run()
     result = inner.run()
     assert result.ret == pytest.ExitCode.OK
     assert statuses(result) == dict.fromkeys(expected_ids(), "passed")
