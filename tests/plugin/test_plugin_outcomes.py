@@ -65,6 +65,25 @@ def test_on_the_emulated_device_every_item_passes_and_names_the_device(inner, em
     result.stdout.fnmatch_lines(["csa-conform: 12 device items ran on host emulation (g++)", "*25 passed*"])
 
 
+def test_each_case_is_replayed_once_per_side(inner, emulation_backend, monkeypatch):
+    import csa_conform.pytest_plugin.outcomes as outcomes_module
+
+    calls = []
+    for name in ("verify_case", "check_case"):
+        original = getattr(outcomes_module, name)
+
+        def counted(path_or_golden, case_id, *args, _name=name, _original=original, **kwargs):
+            calls.append((_name, case_id))
+            return _original(path_or_golden, case_id, *args, **kwargs)
+
+        monkeypatch.setattr(outcomes_module, name, counted)
+    inner.emulate_device(emulation_backend)
+    assert inner.run().ret == pytest.ExitCode.OK
+    replays = [("verify_case", case) for case in (R4_ID, R128_ID, REJECTED_ID)]
+    replays += [("check_case", R4_ID), ("check_case", R128_ID)]
+    assert sorted(calls) == sorted(replays)
+
+
 def test_isolated_mode_skips_writeback_on_the_device_saying_why(inner, emulation_backend):
     inner.emulate_device(emulation_backend)
     result = inner.run("--csa-mode", "isolated")
