@@ -479,11 +479,12 @@ class GoldenFile:
     def verify_case_checksums(self, case_id: str) -> int:
         """Check every dataset of a case (kv history and hard links included); returns the count."""
         datasets = {}
-        self._case_group(case_id).visititems(
-            lambda name, item: datasets.setdefault(h5py.h5o.get_info(item.id).addr, item)
-            if isinstance(item, h5py.Dataset)
-            else None
-        )
+
+        def collect(name, item) -> None:  # visititems stops at the first callback that returns a value
+            if isinstance(item, h5py.Dataset):
+                datasets.setdefault(h5py.h5o.get_info(item.id).addr, item)
+
+        self._case_group(case_id).visititems(collect)
         for dataset in datasets.values():
             self.read_dataset(dataset)
         return len(datasets)

@@ -1,0 +1,58 @@
+"""pytest plugin (entry point ``pytest11``): a golden file as test items, so a kernel repository gates
+on conformance inside its own test suite (``pytest --csa-goldens FILE``; specs/pytest-plugin.md).
+
+The plugin is loaded into every pytest run of an environment that has csa-conform installed, so this
+module only declares options and the backend hook: without ``--csa-goldens`` nothing else is
+imported, collected or run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# The choices of the device options, spelled here so that declaring them imports nothing;
+# tests/plugin checks them against csa_conform.device.modes.Mode.
+MODES = ("chained", "isolated")
+BUILDS = ("strict", "production")
+DEFAULT_MODE = "chained"
+DEFAULT_BUILD = "strict"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("csa-conform", "CSA conformance (csa-conform golden files)")
+    group.addoption(
+        "--csa-goldens", metavar="FILE", default=None,
+        help="Golden file to check: one item per case, stage and side (golden file vs oracle, device vs oracle).",
+    )
+    group.addoption(
+        "--csa-kernels", metavar="DIR", default=None,
+        help="Kernel directory the device items run (block_quant.cuh + the seven .cu modules); "
+        "default: the built-in kernels.",
+    )
+    group.addoption(
+        "--csa-build", choices=BUILDS, default=None,
+        help=f"Kernel build profile of the device items (default {DEFAULT_BUILD}).",
+    )
+    group.addoption(
+        "--csa-mode", choices=MODES, default=None,
+        help=f"chained: device outputs feed device stages; isolated: every stage reads the oracle's "
+        f"payloads (default {DEFAULT_MODE}).",
+    )
+    group.addoption("--csa-case", metavar="GLOB", default=None, help="Only cases whose id matches GLOB.")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from csa_conform.pytest_plugin import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("csa_goldens") is None:
+        stray = [name for name in ("kernels", "build", "mode", "case") if config.getoption(f"csa_{name}")]
+        if stray:
+            raise pytest.UsageError(f"--csa-{stray[0]} needs --csa-goldens FILE")
+        return
+    from csa_conform.pytest_plugin.session import GoldenSession
+
+    config.pluginmanager.register(GoldenSession(config), GoldenSession.NAME)

@@ -1,0 +1,238 @@
+"""The golden file as pytest nodes: FILE -> case -> ``stage[oracle]`` and ``stage[device]`` items.
+
+Active only with ``--csa-goldens``. Each process (each xdist worker) checks a case at most once
+per side and keeps the verdicts for the case's items (csa_conform.pytest_plugin.outcomes).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from csa_conform.cli.diff import DiffOptions
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.modes import Mode, stages_for_ratio
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError
+from csa_conform.goldens import GoldenFile
+from csa_conform.oracle import STAGES
+from csa_conform.pytest_plugin import DEFAULT_BUILD, DEFAULT_MODE
+from csa_conform.pytest_plugin.outcomes import (
+    FAILED,
+    SKIPPED,
+    CaseItems,
+    Outcome,
+    device_outcomes,
+    failed,
+    oracle_outcomes,
+    skipped,
+)
+
+ORACLE, DEVICE = "oracle", "device"
+MARKER = "csa_conform"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The command-line options, resolved; ``file`` keeps the user's spelling for reproduce lines."""
+
+    file: str
+    kernels: str | None
+    build: str
+    mode: Mode
+    case_glob: str | None
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file).resolve()
+
+
+def device_runner(settings: Settings, backend) -> DeviceRunner:
+    """The device runner of the device items: the one place ``--csa-build`` reaches the runner.
+
+    The build profiles (``build=`` on DeviceRunner) are not in this tree yet: strict, the
+    runner's own NVRTC options, runs; production is refused rather than silently run as strict.
+    """
+    kernels = KernelDirectory(settings.kernels) if settings.kernels else KernelDirectory()
+    if settings.build != DEFAULT_BUILD:
+        raise UsageError(f"--csa-build {settings.build}: this csa-conform's device runner has only the "
+                         f"{DEFAULT_BUILD} build")
+    return DeviceRunner(kernels, mode=settings.mode, backend_factory=lambda: backend)
+
+
+class NoDevice(Exception):
+    """No backend to launch on: the device items are skipped with this reason."""
+
+
+class GoldenSession:
+    """The plugin object registered for one pytest run with ``--csa-goldens``."""
+
+    NAME = "csa-conform-goldens"
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.settings = Settings(
+            file=config.getoption("csa_goldens"),
+            kernels=config.getoption("csa_kernels"),
+            build=config.getoption("csa_build") or DEFAULT_BUILD,
+            mode=Mode(config.getoption("csa_mode") or DEFAULT_MODE),
+            case_glob=config.getoption("csa_case"),
+        )
+        self.cases = self._cases()
+        if self.settings.kernels is not None and not Path(self.settings.kernels).is_dir():
+            raise pytest.UsageError(f"--csa-kernels: {self.settings.kernels} is not a directory")
+        self._oracle: dict[str, dict[str, Outcome]] = {}
+        self._device: dict[str, dict[str, Outcome]] = {}
+        self._runner: DeviceRunner | Exception | None = None
+        config.addinivalue_line("markers", f"{MARKER}: an item of the csa-conform golden file (--csa-goldens)")
+        if not any(Path(arg.split("::")[0]).resolve() == self.settings.path for arg in config.args):
+            config.args.append(self.settings.file)
+
+    def _cases(self) -> dict[str, CaseItems]:
+        """Every selected case's items, read once here so a bad file or glob is a usage error."""
+        try:
+            with GoldenFile(self.settings.file) as golden:
+                ids = [case for case in golden.case_ids()
+                       if self.settings.case_glob is None or fnmatch.fnmatchcase(case, self.settings.case_glob)]
+                if not ids:
+                    raise UsageError(f"no case of {self.settings.file} matches {self.settings.case_glob!r}")
+                return {case: _case_items(golden, case) for case in ids}
+        except CsaConformError as error:
+            raise pytest.UsageError(f"--csa-goldens: {error}") from None
+
+    # --- pytest hooks --------------------------------------------------------------------
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
+        if file_path.resolve() == self.settings.path:
+            return GoldenFileNode.from_parent(parent, path=file_path)
+        return None
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        settings = self.settings
+        selected = f" matching {settings.case_glob}" if settings.case_glob else ""
+        return [
+            f"csa-conform: goldens {settings.file} ({len(self.cases)} cases{selected}), "
+            f"kernels {settings.kernels or 'built-in'}, build {settings.build}, mode {settings.mode.value}"
+        ]
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        """Say which device the device items ran on, and why any were skipped (whatever -r says)."""
+        devices: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        for status in ("passed", "failed", "skipped"):
+            for report in terminalreporter.stats.get(status, []):
+                properties = dict(getattr(report, "user_properties", ()))
+                if properties.get("csa_side") != DEVICE or report.when != "call":
+                    continue
+                if "csa_device" in properties:
+                    devices[properties["csa_device"]] += 1
+                elif status == "skipped":
+                    reasons[report.longrepr[2].removeprefix("Skipped: ")] += 1
+        for name, count in devices.items():
+            terminalreporter.write_line(f"csa-conform: {count} device items ran on {name}")
+        for reason, count in reasons.items():
+            terminalreporter.write_line(f"csa-conform: {count} device items skipped: {reason}")
+
+    # --- verdicts, once per case and side ------------------------------------------------
+
+    def outcome(self, case: str, stage: str, side: str) -> Outcome:
+        if side == ORACLE:
+            if case not in self._oracle:
+                self._oracle[case] = oracle_outcomes(self.settings.file, self.cases[case])
+            return self._oracle[case][stage]
+        if case not in self._device:
+            self._device[case] = self._device_case(self.cases[case])
+        return self._device[case][stage]
+
+    def _device_case(self, case: CaseItems) -> dict[str, Outcome]:
+        runner = self.runner()
+        if isinstance(runner, NoDevice):
+            return {stage: skipped(f"no device: {runner}") for stage in case.stages}
+        if isinstance(runner, Exception):
+            return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
+        options = DiffOptions(self.settings.file, self.settings.mode, frozenset(), self.settings.kernels, 0)
+        return device_outcomes(self.settings.file, case, runner, options.command)
+
+    def runner(self) -> DeviceRunner | Exception:
+        """This process's runner, or why there is none (NoDevice: skip; anything else: fail)."""
+        if self._runner is None:
+            backend = self.config.hook.pytest_csa_conform_backend(config=self.config)
+            try:
+                if backend is None:
+                    from csa_conform.device.cuda import CudaBackend
+
+                    try:
+                        backend = CudaBackend()
+                    except DeviceUnavailable as error:
+                        raise NoDevice(str(error)) from None
+                self._runner = device_runner(self.settings, backend)
+            except (NoDevice, CsaConformError) as error:
+                self._runner = error
+        return self._runner
+
+    def device_name(self) -> str | None:
+        runner = self.runner()
+        if isinstance(runner, Exception) or runner.provenance.device is None:
+            return None
+        return runner.provenance.device.name
+
+
+def _case_items(golden: GoldenFile, case_id: str) -> CaseItems:
+    info = golden.case_info(case_id)
+    accepted = info.step_count > len(info.errors)
+    ratio = info.attrs.get("compression_ratio")
+    stages = (stages_for_ratio(ratio) if ratio in (4, 128) else STAGES) if accepted else ()
+    return CaseItems(case_id, stages, validation=bool(info.errors))
+
+
+class GoldenFileNode(pytest.File):
+    def collect(self):
+        session = self.config.pluginmanager.get_plugin(GoldenSession.NAME)
+        for case in session.cases.values():
+            yield CaseNode.from_parent(self, name=case.case_id, case=case)
+
+
+class CaseNode(pytest.Collector):
+    def __init__(self, *, case: CaseItems, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+
+    def collect(self):
+        sides = [(stage, ORACLE) for stage in self.case.oracle if stage not in self.case.stages]
+        sides += [(stage, side) for stage in self.case.stages for side in (ORACLE, DEVICE)]
+        for stage, side in sides:
+            yield StageItem.from_parent(self, name=f"{stage}[{side}]", case=self.case.case_id, stage=stage, side=side)
+
+
+class ConformanceFailure(Exception):
+    """An item's diagnosis: the lines ``verify`` or ``diff`` print for it, reproduce command included."""
+
+
+class StageItem(pytest.Item):
+    def __init__(self, *, case: str, stage: str, side: str, **kwargs):
+        super().__init__(**kwargs)
+        self.case, self.stage, self.side = case, stage, side
+        self.add_marker(MARKER)
+        self.user_properties += [("csa_case", case), ("csa_stage", stage), ("csa_side", side)]
+
+    def runtest(self) -> None:
+        session = self.config.pluginmanager.get_plugin(GoldenSession.NAME)
+        outcome = session.outcome(self.case, self.stage, self.side)
+        if self.side == DEVICE and outcome.status != SKIPPED and session.device_name():
+            self.user_properties.append(("csa_device", session.device_name()))
+        if outcome.status == FAILED:
+            raise ConformanceFailure(outcome.text)
+        if outcome.status == SKIPPED:
+            pytest.skip(outcome.text)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.case} {self.stage} [{self.side}]"
