@@ -12,8 +12,8 @@ from __future__ import annotations
 import shlex
 
 from csa_conform.diff import compare_payloads
-from csa_conform.errors import ContractError
-from csa_conform.goldens import CorruptDataset, GoldenFile, GoldenStep
+from csa_conform.errors import ContractError, CorruptDataset
+from csa_conform.goldens import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.report import CaseResult, StepResult
 
