@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Mapping
 
 from csa_conform.errors import UsageError
-from csa_conform.stages import BY_NAME, PAST_STATE, STAGE_NAMES, Launch, launches_for_ratio
+from csa_conform.stages import BY_NAME, PAST_STATE, STAGE_NAMES, Launch, launches_for_ratio, resolve_stage
 from csa_conform.stages import stages_for_ratio as _registry_stages
 
 STAGES = STAGE_NAMES
@@ -47,18 +47,18 @@ def stages_for_ratio(ratio: int) -> tuple[str, ...]:
 
 
 def parse_force_host(spec: str | None) -> frozenset[str]:
-    """'stage,stage' or 'all' (empty or None: nothing forced)."""
+    """'stage,stage' (any spelling the registry knows: name, short name, number) or 'all'."""
     if spec is None or not spec.strip():
         return frozenset()
     names = [name.strip() for name in spec.split(",") if name.strip()]
     if "all" in names:
         return frozenset(STAGES)
-    unknown = [name for name in names if name not in STAGES]
+    unknown = [name for name in names if resolve_stage(name) is None]
     if unknown:
         raise UsageError(
             f"unknown stage(s) {', '.join(unknown)} in force-host list; stages are all, {', '.join(STAGES)}"
         )
-    return frozenset(names)
+    return frozenset(resolve_stage(name).name for name in names)
 
 
 def force_host_from_environment(environ: Mapping[str, str] | None = None) -> frozenset[str]:

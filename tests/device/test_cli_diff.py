@@ -82,9 +82,10 @@ def test_uncompilable_kernels_are_an_environment_failure(device_goldens, monkeyp
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--stage", "attention"], "is not a stage"),
+        (["--stage", "attn"], "is not a stage"),
+        (["--stage", "9"], "is not a stage"),
         (["--mode", "fused"], "Invalid value for '--mode'"),
-        (["--force-host", "attention"], "unknown stage"),
+        (["--force-host", "attn"], "unknown stage"),
         (["--case", "no-such-case*"], "no case"),
         (["--ulp", "-1"], "Invalid value for '--ulp'"),
     ],
@@ -140,18 +141,22 @@ def test_json_report(device_goldens, broken_kernels):
     assert result.exit_code == ExitCode.DIVERGED
     document = json.loads(result.output)
     assert document["exit_code"] == ExitCode.DIVERGED
-    assert document["stages"] == list(STAGES) and document["mode"] == "chained"
+    assert document["options"]["stages"] == list(STAGES) and document["options"]["mode"] == "chained"
+    assert document["control_run"] is False
     failing = [case for case in document["cases"] if not case["passed"]]
     assert failing
     for case in failing:
-        verdict = case["stages"]["sparse_sink_softmax_attention"]
-        assert verdict["status"] == "diverged"
-        assert verdict["diffs"][0]["first"]["expected_bits"] != verdict["diffs"][0]["first"]["actual_bits"]
-        assert "--stage sparse_sink_softmax_attention" in case["reproduce"]["sparse_sink_softmax_attention"]
-        assert case["stages"]["index_key_update"]["status"] == "n/a"
-    launches = document["provenance"]["launches"]
+        assert case["verdicts"]["sparse_sink_softmax_attention"] == "diverged"
+        assert case["verdicts"]["index_key_update"] == "n/a"
+        (step,) = case["steps"]
+        stage = step["stages"][0]
+        assert [entry["stage"] for entry in step["stages"]] == ["sparse_sink_softmax_attention", "writeback"]
+        first = stage["tensors"][0]["first"]
+        assert first["expected_bits"] != first["actual_bits"]
+        assert "--stage sparse_sink_softmax_attention" in stage["reproduce"]
+    launches = document["kernels"]["launches"]
     assert {launch["module"] for launch in launches} == {"csa_ratio128_compression", "csa_ratio128_attention"}
-    assert all(len(launch["source_sha256"]) == 64 for launch in launches)
+    assert all(len(launch["source_sha256"]) == 64 and launch["count"] >= 1 for launch in launches)
 
 
 @pytest.mark.usefixtures("emulated_cuda")
@@ -160,7 +165,7 @@ def test_single_stage_compares_only_that_stage(device_goldens, broken_kernels):
                     "compression_update", "--json")
     assert result.exit_code == ExitCode.OK, result.output
     document = json.loads(result.output)
-    assert all(list(case["stages"]) == ["compression_update"] for case in document["cases"])
+    assert all(list(case["verdicts"]) == ["compression_update"] for case in document["cases"])
 
 
 @pytest.mark.usefixtures("emulated_cuda")
@@ -169,8 +174,8 @@ def test_ulp_tolerance_accepts_small_float_differences(device_goldens, broken_ke
                                "--json").output)
     worst = max(
         diff_["ulp"]["max"]
-        for case in strict["cases"] for verdict in case["stages"].values() for diff_ in verdict["diffs"]
-        if diff_["ulp"]
+        for case in strict["cases"] for step in case["steps"] for stage in step["stages"]
+        for diff_ in stage["tensors"] if "ulp" in diff_
     )
     relaxed = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--ulp", worst)
     assert relaxed.exit_code == ExitCode.OK, relaxed.output
@@ -190,9 +195,12 @@ def test_bisect_names_step_stage_tensor_element_and_origin(device_goldens, broke
     assert "originates in sparse_sink_softmax_attention" in result.output
     document = json.loads(invoke(bisect, device_goldens, "--case", case, "--kernels", broken_kernels,
                                  "--json").output)
-    assert document["divergence"]["tensor"] == "Y"
-    assert document["origin"] == "sparse_sink_softmax_attention"
-    assert document["divergence"]["element"]["ulp"] >= 1
+    found = document["bisect"]["first_divergence"]
+    assert found["tensor"] == "Y" and found["element"]["ulp"] >= 1
+    assert document["bisect"]["origin"] == "sparse_sink_softmax_attention"
+    (step,) = document["cases"][0]["steps"]
+    assert step["step"] == found["step"] and step["stages"][0]["tensors"][0]["tensor"] == "Y"
+    assert "--mode isolated" in step["stages"][0]["reproduce"]
     clean = invoke(bisect, device_goldens, "--case", case)
     assert clean.exit_code == ExitCode.OK and "no divergence" in clean.output
     assert invoke(bisect, device_goldens, "--case", "nope").exit_code == ExitCode.USAGE
