@@ -108,6 +108,14 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
+def print_table(out: Console, table) -> None:
+    """Print a table whose unbreakable cells (case ids) fit: a narrower terminal wraps the lines
+    rather than rich cutting the ids or squeezing columns away."""
+    needed = out.measure(table, options=out.options.update_width(10**4)).minimum
+    out.width = max(out.width, needed)
+    out.print(table, crop=False)
+
+
 def emit_json(document) -> None:
     click.echo(json.dumps(document, indent=2, sort_keys=False))
 

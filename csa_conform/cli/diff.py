@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import click
 
-from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
@@ -105,6 +105,10 @@ def _cell(report: CaseReport, stage: str) -> str:
     return "."
 
 
+def _cell_width(stage: str) -> int:
+    return max(len(BY_NAME[stage].label), len("ok(host)"))
+
+
 def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
     lines = []
     if report.failure is not None:
@@ -154,11 +158,11 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
     styles = {"DIFF": "bold red", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
-        table.add_column(BY_NAME[stage].label, justify="center")
+        table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:
         cells = [_cell(report, stage) for stage in stages]
         table.add_row(report.case, *(f"[{styles[cell]}]{cell}[/]" for cell in cells))
-    console.print(table)
+    print_table(console, table)
     console.print(_summary(reports), highlight=False)
     failures = [line for report in reports for line in _failure_lines(report, options)]
     if failures:

@@ -17,6 +17,7 @@ from csa_conform.cli.common import (
     console,
     emit_json,
     fan_out,
+    print_table,
     progress,
     stdout_is_terminal,
 )
@@ -129,6 +130,6 @@ def _table(results: list[CaseResult], document: dict, file: str) -> None:
                         Text(f"{diff.stage}/{diff.tensor}"),
                         Text(diff.problem or where),
                     )
-        out.print(table)
+        print_table(out, table)
     style = "green" if document["passed"] else "bold red"
     out.print(_summary(document, file), style=style, markup=False)
