@@ -53,11 +53,15 @@ def generate_command(
     started = time.monotonic()
     counted = {"steps": 0}
 
+    def counting(cases):
+        for case in cases:
+            counted["steps"] += len(case.steps)
+            yield case
+
     def describe(case: GoldenCase) -> str:
-        counted["steps"] += len(case.steps)
         return f"{case.case_id} ({len(case.steps)} steps)"
 
-    cases = progress(fan_out(generate_case, recipes, jobs), len(recipes), "generate", describe, quiet)
+    cases = progress(counting(fan_out(generate_case, recipes, jobs)), len(recipes), "generate", describe, quiet)
     provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*"}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)

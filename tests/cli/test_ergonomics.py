@@ -79,7 +79,8 @@ def test_quiet_diff_has_no_header_or_table(small):
 
 def test_piped_runs_draw_no_progress(small, tmp_path):
     """A log gets results, not one line per case (piped `make demo` printed ~490 progress lines)."""
-    assert invoke("generate", "--case", SMALL, "-o", tmp_path / "again.h5").stderr == ""
+    generated = invoke("generate", "--case", SMALL, "-o", tmp_path / "again.h5")
+    assert generated.stderr == "" and "2 cases, 2 steps" in generated.stdout
     assert invoke("verify", small).stderr == ""
 
 
