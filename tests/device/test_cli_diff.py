@@ -11,18 +11,23 @@ import shlex
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
+import xmlschema
 from click.testing import CliRunner
 
 from csa_conform.cli.bisect import bisect
 from csa_conform.cli.diff import diff
+from csa_conform.cli.report import report_command
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES
 from csa_conform.exitcodes import ExitCode
+from csa_conform.results import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+JUNIT_XSD = Path(__file__).resolve().parents[1] / "cli" / "junit.xsd"
 SINK = next(mutant for mutant in MUTANTS if mutant.name == "missing_sink")
 
 
@@ -136,10 +141,16 @@ def test_divergence_exits_1_and_every_failure_ends_with_its_reproducer(device_go
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_json_report(device_goldens, broken_kernels):
+def test_json_report(device_goldens, broken_kernels, tmp_path):
     result = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--json")
     assert result.exit_code == ExitCode.DIVERGED
     document = json.loads(result.output)
+    jsonschema.validate(document, schema())
+    (tmp_path / "diff.json").write_text(result.output)
+    assert invoke(report_command, tmp_path / "diff.json", "--junit", tmp_path / "junit.xml").exit_code == 0
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(tmp_path / "junit.xml"))
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'type="bit-mismatch"' in junit and "sparse_sink_softmax_attention/Y" in junit
     assert document["exit_code"] == ExitCode.DIVERGED
     assert document["options"]["stages"] == list(STAGES) and document["options"]["mode"] == "chained"
     assert document["control_run"] is False
@@ -195,6 +206,8 @@ def test_bisect_names_step_stage_tensor_element_and_origin(device_goldens, broke
     assert "originates in sparse_sink_softmax_attention" in result.output
     document = json.loads(invoke(bisect, device_goldens, "--case", case, "--kernels", broken_kernels,
                                  "--json").output)
+    jsonschema.validate(document, schema())
+    assert document["control_run"] is False
     found = document["bisect"]["first_divergence"]
     assert found["tensor"] == "Y" and found["element"]["ulp"] >= 1
     assert document["bisect"]["origin"] == "sparse_sink_softmax_attention"
