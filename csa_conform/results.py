@@ -10,6 +10,13 @@ that reproduces it. Passing steps and tensors are counted, not listed, and
 empty fields are left out, so a clean run of the whole suite stays small.
 ``results.schema.json`` beside this module is the machine-readable schema;
 the tests validate real output against it.
+
+A command builds its document from entries: ``tensor_entry`` (a failing
+TensorDiff), ``stage_entry``, ``step_entry``, ``failure_entry`` and
+``case_entry`` (or ``device_case_entry`` for a device CaseReport), then
+``results_document(command, argv, cases, ...)`` with ``golden_reference``,
+``kernel_provenance`` and ``control_run``; what only one command reports
+(bisect's origin, explain's findings) goes in ``extra`` under its name.
 """
 
 from __future__ import annotations
