@@ -111,7 +111,7 @@ def test_parse_force_host(spec, expected):
 
 def test_parse_force_host_rejects_unknown_stages():
     with pytest.raises(UsageError, match="unknown stage"):
-        parse_force_host("selection,attention")
+        parse_force_host("selection,attn")
 
 
 @pytest.mark.parametrize(
