@@ -144,9 +144,9 @@ def test_divergence_exits_1_and_every_failure_ends_with_its_reproducer(device_go
 def test_json_report(device_goldens, broken_kernels, tmp_path):
     result = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--json")
     assert result.exit_code == ExitCode.DIVERGED
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     jsonschema.validate(document, schema())
-    (tmp_path / "diff.json").write_text(result.output)
+    (tmp_path / "diff.json").write_text(result.stdout)
     assert invoke(report_command, tmp_path / "diff.json", "--junit", tmp_path / "junit.xml").exit_code == 0
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(tmp_path / "junit.xml"))
     junit = (tmp_path / "junit.xml").read_text()
@@ -175,14 +175,14 @@ def test_single_stage_compares_only_that_stage(device_goldens, broken_kernels):
     result = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--stage",
                     "compression_update", "--json")
     assert result.exit_code == ExitCode.OK, result.output
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     assert all(list(case["verdicts"]) == ["compression_update"] for case in document["cases"])
 
 
 @pytest.mark.usefixtures("emulated_cuda")
 def test_ulp_tolerance_accepts_small_float_differences(device_goldens, broken_kernels):
     strict = json.loads(invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*",
-                               "--json").output)
+                               "--json").stdout)
     worst = max(
         diff_["ulp"]["max"]
         for case in strict["cases"] for step in case["steps"] for stage in step["stages"]
@@ -205,7 +205,7 @@ def test_bisect_names_step_stage_tensor_element_and_origin(device_goldens, broke
     assert "tensor Y, element b=" in result.output and "ulp apart" in result.output
     assert "originates in sparse_sink_softmax_attention" in result.output
     document = json.loads(invoke(bisect, device_goldens, "--case", case, "--kernels", broken_kernels,
-                                 "--json").output)
+                                 "--json").stdout)
     jsonschema.validate(document, schema())
     assert document["control_run"] is False
     found = document["bisect"]["first_divergence"]
