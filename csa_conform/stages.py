@@ -367,6 +367,7 @@ def payload_table() -> str:
 
 
 __all__ = [
-    "LAUNCHES", "PAST_STATE", "STAGES", "STAGE_NAMES", "STATE_THREADING", "WRITEBACK_SOURCES",
-    "Launch", "Payload", "Stage", "StageInputs", "payload_table", "resolve_stage", "stages_for_ratio",
+    "BY_NAME", "COMPRESSOR_INPUTS", "LAUNCHES", "OPERATOR_AXES", "PAST_STATE", "STAGES", "STAGE_NAMES",
+    "STATE_THREADING", "WRITEBACK_SOURCES", "Launch", "Payload", "Stage", "StageInputs", "kernel_modules",
+    "launches_for_ratio", "payload_axes", "payload_table", "resolve_stage", "stage_spellings", "stages_for_ratio",
 ]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -45,10 +44,6 @@ def argv() -> list[str]:
     if root is not None and isinstance(root.obj, dict) and "argv" in root.obj:
         return root.obj["argv"]
     return [PROGRAM] + sys.argv[1:]
-
-
-def command_line() -> str:
-    return shlex.join(argv())
 
 
 def _error_exit(error: BaseException, command: str | None, as_json: bool, git_bisect: bool,
