@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -163,3 +164,13 @@ def test_report_refuses_an_older_results_version(tmp_path):
     old.write_text(json.dumps({"format": "csa-conform-results", "version": 1, "cases": []}))
     result = invoke("report", old, "--junit", tmp_path / "j.xml")
     assert result.exit_code == ExitCode.USAGE and "results version 1 is not 2" in result.stderr
+
+
+@pytest.mark.parametrize("flags, code", [([], ExitCode.ENVIRONMENT), (["--git-bisect"], ExitCode.BISECT_SKIP)])
+def test_no_device_prints_the_document_with_its_exit_code(small, monkeypatch, flags, code):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # a machine without CuPy
+    result = invoke("diff", small, "--json", *flags, env={"ONNX_GENAI_CSA_FORCE_HOST": "0"})
+    assert result.exit_code == code
+    document = document_of(result)
+    assert document["exit_code"] == code and document["error"]["type"] == "DeviceUnavailable"
+    assert "CuPy is not importable" in document["error"]["message"]
