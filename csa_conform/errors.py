@@ -64,7 +64,10 @@ class UsageError(CsaConformError):
 
 
 class FixtureError(CsaConformError):
-    """A recipe did not behave as designed (a step rejected or accepted unexpectedly)."""
+    """A recipe did not behave as designed (a step rejected or accepted unexpectedly): the oracle and
+    the recipe disagree, which is a verification failure, not bad input."""
+
+    exit_code = ExitCode.DIVERGED
 
     def __init__(self, message: str, case_id: str = ""):
         super().__init__(message)

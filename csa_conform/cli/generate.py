@@ -69,7 +69,7 @@ def generate_command(
         case = shlex.quote(error.case_id or "*")
         reproduce = f"csa-conform generate --suite {suite} --seed {seed} --case {case} -o case.h5"
         click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
-        return ExitCode.DIVERGED
+        return error.exit_code
     size = os.path.getsize(output) / 1e6
     click.echo(
         f"wrote {output}: {written} cases, {counted['steps']} steps, {size:.2f} MB "
