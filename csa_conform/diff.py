@@ -17,9 +17,10 @@ import numpy as np
 
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode
-from csa_conform.numerics.fp4 import e2m1_decode
-from csa_conform.numerics.fp8 import e4m3_decode
-from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_RECORD_BYTES
+from csa_conform.numerics.fp4 import FP4_BLOCK, e2m1_decode
+from csa_conform.numerics.fp8 import FP8_BLOCK, e4m3_decode
+from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
+from csa_conform.stages import payload_axes
 
 __all__ = ["TensorDiff", "compare_payloads", "compare_tensor", "default_axes"]
 
@@ -27,52 +28,13 @@ __all__ = ["TensorDiff", "compare_payloads", "compare_tensor", "default_axes"]
 # small enough for a terminal and a JSON artefact.
 LISTED = 16
 
-_TENSOR_AXES = {
-    "query": ("b", "s", "h", "d"),
-    "current_kv": ("b", "k", "d"),
-    "compressor_kv": ("b", "s", "d"),
-    "compressor_gate": ("b", "s", "d"),
-    "compressor_ape": ("slot", "d"),
-    "compressor_norm": ("d",),
-    "past_compressed_kv": ("b", "r", "d"),
-    "past_compression_carry": ("b", "slot", "ch", "d"),
-    "seqlens_k": ("b",),
-    "total_sequence_length": (),
-    "head_sink": ("h",),
-    "index_query": ("b", "s", "i", "d"),
-    "index_weight": ("b", "s", "i"),
-    "index_compressor_kv": ("b", "s", "d"),
-    "index_compressor_gate": ("b", "s", "d"),
-    "index_compressor_ape": ("slot", "d"),
-    "index_compressor_norm": ("d",),
-    "past_index_key": ("b", "r", "byte"),
-    "past_index_carry": ("b", "slot", "ch", "d"),
-    "attention_bias": ("b", "h", "s", "c"),
-    "Y": ("b", "s", "h", "d"),
-    "present_compressed_kv": ("b", "r", "d"),
-    "present_compression_carry": ("b", "slot", "ch", "d"),
-    "present_index_key": ("b", "r", "byte"),
-    "present_index_carry": ("b", "slot", "ch", "d"),
-    "selected_indices": ("b", "i", "s", "k"),
-    "logical_records": ("b", "r", "d"),
-    "logical_keys": ("b", "r", "d"),
-    "transformed": ("b", "s", "i", "d"),
-    "selected": ("b", "s", "k"),
-    "candidates": ("b", "s", "c"),
-}
-_STAGE_AXES = {
-    ("index_scoring", "scores"): ("b", "s", "c"),
-    ("sparse_sink_softmax_attention", "scores"): ("b", "s", "h", "c"),
-}
-
-
 def default_axes(stage: str, tensor: str, shape: tuple, dtype) -> tuple[str, ...]:
-    """Axis names of a payload tensor (specs/stage-payloads.md shapes), generic a0.. when unknown.
+    """Axis names of a payload tensor (the registry's), generic a0.. when unknown.
 
     The attention bias broadcasts from the right onto [b, h, s, c], so its
     names are the trailing ones; a packed u8 record's last axis is a byte.
     """
-    names = _STAGE_AXES.get((stage, tensor)) or _TENSOR_AXES.get(tensor)
+    names = payload_axes(stage, tensor)
     rank = len(shape)
     if tensor == "attention_bias" and names and rank <= len(names):
         return names[len(names) - rank :]
@@ -338,9 +300,9 @@ def _missing(stage: str, name: str, expected, actual) -> TensorDiff:
 
 # --- packed records --------------------------------------------------------------------
 
-_FP8_BLOCK_BYTES, _FP8_BLOCKS = 65, 7
-_FP8_TAIL = _FP8_BLOCK_BYTES * _FP8_BLOCKS
-_FP4_BLOCK_BYTES = 17
+_FP8_BLOCK_BYTES = FP8_BLOCK + 1
+_FP8_TAIL = _FP8_BLOCK_BYTES * FP8_BLOCKS
+_FP4_BLOCK_BYTES = FP4_BLOCK // 2 + 1
 _RECORD_FORMATS = {FP8_RECORD_BYTES: "fp8_e4m3_block64", FP4_RECORD_BYTES: "fp4_e2m1_block32"}
 
 
@@ -386,7 +348,7 @@ def _fp8_byte(expected: np.ndarray, actual: np.ndarray, offset: int) -> dict:
         ]
         return {
             "field": "rope_bf16",
-            "dim": 448 + pair,
+            "dim": FP8_BLOCKS * FP8_BLOCK + pair,
             "expected_byte": int(expected[offset]),
             "actual_byte": int(actual[offset]),
             "expected_value": _value(values[0]),

@@ -1,10 +1,23 @@
-"""One exception hierarchy, so the CLI can map every failure to an exit code."""
+"""Every error csa-conform raises on purpose, each carrying the exit code a command ends with.
+
+``exit_code_of`` is the one mapping every command uses, including what
+``--git-bisect`` turns into 125 (skip this commit): a failure of the machine
+or of the golden file at that commit says nothing about the kernels being
+bisected.
+"""
 
 from __future__ import annotations
+
+from csa_conform.exitcodes import ExitCode
+
+# Every reference message starts with the operator name and a colon.
+OP = "CompressedSparseAttention"
 
 
 class CsaConformError(Exception):
     """Base of every error csa-conform raises on purpose."""
+
+    exit_code = ExitCode.USAGE
 
 
 class ContractError(CsaConformError, ValueError):
@@ -19,13 +32,61 @@ class ContractError(CsaConformError, ValueError):
         self.kind = kind
 
 
+class HostStageRejected(ContractError):
+    """A stage forced to the host refused what this run fed it (e.g. a top-k tie in device scores)."""
+
+    def __init__(self, stage: str, message: str, kind: str = "invalid"):
+        super().__init__(message, kind)
+        self.stage = stage
+
+
 class GoldenFormatError(CsaConformError):
-    """A golden file does not follow specs/golden-file.md (schema, layout or checksum)."""
+    """A golden file is missing, unreadable or does not follow specs/golden-file.md (schema, groups)."""
+
+
+class CorruptDataset(GoldenFormatError):
+    """A dataset's bytes do not match its sha256 attribute (or cannot be read at all).
+
+    Distinct from a malformed file: the layout is fine but the data was
+    altered, which every command reports as a verification failure (exit 1).
+    """
+
+    exit_code = ExitCode.DIVERGED
+
+    def __init__(self, path: str, dataset: str, reason: str):
+        super().__init__(f"{path}: dataset {dataset}: {reason}")
+        self.dataset = dataset
+        self.reason = reason
 
 
 class UsageError(CsaConformError):
     """Bad command-line arguments or recipe names."""
 
 
+class FixtureError(CsaConformError):
+    """A recipe did not behave as designed (a step rejected or accepted unexpectedly): the oracle and
+    the recipe disagree, which is a verification failure, not bad input."""
+
+    exit_code = ExitCode.DIVERGED
+
+    def __init__(self, message: str, case_id: str = ""):
+        super().__init__(message)
+        self.case_id = case_id
+
+
+class TopKTie(FixtureError):
+    """The oracle rejected a random draw for an exact top-k score tie (stage 5 refuses ties)."""
+
+
 class DeviceUnavailable(CsaConformError):
     """No CUDA device, no CuPy, or a kernel directory that does not compile."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+def exit_code_of(error: BaseException, *, git_bisect: bool = False) -> ExitCode:
+    """The exit code a command ends with for ``error`` (an OSError is invalid input)."""
+    code = ExitCode(getattr(error, "exit_code", ExitCode.USAGE))
+    if git_bisect and (code is ExitCode.ENVIRONMENT or isinstance(error, GoldenFormatError)):
+        return ExitCode.BISECT_SKIP
+    return code

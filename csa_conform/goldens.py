@@ -39,7 +39,7 @@ import numpy as np
 
 from csa_conform import ORACLE_VERSION, __version__
 from csa_conform.contract import INPUT_NAMES
-from csa_conform.errors import GoldenFormatError, UsageError
+from csa_conform.errors import CorruptDataset, GoldenFormatError, UsageError
 
 FORMAT = "csa-conform-goldens"
 SCHEMA_VERSION = 1
@@ -63,19 +63,6 @@ __all__ = [
     "array_sha256",
     "write_goldens",
 ]
-
-
-class CorruptDataset(GoldenFormatError):
-    """A dataset's bytes do not match its sha256 attribute (or cannot be read at all).
-
-    Distinct from a malformed file: the layout is fine but the data was
-    altered, which ``verify`` reports as a verification failure (exit 1).
-    """
-
-    def __init__(self, path: str, dataset: str, reason: str):
-        super().__init__(f"{path}: dataset {dataset}: {reason}")
-        self.dataset = dataset
-        self.reason = reason
 
 
 @dataclass

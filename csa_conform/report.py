@@ -1,149 +1,90 @@
-"""Plain, serialisable results of a run (verify, diff) and their CI renderings.
+"""CI artefacts from results documents: one JUnit XML and one merged JSON for any number of runs.
 
-A run is a list of ``CaseResult``; each names its failing steps, stages and
-tensors (``TensorDiff``) and carries the command line that reproduces just
-that case. ``to_dict`` gives the ``--json`` document, ``junit_xml`` the
-JUnit artefact CI systems render; ``load_run`` reads a ``--json`` document
-back (the input of ``csa-conform report``).
+Documents of the same command on the same golden file (the shards of one
+run) merge into one test suite; each case is one test case, with its time,
+and a failing case carries one ``failure`` whose ``type`` is its first
+failure's and whose message names the tensor, the first differing element
+and the expected and actual values. The text lists every failure and the
+command that reproduces it. The XML follows the common JUnit schema
+(tests/cli/junit.xsd checks it).
 """
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
 
-from csa_conform.diff import TensorDiff
-from csa_conform.errors import UsageError
-
-RESULTS_FORMAT = "csa-conform-results"
-RESULTS_VERSION = 1
+from csa_conform.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION
 
 
-@dataclass
-class StepResult:
-    """One step: passed, or why not (a problem line and/or the diverging tensors)."""
-
-    step: int
-    passed: bool
-    compared: int = 0
-    expect_error: str | None = None
-    problem: str | None = None
-    diffs: list[TensorDiff] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "step": self.step,
-            "passed": self.passed,
-            "compared": self.compared,
-            "expect_error": self.expect_error,
-            "problem": self.problem,
-            "diffs": [diff.to_dict() for diff in self.diffs],
-        }
-
-
-@dataclass
-class CaseResult:
-    case_id: str
-    passed: bool
-    reproduce: str
-    family: str = ""
-    steps: list[StepResult] = field(default_factory=list)
-    problem: str | None = None
-
-    def failure_lines(self) -> list[str]:
-        """One line per failure, each ending with the command that reproduces the case."""
-        lines = []
-        if self.problem:
-            lines.append(f"FAIL {self.case_id}: {self.problem}")
-        for step in self.steps:
-            if step.problem:
-                lines.append(f"FAIL {self.case_id} step {step.step}: {step.problem}")
-            lines += [f"FAIL {self.case_id} step {step.step} {diff.summary()}" for diff in step.diffs]
-        return [f"{line} — reproduce: {self.reproduce}" for line in lines]
-
-    def to_dict(self) -> dict:
-        return {
-            "case_id": self.case_id,
-            "family": self.family,
-            "passed": self.passed,
-            "problem": self.problem,
-            "reproduce": self.reproduce,
-            "steps": [step.to_dict() for step in self.steps],
-        }
-
-
-def run_document(command: str, source: str, argv: str, cases: list[CaseResult]) -> dict:
-    """The ``--json`` document of a run (deterministic: no timings, cases in order)."""
-    steps = sum(len(case.steps) for case in cases)
-    failed = sum(not case.passed for case in cases)
-    return {
-        "format": RESULTS_FORMAT,
-        "version": RESULTS_VERSION,
-        "command": command,
-        "file": source,
-        "argv": argv,
-        "passed": failed == 0,
-        "summary": {"cases": len(cases), "passed": len(cases) - failed, "failed": failed, "steps": steps},
-        "cases": [case.to_dict() for case in cases],
-    }
-
-
-def load_run(text: str, origin: str) -> dict:
-    """A ``--json`` run document, checked enough to render it."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{origin}: not JSON ({error})") from None
-    if not isinstance(document, dict) or document.get("format") != RESULTS_FORMAT:
-        raise UsageError(f"{origin}: not a csa-conform results document (write one with --json)")
-    if document.get("version") != RESULTS_VERSION:
-        raise UsageError(
-            f"{origin}: results version {document.get('version')} is not {RESULTS_VERSION}"
-        )
-    return document
-
-
-def _failure_text(case: dict) -> list[str]:
-    lines = []
-    if case.get("problem"):
-        lines.append(case["problem"])
+def _failures(case: dict) -> list[dict]:
+    """Every failure of a case, in order: the case's own, then per step its own and its tensors'."""
+    found = [case["failure"]] if case.get("failure") else []
     for step in case.get("steps", []):
-        if step.get("problem"):
-            lines.append(f"step {step['step']}: {step['problem']}")
-        for diff in step.get("diffs", []):
-            first = diff.get("first") or {}
-            where = f" first at {first['coords']}" if first.get("coords") else ""
-            lines.append(
-                f"step {step['step']} {diff['stage']}/{diff['tensor']}: "
-                f"{diff.get('problem') or str(diff['failures']) + ' elements differ'}{where}"
+        where = f"step {step['step']}"
+        if step.get("failure"):
+            failure = step["failure"]
+            found.append({**failure, "message": f"{where}: {failure['message']}"})
+        for stage in step.get("stages", []):
+            found.extend(
+                {"type": tensor["type"], "message": f"{where} {tensor['message']}", "reproduce": stage["reproduce"]}
+                for tensor in stage["tensors"]
             )
-    return lines
+    return found
+
+
+def _suite_key(document: dict) -> tuple:
+    golden = document.get("golden") or {}
+    return document["command"], golden.get("path"), golden.get("sha256")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"
 
 
 def junit_xml(documents: list[dict]) -> str:
-    """JUnit XML: one testsuite per run document, one testcase per case."""
+    """JUnit XML: one testsuite per command and golden file, one testcase per case."""
     suites = ElementTree.Element("testsuites")
+    grouped: dict[tuple, list[dict]] = {}
     for document in documents:
-        summary = document["summary"]
+        grouped.setdefault(_suite_key(document), []).append(document)
+    totals = {"tests": 0, "failures": 0, "errors": 0, "time": 0.0}
+    for (command, path, _), members in grouped.items():
+        cases = [case for document in members for case in document["cases"]]
+        errors = [document for document in members if document.get("error")]
+        failed = sum(not case["passed"] for case in cases)
+        time = sum(case["time_s"] for case in cases)
         suite = ElementTree.SubElement(
-            suites,
-            "testsuite",
-            name=f"csa-conform {document['command']} {document['file']}",
-            tests=str(summary["cases"]),
-            failures=str(summary["failed"]),
+            suites, "testsuite",
+            name=f"csa-conform {command} {path or ''}".rstrip(),
+            tests=str(len(cases) + len(errors)),
+            failures=str(failed + len(errors)),
             errors="0",
+            time=_seconds(time),
         )
-        for case in document["cases"]:
+        for case in cases:
             testcase = ElementTree.SubElement(
-                suite, "testcase", classname=case.get("family") or document["command"], name=case["case_id"]
+                suite, "testcase", classname=f"{command}.{case.get('family') or 'case'}", name=case["case"],
+                time=_seconds(case["time_s"]),
             )
             if not case["passed"]:
-                lines = _failure_text(case)
+                failures = _failures(case) or [{"type": "failed", "message": "failed", "reproduce": case["reproduce"]}]
                 failure = ElementTree.SubElement(
-                    testcase, "failure", message=lines[0] if lines else "failed"
+                    testcase, "failure", type=failures[0]["type"], message=failures[0]["message"]
                 )
-                failure.text = "\n".join(lines + [f"reproduce: {case['reproduce']}"])
+                failure.text = "\n".join(
+                    f"[{entry['type']}] {entry['message']}\n  reproduce: {entry['reproduce']}" for entry in failures
+                )
+        for document in errors:
+            # The run itself failed (exit code 2 or 4): one failing test case says why.
+            testcase = ElementTree.SubElement(suite, "testcase", classname=f"{command}.run", name="run", time="0.000")
+            failure = ElementTree.SubElement(testcase, "failure", type=ERROR, message=document["error"]["message"])
+            failure.text = f"exit code {document['exit_code']}: {' '.join(document['argv'])}"
+        totals["tests"] += len(cases) + len(errors)
+        totals["failures"] += failed + len(errors)
+        totals["time"] += time
+    for key in ("tests", "failures", "errors"):
+        suites.set(key, str(totals[key]))
+    suites.set("time", _seconds(totals["time"]))
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -152,10 +93,11 @@ def merged_summary(documents: list[dict]) -> dict:
     """The JSON artefact: every run document plus a total."""
     cases = sum(document["summary"]["cases"] for document in documents)
     failed = sum(document["summary"]["failed"] for document in documents)
+    errors = sum(1 for document in documents if document.get("error"))
     return {
         "format": RESULTS_FORMAT,
         "version": RESULTS_VERSION,
-        "passed": failed == 0,
-        "summary": {"runs": len(documents), "cases": cases, "failed": failed},
+        "passed": failed == 0 and errors == 0 and all(document["passed"] for document in documents),
+        "summary": {"runs": len(documents), "cases": cases, "failed": failed, "errors": errors},
         "runs": documents,
     }

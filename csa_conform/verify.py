@@ -12,10 +12,10 @@ from __future__ import annotations
 import shlex
 
 from csa_conform.diff import compare_payloads
-from csa_conform.errors import ContractError
-from csa_conform.goldens import CorruptDataset, GoldenFile, GoldenStep
+from csa_conform.errors import ContractError, CorruptDataset
+from csa_conform.goldens import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
-from csa_conform.report import CaseResult, StepResult
+from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
 
 __all__ = ["reproduce_command", "verify_case", "verify_step"]
 
@@ -37,6 +37,7 @@ def verify_step(index: int, attrs: dict, output_names, step: GoldenStep) -> Step
                 False,
                 expect_error=step.expect_error,
                 problem=f"expected rejection {step.expect_error!r}, oracle said {message!r}",
+                problem_type=REJECTION_MISMATCH,
             )
         return StepResult(index, True, expect_error=step.expect_error)
     if step.expect_error is not None:
@@ -45,6 +46,7 @@ def verify_step(index: int, attrs: dict, output_names, step: GoldenStep) -> Step
             False,
             expect_error=step.expect_error,
             problem=f"expected rejection {step.expect_error!r}, but the oracle accepted the step",
+            problem_type=REJECTION_MISMATCH,
         )
     expected = {"outputs": step.outputs, **step.stages}
     actual = {"outputs": result.outputs}

@@ -12,11 +12,11 @@ from csa_conform.contract import INPUT_NAMES, claim_metadata, unsupported_reason
 from csa_conform.device.cuda import FORBIDDEN_PTX
 from csa_conform.device.kernels import MODULES, NVRTC_OPTIONS, PRELUDE
 from csa_conform.device.launches import ATTENTION_BLOCK, REPLICATE_BLOCK
-from csa_conform.device.modes import LAUNCHES
 from csa_conform.fixtures.closed_form import ratio4_plan, ratio128_plan
 from csa_conform.fixtures.stream import assemble, play
 from csa_conform.oracle import STAGES, run_step
 from csa_conform.resources import builtin_kernels
+from csa_conform.stages import LAUNCHES
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "stage-payloads.md"
 
@@ -169,7 +169,7 @@ def signature(entry: str, source: str) -> str:
 def test_abi_modules_entries_stages_and_blocks_are_the_runners():
     rows = table(ABI, "module file")
     assert {file.removesuffix(".cu"): entry for file, entry, *_ in rows} == MODULES
-    launched = {launch.module: ", ".join(launch.stages) for plan in LAUNCHES.values() for launch in plan}
+    launched = {launch.module: ", ".join(launch.stages) for launch in LAUNCHES}
     assert {file.removesuffix(".cu"): stages for file, _, stages, _ in rows} == launched
     blocks = {file.removesuffix(".cu"): int(shape.rsplit("×", 1)[1]) for file, _, _, shape in rows}
     assert blocks["csa_ratio4_index_replicate"] == REPLICATE_BLOCK

@@ -26,6 +26,12 @@ def main() -> None:
 
     Exit codes: 0 verified, 1 divergence or verification failure, 2 usage or
     invalid input, 4 environment (125 with --git-bisect), 130 interrupted.
+
+    \b
+    Examples:
+      csa-conform verify goldens/ci.h5
+      csa-conform diff --kernels ./my-kernels --json > diff.json
+      csa-conform report diff.json --junit junit.xml
     """
 
 

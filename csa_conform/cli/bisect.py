@@ -7,28 +7,43 @@ starts in rather than the stages it propagates to.
 
 from __future__ import annotations
 
-import json
-import sys
+import time
 
 import click
 
-from csa_conform.cli.diff import (
+from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.diff import DiffOptions, control_banner
+from csa_conform.cli.options import (
     DEFAULT_FILE,
-    DiffOptions,
+    case_selection,
+    device_options,
     effective_force_host,
-    environment_exit,
-    usage_exit,
+    golden_file,
+    output_options,
 )
 from csa_conform.device.conformance import compare_step, replay
 from csa_conform.device.modes import STAGES, Mode
-from csa_conform.errors import DeviceUnavailable, GoldenFormatError, UsageError
+from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
+from csa_conform.results import (
+    STEP_REJECTED,
+    case_entry,
+    control_run,
+    failure_entry,
+    golden_reference,
+    kernel_provenance,
+    results_document,
+    stage_entry,
+    step_entry,
+)
 
 
-def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions) -> dict | None:
-    runner = DiffOptions(options.file, Mode.CHAINED, options.force_host, options.kernels, options.ulp).runner()
-    for outcome in replay(golden, case, runner):
+def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions, runner, steps: int,
+                      quiet: bool) -> dict | None:
+    outcomes = progress(replay(golden, case, runner), steps, "bisect (chained)",
+                        lambda outcome: f"step {outcome.index}", quiet)
+    for outcome in outcomes:
         if outcome.expected_error is not None:
             continue
         if outcome.failure is not None:
@@ -36,22 +51,19 @@ def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions) -> di
         failing = [diff for diff in compare_step(outcome, STAGES, options.ulp) if not diff.passed]
         if failing:
             first = min(failing, key=lambda diff: STAGES.index(diff.stage))
-            same_stage = [diff for diff in failing if diff.stage == first.stage]
             return {
                 "step": outcome.index,
                 "stage": first.stage,
                 "tensor": first.tensor,
                 "element": first.first,
-                "diff": first.to_dict(),
-                "stage_tensors": [diff.summary() for diff in same_stage],
+                "diffs": [diff for diff in failing if diff.stage == first.stage],
                 "diverged_stages": sorted({diff.stage for diff in failing}, key=STAGES.index),
             }
     return None
 
 
-def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOptions) -> list[str]:
+def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOptions, runner) -> list[str]:
     """Stages that diverge when the divergent step runs with the oracle's inputs everywhere."""
-    runner = DiffOptions(options.file, Mode.ISOLATED, options.force_host, options.kernels, options.ulp).runner()
     for outcome in replay(golden, case, runner, upto=step):
         if outcome.index == step and outcome.actual is not None:
             failing = [diff for diff in compare_step(outcome, STAGES, options.ulp) if not diff.passed]
@@ -71,7 +83,7 @@ def _describe(case: str, steps: int, found: dict, isolated: list[str], options: 
         lines.append(f"  tensor {found['tensor']}, element {element['coords'] or 'scalar'} (flat {element['index']}): "
                      f"oracle {element['expected']} [{element['expected_bits']}], "
                      f"device {element['actual']} [{element['actual_bits']}]{ulp}")
-        lines.extend(f"  {summary}" for summary in found["stage_tensors"])
+        lines.extend(f"  {diff.summary()}" for diff in found["diffs"])
         lines.append(f"  chained run diverges at: {', '.join(found['diverged_stages'])}")
     origin = isolated[0] if isolated else None
     if origin:
@@ -80,48 +92,77 @@ def _describe(case: str, steps: int, found: dict, isolated: list[str], options: 
     else:
         lines.append(f"  isolated re-run of step {found['step']} is clean: the divergence comes from "
                      "device state carried in from earlier steps")
-    lines.append(f"  reproduce: {options.command(case, origin or found['stage'], Mode.ISOLATED if origin else None)}")
+    lines.append(f"  reproduce: {_reproduce(found, isolated, options, case)}")
     return lines
 
 
+def _reproduce(found: dict, isolated: list[str], options: DiffOptions, case: str) -> str:
+    origin = isolated[0] if isolated else None
+    return options.command(case, origin or found["stage"], Mode.ISOLATED if origin else None)
+
+
+def _case(case: str, steps: int, found: dict | None, isolated: list[str], options: DiffOptions,
+          seconds: float) -> dict:
+    failing = []
+    if found is not None:
+        reproduce = _reproduce(found, isolated, options, case)
+        if "message" in found:
+            failing.append(step_entry(found["step"], failure=failure_entry(
+                STEP_REJECTED, found["message"], reproduce, stage=found["stage"])))
+        else:
+            failing.append(step_entry(found["step"], stages=[stage_entry(found["stage"], reproduce, found["diffs"])]))
+    return case_entry(
+        case, passed=found is None, time_s=seconds, reproduce=options.command(case, "all"),
+        steps_total=steps, steps_compared=steps if found is None else found["step"] + 1, steps=failing,
+    )
+
+
 @click.command("bisect")
-@click.argument("file", required=False, default=DEFAULT_FILE, type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case id of the stream to bisect.")
-@click.option("--force-host", "force_host", default=None, metavar="STAGES",
-              help="Comma-separated stages (or all) to run on the host oracle.")
-@click.option("--kernels", default=None, type=click.Path(file_okay=False),
-              help="Kernel directory; default: kernels/.")
-@click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
-              help="Accept float differences up to N ULP.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("--git-bisect", is_flag=True, help="Exit 125 on environment failures.")
-def bisect(file, case, force_host, kernels, ulp, as_json, git_bisect):
+@golden_file(DEFAULT_FILE)
+@case_selection(exact=True)
+@device_options
+@output_options
+@boundary
+def bisect(file, case, force_host, kernels, ulp, git_bisect, as_json, quiet):
     """Find the first divergent step, stage, tensor and element of a stream (oracle vs device values, ULP).
 
-    Exit status: 0 no divergence, 1 divergence found, 2 usage, 4 environment (125 with --git-bisect).
+    Exit status: 0 no divergence, 1 divergence found, 2 usage, 4 environment (125 with
+    --git-bisect, also for goldens missing, unreadable or of another schema).
+
+    \b
+    Examples:
+      csa-conform bisect --case random.r4-stream-3 --kernels ./my-kernels
+      csa-conform bisect goldens/ci.h5 --case random.r4-stream-3 --json > bisect.json
     """
     options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), kernels, ulp)
-    try:
-        with GoldenFile(file) as golden:
-            if case not in golden.case_ids():
-                raise UsageError(f"{file} has no case {case!r}")
-            info = golden.case_info(case)
-            found = _first_divergence(golden, case, options)
-            isolated = _isolated_stages(golden, case, found["step"], options) if found else []
-    except DeviceUnavailable as error:
-        environment_exit(error, git_bisect, as_json)
-    except (UsageError, GoldenFormatError) as error:
-        usage_exit(error, as_json)
+    started = time.perf_counter()
+    chained, isolated_runner = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
+    with GoldenFile(file) as golden:
+        if case not in golden.case_ids():
+            raise UsageError(f"{file} has no case {case!r}")
+        golden_ref = golden_reference(file, golden.provenance.get("schema_version"))
+        steps = golden.case_info(case).step_count
+        found = _first_divergence(golden, case, options, chained, steps, quiet or as_json)
+        isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []
     code = ExitCode.DIVERGED if found else ExitCode.OK
+    control = control_run(chained.provenance) and control_run(isolated_runner.provenance)
+    if control:
+        click.secho(control_banner(options), err=True, fg="yellow", bold=True)
     if as_json:
-        click.echo(json.dumps({
-            "command": "bisect", "file": file, "case": case, "steps": info.step_count,
-            "divergence": found, "isolated_divergent_stages": isolated,
-            "origin": isolated[0] if isolated else None, "exit_code": int(code),
-        }, indent=2))
+        summary = None
+        if found is not None:
+            summary = {key: found.get(key) for key in ("step", "stage", "tensor", "element", "message")}
+            summary["chained_divergent_stages"] = found.get("diverged_stages", [found["stage"]])
+        emit_json(results_document(
+            "bisect", argv(), [_case(case, steps, found, isolated, options, time.perf_counter() - started)],
+            exit_code=code, golden=golden_ref, kernels=kernel_provenance(chained.provenance), control=control,
+            options=options.describe(),
+            extra={"bisect": {"first_divergence": summary, "isolated_divergent_stages": isolated,
+                              "origin": isolated[0] if isolated else None}},
+        ))
     elif found:
-        for line in _describe(case, info.step_count, found, isolated, options):
+        for line in _describe(case, steps, found, isolated, options):
             click.echo(line)
     else:
-        click.echo(f"case {case}: {info.step_count} steps, no divergence (chained, every stage)")
-    sys.exit(int(code))
+        click.echo(f"case {case}: {steps} steps, no divergence (chained, every stage)")
+    return code

@@ -1,8 +1,11 @@
 """What every command shares: the error boundary, exit codes and terminal-aware output.
 
 The boundary turns the failures a user can cause (bad arguments, a missing,
-malformed or tampered file) into one line on stderr and the matching exit
-code, never a traceback; anything else is a bug and keeps its traceback.
+malformed or tampered file, no device) into one line on stderr and the exit
+code the error carries (csa_conform.errors.exit_code_of, --git-bisect
+included), never a traceback; with --json the checking commands also print
+the results document of the failed run. Anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -18,9 +20,9 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import click
 from rich.console import Console
 
-from csa_conform.errors import CsaConformError, DeviceUnavailable
+from csa_conform.errors import CsaConformError, exit_code_of
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import CorruptDataset
+from csa_conform.results import COMMANDS, error_document
 
 PROGRAM = "csa-conform"
 
@@ -35,12 +37,21 @@ def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
     sys.exit(int(code))
 
 
-def exit_code_of(error: BaseException) -> ExitCode:
-    if isinstance(error, CorruptDataset):
-        return ExitCode.DIVERGED
-    if isinstance(error, DeviceUnavailable):
-        return ExitCode.ENVIRONMENT
-    return ExitCode.USAGE
+def argv() -> list[str]:
+    """The command line as typed (the group records it; a command invoked on its own rebuilds it)."""
+    context = click.get_current_context(silent=True)
+    root = context.find_root() if context else None
+    if root is not None and isinstance(root.obj, dict) and "argv" in root.obj:
+        return root.obj["argv"]
+    return [PROGRAM] + sys.argv[1:]
+
+
+def _error_exit(error: BaseException, command: str | None, as_json: bool, git_bisect: bool,
+                file: str | None) -> None:
+    code = exit_code_of(error, git_bisect=git_bisect)
+    if as_json and command in COMMANDS:
+        emit_json(error_document(command, argv(), error, code, file))
+    fail(str(error), code)
 
 
 def boundary(command: Callable) -> Callable:
@@ -55,7 +66,9 @@ def boundary(command: Callable) -> Callable:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(int(ExitCode.OK))
         except (CsaConformError, OSError) as error:
-            fail(str(error), exit_code_of(error))
+            name = click.get_current_context().info_name
+            _error_exit(error, name, kwargs.get("as_json", False), kwargs.get("git_bisect", False),
+                        kwargs.get("file"))
         sys.exit(int(code if code is not None else ExitCode.OK))
 
     return run
@@ -66,10 +79,14 @@ class OneLineErrors(click.Group):
 
     def main(self, args=None, prog_name=None, **extra):
         extra["standalone_mode"] = False
+        words = list(sys.argv[1:] if args is None else args)
+        extra["obj"] = {"argv": [PROGRAM] + words}
         try:
-            code = super().main(args=args, prog_name=prog_name or PROGRAM, **extra)
+            code = super().main(args=words, prog_name=prog_name or PROGRAM, **extra)
         except click.UsageError as error:
             hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+            if "--json" in words and error.ctx is not None and error.ctx.info_name in COMMANDS:
+                emit_json(error_document(error.ctx.info_name, [PROGRAM] + words, error, ExitCode.USAGE))
             fail(f"{error.format_message()}{hint}")
         except click.ClickException as error:
             fail(error.format_message())
@@ -86,12 +103,16 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
+def print_table(out: Console, table) -> None:
+    """Print a table whose unbreakable cells (case ids) fit: a narrower terminal wraps the lines
+    rather than rich cutting the ids or squeezing columns away."""
+    needed = out.measure(table, options=out.options.update_width(10**4)).minimum
+    out.width = max(out.width, needed)
+    out.print(table, crop=False)
+
+
 def emit_json(document) -> None:
     click.echo(json.dumps(document, indent=2, sort_keys=False))
-
-
-def command_line() -> str:
-    return " ".join([PROGRAM] + [shlex.quote(argument) for argument in sys.argv[1:]])
 
 
 def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) -> Iterator[Result]:
@@ -110,24 +131,26 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def progress(items: Iterable[Result], total: int, label: str, describe: Callable[[Result], str]):
-    """Wrap an iterator with a rich progress bar on a terminal (stderr), else plain lines."""
-    if sys.stderr.isatty():
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def progress(items: Iterable[Result], total: int, label: str, describe: Callable[[Result], str],
+             quiet: bool = False):
+    """Wrap an iterator with a rich progress bar on stderr when it is a terminal (and not --quiet).
 
-        columns = (
-            TextColumn(label),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-        )
-        with Progress(*columns, console=console(stderr=True), transient=True) as bar:
-            task = bar.add_task("", total=total)
-            for item in items:
-                bar.update(task, advance=1, description=describe(item))
-                yield item
+    Piped or redirected, nothing is drawn: a log gets the results, not one line per case.
+    """
+    if quiet or not sys.stderr.isatty():
+        yield from items
         return
-    for index, item in enumerate(items, 1):
-        click.echo(f"{label} [{index}/{total}] {describe(item)}", err=True)
-        yield item
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=total)
+        for item in items:
+            bar.update(task, advance=1, description=describe(item))
+            yield item

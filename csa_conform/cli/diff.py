@@ -6,34 +6,33 @@ Presentation only: the replay and comparison live in csa_conform.device.
 from __future__ import annotations
 
 import fnmatch
-import json
+import os
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 
 import click
 
-from csa_conform.cli.common import fail
+from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
+from csa_conform.cli.options import (
+    DEFAULT_FILE,
+    case_selection,
+    device_options,
+    effective_force_host,
+    golden_file,
+    output_options,
+    stage_option,
+)
 from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.modes import STAGES, Mode, force_host_from_environment, parse_force_host
+from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.errors import DeviceUnavailable, GoldenFormatError, UsageError
+from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
-from csa_conform.resources import ci_goldens
-
-DEFAULT_FILE = str(ci_goldens())
-SHORT_NAMES = {
-    "compression_update": "1:compress",
-    "index_key_update": "2:index-key",
-    "index_query_finalize": "3:query",
-    "index_scoring": "4:score",
-    "selection": "5:select",
-    "candidate_assembly": "6:candidates",
-    "sparse_sink_softmax_attention": "7:attention",
-    "writeback": "8:writeback",
-}
+from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.stages import BY_NAME
 
 
 @dataclass(frozen=True)
@@ -64,25 +63,14 @@ class DiffOptions:
             words += ["--ulp", str(self.ulp)]
         return shlex.join(words)
 
-    def runner(self) -> DeviceRunner:
+    def runner(self, mode: Mode | None = None) -> DeviceRunner:
         kernels = KernelDirectory(self.kernels) if self.kernels else KernelDirectory()
-        return DeviceRunner(kernels, mode=self.mode, force_host=self.force_host)
+        return DeviceRunner(kernels, mode=mode or self.mode, force_host=self.force_host)
 
-
-def parse_stages(value: str) -> tuple[str, ...]:
-    if value == "all":
-        return STAGES
-    if value not in STAGES:
-        raise click.BadParameter(f"{value!r} is not a stage; choose all or one of {', '.join(STAGES)}")
-    return (value,)
-
-
-def effective_force_host(option: str | None) -> frozenset[str]:
-    """--force-host plus the environment switches (CSA_CONFORM_FORCE_HOST, ONNX_GENAI_CSA_FORCE_HOST)."""
-    try:
-        return parse_force_host(option) | force_host_from_environment()
-    except UsageError as error:
-        raise click.BadParameter(str(error), param_hint="--force-host") from None
+    def describe(self) -> dict:
+        """The run's options as the results document records them."""
+        return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
+                "kernels": self.kernels, "ulp": self.ulp}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -94,18 +82,16 @@ def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
     return cases
 
 
-def environment_exit(error: Exception, git_bisect: bool, as_json: bool) -> None:
-    """Report an environment failure and exit 4 (125 under git bisect run, which skips the commit)."""
-    code = ExitCode.BISECT_SKIP if git_bisect else ExitCode.ENVIRONMENT
-    if as_json:
-        click.echo(json.dumps({"error": str(error), "exit_code": int(code)}, indent=2))
-    fail(f"environment: {error}", code)
-
-
-def usage_exit(error: Exception, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({"error": str(error), "exit_code": int(ExitCode.USAGE)}, indent=2))
-    fail(str(error), ExitCode.USAGE)
+def control_banner(options: DiffOptions) -> str:
+    """What an all-host run must say loudly: it compared the oracle with itself, not with kernels."""
+    sources = []
+    if os.environ.get(SEED_FORCE_HOST_ENV, "") not in ("", "0"):
+        sources.append(f"{SEED_FORCE_HOST_ENV}={os.environ[SEED_FORCE_HOST_ENV]} (inherited)")
+    if os.environ.get(FORCE_HOST_ENV):
+        sources.append(f"{FORCE_HOST_ENV}={os.environ[FORCE_HOST_ENV]}")
+    why = ", ".join(sources) or f"--force-host {options.forced or 'none'}"
+    return (f"CONTROL RUN: no kernel was launched; every compared stage ran on the host oracle ({why}). "
+            "This checks the harness, not your kernels.")
 
 
 def _cell(report: CaseReport, stage: str) -> str:
@@ -117,6 +103,10 @@ def _cell(report: CaseReport, stage: str) -> str:
     if verdict.status == IDENTICAL:
         return "ok" if verdict.placement == "device" else "ok(host)"
     return "."
+
+
+def _cell_width(stage: str) -> int:
+    return max(len(BY_NAME[stage].label), len("ok(host)"))
 
 
 def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
@@ -136,15 +126,17 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
     return lines
 
 
-def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: DiffOptions) -> None:
-    for line in header:
-        click.echo(line)
-    width = max([len("case")] + [len(report.case) for report in reports])
-    columns = [SHORT_NAMES[stage] for stage in stages]
-    click.echo("  ".join(["case".ljust(width)] + [column.ljust(12) for column in columns]).rstrip())
-    for report in reports:
-        cells = [_cell(report, stage).ljust(12) for stage in stages]
-        click.echo("  ".join([report.case.ljust(width)] + cells).rstrip())
+def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: DiffOptions,
+                 quiet: bool = False) -> None:
+    if not quiet:
+        for line in header:
+            click.echo(line)
+        width = max([len("case")] + [len(report.case) for report in reports])
+        columns = [BY_NAME[stage].label for stage in stages]
+        click.echo("  ".join(["case".ljust(width)] + [column.ljust(12) for column in columns]).rstrip())
+        for report in reports:
+            cells = [_cell(report, stage).ljust(12) for stage in stages]
+            click.echo("  ".join([report.case.ljust(width)] + cells).rstrip())
     failures = [line for report in reports for line in _failure_lines(report, options)]
     click.echo(_summary(reports))
     if failures:
@@ -153,22 +145,24 @@ def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: lis
             click.echo(line)
 
 
-def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: DiffOptions) -> None:
+def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: DiffOptions,
+                console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = console or Console()
     for line in header:
         console.print(line, highlight=False)
     table = Table(show_lines=False)
-    table.add_column("case")
+    # Case ids are what a user copies into --case: never cut, never folded.
+    table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
     styles = {"DIFF": "bold red", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
-        table.add_column(SHORT_NAMES[stage], justify="center")
+        table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:
         cells = [_cell(report, stage) for stage in stages]
         table.add_row(report.case, *(f"[{styles[cell]}]{cell}[/]" for cell in cells))
-    console.print(table)
+    print_table(console, table)
     console.print(_summary(reports), highlight=False)
     failures = [line for report in reports for line in _failure_lines(report, options)]
     if failures:
@@ -200,67 +194,66 @@ def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...])
     ]
 
 
-def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None):
-    """The reports of every selected case and the runner that produced them."""
+def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False):
+    """The reports of every selected case with their times, the runner, and the golden file's reference."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
         cases = select_cases(golden, case_glob)
-        reports = [check_case(golden, case, runner, stages, options.ulp) for case in cases]
-    return reports, runner
+        golden_ref = golden_reference(options.file, golden.provenance.get("schema_version"))
+
+        def timed(case: str) -> tuple[CaseReport, float]:
+            started = time.perf_counter()
+            report = check_case(golden, case, runner, stages, options.ulp)
+            return report, time.perf_counter() - started
+
+        def describe(done: tuple[CaseReport, float]) -> str:
+            return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
+
+        timed_reports = list(progress(map(timed, cases), len(cases), "diff", describe, quiet))
+    return timed_reports, runner, golden_ref
 
 
 @click.command("diff")
-@click.argument("file", required=False, default=DEFAULT_FILE, type=click.Path(dir_okay=False))
-@click.option("--stage", "stage", default="all", show_default=True,
-              help="Stage to compare (all, or one of the eight stage names).")
+@golden_file(DEFAULT_FILE)
+@stage_option
 @click.option("--mode", type=click.Choice([mode.value for mode in Mode]), default=Mode.CHAINED.value,
               show_default=True, help="chained: device outputs feed device stages; isolated: every stage "
               "reads the oracle's payloads.")
-@click.option("--force-host", "force_host", default=None, metavar="STAGES",
-              help="Comma-separated stages (or all) to run on the host oracle inside the device run; "
-              "CSA_CONFORM_FORCE_HOST and ONNX_GENAI_CSA_FORCE_HOST add to it.")
-@click.option("--kernels", default=None, type=click.Path(file_okay=False),
-              help="Kernel directory (block_quant.cuh + the seven .cu modules); default: kernels/.")
-@click.option("--case", "case_glob", default=None, metavar="GLOB", help="Only cases whose id matches GLOB.")
-@click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
-              help="Accept float differences up to N ULP (packed records and indices stay exact).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the table.")
-@click.option("--git-bisect", is_flag=True, help="Exit 125 on environment failures (git bisect run skips).")
-def diff(file, stage, mode, force_host, kernels, case_glob, ulp, as_json, git_bisect):
+@case_selection()
+@device_options
+@output_options
+@boundary
+def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, as_json, quiet):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
-    (no CUDA device, kernel compile error; 125 with --git-bisect).
+    (no CUDA device, kernel compile error; 125 with --git-bisect, also for goldens
+    missing, unreadable or of another schema).
+
+    \b
+    Examples:
+      csa-conform diff --kernels ./my-kernels
+      csa-conform diff goldens/ci.h5 --stage 5:select --mode isolated --case 'random.*'
+      csa-conform diff --force-host all -q            # control run: no kernel launched
+      git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    stages = parse_stages(stage)
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp)
-    try:
-        reports, runner = run_diff(options, stages, case_glob)
-    except DeviceUnavailable as error:
-        environment_exit(error, git_bisect, as_json)
-    except (UsageError, GoldenFormatError) as error:
-        usage_exit(error, as_json)
+    timed_reports, runner, golden_ref = run_diff(options, stages, case_glob, quiet or as_json)
+    reports = [report for report, _ in timed_reports]
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
+    control = control_run(runner.provenance)
+    if control:
+        click.secho(control_banner(options), err=True, fg="yellow", bold=True)
     if as_json:
-        document = {
-            "command": "diff",
-            "file": options.file,
-            "mode": options.mode.value,
-            "stages": list(stages),
-            "force_host": [name for name in STAGES if name in options.force_host],
-            "ulp": options.ulp,
-            "cases": [
-                {**report.to_dict(),
-                 "reproduce": {verdict.stage: options.command(report.case, verdict.stage)
-                               for verdict in report.diverged()}}
-                for report in reports
-            ],
-            "summary": _summary(reports),
-            "provenance": runner.provenance.to_dict(),
-            "exit_code": int(code),
-        }
-        click.echo(json.dumps(document, indent=2))
+        emit_json(results_document(
+            "diff", argv(),
+            [device_case_entry(report, lambda stage, case=report.case: options.command(case, stage), seconds)
+             for report, seconds in timed_reports],
+            exit_code=code, golden=golden_ref, kernels=kernel_provenance(runner.provenance), control=control,
+            options={**options.describe(), "stages": list(stages)},
+        ))
+    elif sys.stdout.isatty() and not quiet:
+        render_rich(reports, stages, _header(runner, options, stages), options)
     else:
-        render = render_rich if sys.stdout.isatty() else render_plain
-        render(reports, stages, _header(runner, options, stages), options)
-    sys.exit(int(code))
+        render_plain(reports, stages, _header(runner, options, stages), options, quiet)
+    return code

@@ -32,13 +32,19 @@ def generate_case(recipe: Recipe) -> GoldenCase:
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes (the file is identical for any value).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @boundary
 def generate_command(
-    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int
+    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, quiet: bool
 ) -> ExitCode:
     """Build deterministic fixtures, run the oracle on every step and write goldens.
 
     The file appears only when complete: an error or Ctrl-C leaves nothing behind.
+
+    \b
+    Examples:
+      csa-conform generate --suite ci -o build/ci.h5 --force --jobs 4
+      csa-conform generate --case 'random.r4-*' --seed 7 -o random.h5
     """
     output = output or Path(f"{suite}.h5")
     recipes = suite_recipes(suite, seed, case_glob)
@@ -47,11 +53,15 @@ def generate_command(
     started = time.monotonic()
     counted = {"steps": 0}
 
+    def counting(cases):
+        for case in cases:
+            counted["steps"] += len(case.steps)
+            yield case
+
     def describe(case: GoldenCase) -> str:
-        counted["steps"] += len(case.steps)
         return f"{case.case_id} ({len(case.steps)} steps)"
 
-    cases = progress(fan_out(generate_case, recipes, jobs), len(recipes), "generate", describe)
+    cases = progress(counting(fan_out(generate_case, recipes, jobs)), len(recipes), "generate", describe, quiet)
     provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*"}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)
@@ -59,7 +69,7 @@ def generate_command(
         case = shlex.quote(error.case_id or "*")
         reproduce = f"csa-conform generate --suite {suite} --seed {seed} --case {case} -o case.h5"
         click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
-        return ExitCode.DIVERGED
+        return error.exit_code
     size = os.path.getsize(output) / 1e6
     click.echo(
         f"wrote {output}: {written} cases, {counted['steps']} steps, {size:.2f} MB "

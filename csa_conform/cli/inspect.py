@@ -9,11 +9,12 @@ import numpy as np
 from rich.table import Table
 from rich.text import Text
 
-from csa_conform.cli.common import boundary, console, emit_json, stdout_is_terminal
+from csa_conform.cli.common import boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.diff import default_axes
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
+from csa_conform.stages import resolve_stage
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.records import (
@@ -32,14 +33,23 @@ PREVIEW = 6
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("case", required=False)
 @click.option("--step", type=click.IntRange(min=0), help="Show the tensors of step K.")
-@click.option("--stage", metavar="S", help="Only this stage (or 'inputs' / 'outputs').")
+@click.option("--stage", metavar="S", help="Only this stage (as diff --stage spells it) or 'inputs' / 'outputs'.")
 @click.option("--decode", is_flag=True, help="Decode packed FP8/FP4 records (first record of each tensor).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @boundary
 def inspect_command(
     file: str, case: str | None, step: int | None, stage: str | None, decode: bool, as_json: bool
 ) -> ExitCode:
-    """List the cases of FILE, the steps of CASE, or the tensors of one step."""
+    """List the cases of FILE, the steps of CASE, or the tensors of one step.
+
+    \b
+    Examples:
+      csa-conform inspect goldens/ci.h5
+      csa-conform inspect goldens/ci.h5 seed-closed-form.r4-prefill-8
+      csa-conform inspect goldens/ci.h5 seed-closed-form.r4-prefill-8 --step 0 --stage 5 --decode
+    """
+    if stage is not None and resolve_stage(stage) is not None:
+        stage = resolve_stage(stage).name
     if case is None and (step is not None or stage or decode):
         raise UsageError("--step, --stage and --decode need a CASE")
     with GoldenFile(file) as golden:
@@ -230,11 +240,13 @@ def _render(document: dict) -> None:
 def _emit(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
     if stdout_is_terminal():
         table = Table(title=title)
-        for column in columns:
+        # The first column holds what a user copies into the next command (case ids, tensor names).
+        table.add_column(columns[0], no_wrap=True, min_width=max([len(str(row[0])) for row in rows] + [1]))
+        for column in columns[1:]:
             table.add_column(column, overflow="fold")
         for row in rows:
             table.add_row(*(Text(str(cell)) for cell in row))
-        console().print(table)
+        print_table(console(), table)
         return
     click.echo(title)
     click.echo("\t".join(columns))

@@ -1,4 +1,4 @@
-"""``csa-conform report``: CI artefacts (JUnit XML, JSON) from ``--json`` run documents."""
+"""``csa-conform report``: CI artefacts (JUnit XML, JSON) from results documents."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import click
 from csa_conform.cli.common import boundary
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.report import junit_xml, load_run, merged_summary
+from csa_conform.report import junit_xml, merged_summary
+from csa_conform.results import load_results
 
 
 @click.command("report")
@@ -19,21 +20,30 @@ from csa_conform.report import junit_xml, load_run, merged_summary
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the merged JSON summary here.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not print the one-line summary.")
 @boundary
-def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None) -> ExitCode:
-    """Turn RESULTS (documents written by 'verify --json' or 'diff --json'; '-' reads stdin)
-    into CI artefacts. Exits 0 once written, whatever the results say: the run's
-    own exit code is the gate."""
+def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, quiet: bool) -> ExitCode:
+    """Turn RESULTS (documents written by verify, diff, bisect or explain with --json;
+    '-' reads stdin) into CI artefacts: one JUnit file and one JSON summary, however
+    many documents (e.g. the shards of one run) are given. Exits 0 once written,
+    whatever the results say: the run's own exit code is the gate.
+
+    \b
+    Examples:
+      csa-conform diff --json > diff.json; csa-conform report diff.json --junit junit.xml
+      csa-conform report shard-*.json --junit junit.xml --json summary.json
+    """
     if junit is None and json_path is None:
         raise UsageError("nothing to write: give --junit FILE and/or --json FILE")
-    documents = [load_run(_read(source), source) for source in results]
+    documents = [load_results(_read(source), source) for source in results]
     if junit is not None:
         junit.write_text(junit_xml(documents))
     if json_path is not None:
         json_path.write_text(json.dumps(merged_summary(documents), indent=2) + "\n")
-    total = sum(document["summary"]["cases"] for document in documents)
-    failed = sum(document["summary"]["failed"] for document in documents)
-    click.echo(f"report: {len(documents)} runs, {total} cases, {failed} failed")
+    if not quiet:
+        total = sum(document["summary"]["cases"] for document in documents)
+        failed = sum(document["summary"]["failed"] for document in documents)
+        click.echo(f"report: {len(documents)} runs, {total} cases, {failed} failed")
     return ExitCode.OK
 
 

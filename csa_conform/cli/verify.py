@@ -3,94 +3,115 @@
 from __future__ import annotations
 
 import fnmatch
+import time
 from functools import partial
+from typing import Callable
 
 import click
 from rich.table import Table
 from rich.text import Text
 
 from csa_conform.cli.common import (
+    argv,
     boundary,
-    command_line,
     console,
     emit_json,
     fan_out,
+    print_table,
     progress,
     stdout_is_terminal,
 )
+from csa_conform.cli.options import case_selection, golden_file, output_options
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
-from csa_conform.report import CaseResult, run_document
+from csa_conform.results import CaseResult, golden_reference, results_document
 from csa_conform.verify import verify_case
 
 
-def selected_cases(path: str, case_glob: str | None) -> list[str]:
-    """Case ids of a golden file, filtered by a glob (which must match something)."""
+def selected_cases(path: str, case_glob: str | None) -> tuple[list[str], int | None]:
+    """Case ids of a golden file, filtered by a glob (which must match something), and its schema version."""
     with GoldenFile(path) as golden:
         ids = golden.case_ids()
-    if case_glob is None:
-        return ids
-    chosen = [case_id for case_id in ids if fnmatch.fnmatchcase(case_id, case_glob)]
-    if not chosen:
-        raise UsageError(f"no case of {path} matches {case_glob!r}")
-    return chosen
+        schema_version = golden.provenance.get("schema_version")
+    if case_glob is not None:
+        ids = [case_id for case_id in ids if fnmatch.fnmatchcase(case_id, case_glob)]
+        if not ids:
+            raise UsageError(f"no case of {path} matches {case_glob!r}")
+    return ids, schema_version
+
+
+def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
+    """One case and how long it took (module level so worker processes can receive it)."""
+    started = time.perf_counter()
+    result = verify(case_id)
+    result.time_s = time.perf_counter() - started
+    return result
 
 
 @click.command("verify")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--case", "case_glob", metavar="GLOB", help="Only cases whose id matches GLOB.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON document.")
+@golden_file()
+@case_selection()
+@output_options
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
 @boundary
-def verify_command(file: str, case_glob: str | None, as_json: bool, jobs: int) -> ExitCode:
+def verify_command(file: str, case_glob: str | None, as_json: bool, quiet: bool, jobs: int) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
     Works on any file that follows the golden layout. A tampered dataset fails
     its sha256 check and is named; each failure line ends with the command
     that reproduces just that case.
+
+    \b
+    Examples:
+      csa-conform verify goldens/ci.h5
+      csa-conform verify goldens/ci.h5 --case 'random.*' --jobs 4 -q
+      csa-conform verify goldens/ci.h5 --json > verify.json
     """
-    case_ids = selected_cases(file, case_glob)
+    case_ids, schema_version = selected_cases(file, case_glob)
     results = list(
         progress(
-            fan_out(partial(verify_case, file), case_ids, jobs),
+            fan_out(partial(timed_case, partial(verify_case, file)), case_ids, jobs),
             len(case_ids),
             "verify",
             lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
+            quiet,
         )
     )
-    document = run_document("verify", file, command_line(), results)
+    code = ExitCode.OK if all(result.passed for result in results) else ExitCode.DIVERGED
+    document = results_document(
+        "verify", argv(), [result.entry() for result in results],
+        exit_code=code, golden=golden_reference(file, schema_version),
+    )
     if as_json:
         emit_json(document)
-    elif stdout_is_terminal():
-        _table(results, document)
+    elif stdout_is_terminal() and not quiet:
+        _table(results, document, file)
     else:
-        _lines(results, document)
-    return ExitCode.OK if document["passed"] else ExitCode.DIVERGED
+        _lines(results, document, file)
+    return code
 
 
-def _lines(results: list[CaseResult], document: dict) -> None:
+def _lines(results: list[CaseResult], document: dict, file: str) -> None:
     for result in results:
         for line in result.failure_lines():
             click.echo(line)
-    click.echo(_summary(document))
+    click.echo(_summary(document, file))
 
 
-def _summary(document: dict) -> str:
+def _summary(document: dict, file: str) -> str:
     summary = document["summary"]
     verdict = "verified" if document["passed"] else "FAILED"
-    return (
-        f"{verdict}: {summary['passed']}/{summary['cases']} cases passed "
-        f"({summary['steps']} steps) in {document['file']}"
-    )
+    return f"{verdict}: {summary['passed']}/{summary['cases']} cases passed ({summary['steps']} steps) in {file}"
 
 
-def _table(results: list[CaseResult], document: dict) -> None:
+def _table(results: list[CaseResult], document: dict, file: str) -> None:
     out = console()
     failing = [result for result in results if not result.passed]
     if failing:
         table = Table(title="divergences", show_lines=False)
-        for column in ("case", "step", "where", "first divergence"):
+        table.add_column("case", no_wrap=True, min_width=max(len(result.case_id) for result in failing))
+        for column in ("step", "where", "first divergence"):
             table.add_column(column, overflow="fold")
         for result in failing:
             for line in result.failure_lines():
@@ -109,6 +130,6 @@ def _table(results: list[CaseResult], document: dict) -> None:
                         Text(f"{diff.stage}/{diff.tensor}"),
                         Text(diff.problem or where),
                     )
-        out.print(table)
+        print_table(out, table)
     style = "green" if document["passed"] else "bold red"
-    out.print(_summary(document), style=style, markup=False)
+    out.print(_summary(document, file), style=style, markup=False)

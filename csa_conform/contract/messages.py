@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import ContractError
-
-OP = "CompressedSparseAttention"
+from csa_conform.errors import OP, ContractError
 HARNESS = "csa-conform harness check (not a reference message)"
 
 

@@ -16,11 +16,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from csa_conform.device.modes import Mode
-from csa_conform.device.runner import STATE_THREADING, DeviceRunner, DeviceStepResult, HostStageRejected
+from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.diff import TensorDiff, compare_payloads
-from csa_conform.errors import ContractError
+from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.goldens import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
+from csa_conform.stages import STATE_THREADING
 
 IDENTICAL = "identical"
 DIVERGED = "diverged"

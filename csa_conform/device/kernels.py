@@ -16,19 +16,12 @@ from pathlib import Path
 
 from csa_conform.errors import DeviceUnavailable
 from csa_conform.resources import builtin_kernels
+from csa_conform.stages import kernel_modules
 
 PRELUDE = "block_quant.cuh"
 
-# module file stem -> extern "C" entry
-MODULES = {
-    "csa_ratio128_compression": "csa_ratio128_compress",
-    "csa_ratio4_main_compression": "csa_ratio4_main_compress",
-    "csa_ratio4_index_compression": "csa_ratio4_index_compress",
-    "csa_ratio4_index_select": "csa_ratio4_index_select",
-    "csa_ratio4_index_replicate": "csa_ratio4_index_replicate",
-    "csa_ratio128_attention": "csa_ratio128_sink_attention",
-    "csa_ratio4_attention": "csa_ratio4_sink_attention",
-}
+# module file stem -> extern "C" entry (the registry's launches)
+MODULES = kernel_modules()
 
 NVRTC_OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
 

@@ -6,32 +6,80 @@ per (batch, query, head) for attention. Each function reads what its kernel
 consumes through the step run (the oracle's payloads when isolated) and
 stores the payloads of the stages it computes that the plan keeps on the
 device; the fused launches also run when only some of their stages are.
+Each function is named by its ``Launch`` entry in csa_conform.stages and
+reaches the step only through ``LaunchSite``, so this module imports
+nothing from the step or the runner.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from csa_conform.contract import DENSE_WINDOW
+from csa_conform.contract import DENSE_WINDOW, StepGeometry
 from csa_conform.device.candidates import candidates_read_back
+from csa_conform.device.tensors import StepTensors
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
-
-if TYPE_CHECKING:
-    from csa_conform.device.step import CompressorStream, StepRun
+from csa_conform.stages import BY_NAME, COMPRESSOR_INPUTS, Launch
 
 ATTENTION_BLOCK = 256
 REPLICATE_BLOCK = 256
+
+
+class LaunchSite(Protocol):
+    """The step a launch runs in (csa_conform.device.step.StepRun)."""
+
+    g: StepGeometry
+    t: StepTensors
+    stages: dict[str, dict[str, np.ndarray]]
+
+    def backend(self): ...
+
+    def on_device(self, stage: str) -> bool: ...
+
+    def upstream_device(self, stage: str, tensor: str, buffer: str): ...
+
+    def device_arrays(self, *names: str) -> tuple: ...
+
+    def total(self): ...
+
+    def bias(self) -> np.ndarray: ...
+
+    def launch(self, launch: Launch, grid: int, block: int, args: tuple, scratch: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class CompressorStream:
+    """The tensors of one compressor: the main stream (stage 1) or the index stream (stage 2)."""
+
+    stage: str
+    sources: tuple[str, str, str, str]
+    past_cache: str
+    past_carry: str
+    cache: str
+    carry: str
+
+    @property
+    def index(self) -> bool:
+        return self.stage == "index_key_update"
+
+
+def _stream(stage: str) -> CompressorStream:
+    kv, gate, ape, norm, past_cache, past_carry = COMPRESSOR_INPUTS[stage]
+    cache, carry = BY_NAME[stage].outputs
+    return CompressorStream(stage, (kv, gate, ape, norm), past_cache, past_carry, cache, carry)
 
 
 def _ints(*values: int) -> tuple:
     return tuple(np.int32(value) for value in values)
 
 
-def compress(run: StepRun, stream: CompressorStream) -> None:
+def compress(run: LaunchSite, launch: Launch) -> None:
     """Stage 1 or 2: the present cache and carry, and the logical records decoded from the cache."""
     g, backend = run.g, run.backend()
+    stream = _stream(launch.stages[0])
     fp8 = stream.index or g.cache_format != "f32"
     width = g.index_stored_width if stream.index else g.stored_width
     past_cache, past_carry = run.device_arrays(stream.past_cache, stream.past_carry)
@@ -40,15 +88,13 @@ def compress(run: StepRun, stream: CompressorStream) -> None:
     kv, gate, ape, norm = run.device_arrays(*stream.sources)
     kept = int(past_cache.shape[1])
     if g.ratio == 128:
-        module = "csa_ratio128_compression"
         args = (kv, gate, ape, norm, past_carry, past_cache, carry, cache) + _ints(
             g.batch, g.sequence, g.dim, kept, g.next_records, int(fp8)) + (run.total(),)
     else:
-        module = "csa_ratio4_index_compression" if stream.index else "csa_ratio4_main_compression"
         dim = g.index_dim if stream.index else g.dim
         args = (kv, gate, ape, norm, past_cache, past_carry, cache, carry) + _ints(
             g.batch, g.sequence, dim, g.rope_dim, kept, g.next_records) + (run.total(),)
-    run.launch(module, g.batch, 1, args, (stream.stage,), {"record_capacity": g.next_records})
+    run.launch(launch, g.batch, 1, args, {"record_capacity": g.next_records})
     run.t.put(stream.cache, cache)
     run.t.put(stream.carry, carry)
     present = run.t.host(stream.cache)
@@ -59,7 +105,7 @@ def compress(run: StepRun, stream: CompressorStream) -> None:
     run.stages[stream.stage] = {stream.cache: present, stream.carry: run.t.host(stream.carry), **logical}
 
 
-def index_select(run: StepRun) -> None:
+def index_select(run: LaunchSite, launch: Launch) -> None:
     """Stages 3-5 fused: transformed queries, scores (-inf pre-filled) and the shared selection."""
     g, backend = run.g, run.backend()
     rows = g.batch * g.sequence
@@ -72,9 +118,8 @@ def index_select(run: StepRun) -> None:
     args = (query, weight, key, transformed, scores, selected) + _ints(
         g.batch, g.sequence, g.index_heads, g.index_dim, g.rope_dim, capacity) + (run.total(),) + _ints(
         g.topk_width)
-    stages = ("index_query_finalize", "index_scoring", "selection")
     scratch = {"transformed": int(transformed.size), "scores": int(scores.size), "selected": int(selected.size)}
-    run.launch("csa_ratio4_index_select", rows, 1, args, stages, scratch)
+    run.launch(launch, rows, 1, args, scratch)
     shape = (g.batch, g.sequence)
     if run.on_device("index_query_finalize"):
         run.stages["index_query_finalize"] = {
@@ -85,14 +130,14 @@ def index_select(run: StepRun) -> None:
     run.t.put("selected", selected)
 
 
-def replicate(run: StepRun) -> None:
+def replicate(run: LaunchSite, launch: Launch) -> None:
     """Stage 5's second tensor: every index head repeats the shared selection."""
     g, backend = run.g, run.backend()
     shared = run.upstream_device("selection", "selected", "selected")
     out = backend.empty((g.batch, g.index_heads, g.sequence, g.topk_width), np.int32)
     grid = max(1, -(-out.size // REPLICATE_BLOCK))
     args = (shared, out) + _ints(g.batch, g.index_heads, g.sequence, g.topk_width)
-    run.launch("csa_ratio4_index_replicate", grid, REPLICATE_BLOCK, args, ("selection",), {})
+    run.launch(launch, grid, REPLICATE_BLOCK, args, {})
     run.t.put("selected_indices", out)
     run.stages["selection"] = {
         "selected": run.t.host("selected").reshape(g.batch, g.sequence, g.topk_width),
@@ -100,7 +145,7 @@ def replicate(run: StepRun) -> None:
     }
 
 
-def _bias_arguments(run: StepRun) -> tuple:
+def _bias_arguments(run: LaunchSite) -> tuple:
     """The bias buffer and its broadcast extents [B,N,S,C] (a dummy and 1s when there is none)."""
     g = run.g
     if g.has_bias:
@@ -112,7 +157,7 @@ def _bias_arguments(run: StepRun) -> tuple:
     return bias, _ints(int(g.has_bias), *shape) + (np.float32(g.scale),)
 
 
-def attend(run: StepRun, module: str) -> None:
+def attend(run: LaunchSite, launch: Launch) -> None:
     """Stages 6-7 fused: candidate ids read off the score scratch, the scores and Y."""
     g, backend = run.g, run.backend()
     rows = g.batch * g.sequence * g.heads
@@ -131,8 +176,7 @@ def attend(run: StepRun, module: str) -> None:
         selected = run.upstream_device("selection", "selected_indices", "selected_indices")
         args = (query, current_kv, compressed, selected, sink, bias, output, scores) + sizes + _ints(
             g.next_records, g.index_heads, g.topk_width, stride) + bias_args
-    stages = ("candidate_assembly", "sparse_sink_softmax_attention")
-    run.launch(module, rows, ATTENTION_BLOCK, args, stages, {"scores": int(scores.size), "stride": stride})
+    run.launch(launch, rows, ATTENTION_BLOCK, args, {"scores": int(scores.size), "stride": stride})
     row_scores = backend.download(scores).reshape(g.batch, g.sequence, g.heads, stride)[..., : g.candidate_count]
     if run.on_device("candidate_assembly"):
         selection_rows = None if selected is None else backend.download(selected)[:, 0]

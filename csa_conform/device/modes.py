@@ -22,9 +22,10 @@ from enum import Enum
 from typing import Mapping
 
 from csa_conform.errors import UsageError
-from csa_conform.oracle import STAGES
-from csa_conform.oracle.pipeline import RATIO4_ONLY_STAGES
+from csa_conform.stages import BY_NAME, PAST_STATE, STAGE_NAMES, Launch, launches_for_ratio, resolve_stage
+from csa_conform.stages import stages_for_ratio as _registry_stages
 
+STAGES = STAGE_NAMES
 FORCE_HOST_ENV = "CSA_CONFORM_FORCE_HOST"
 SEED_FORCE_HOST_ENV = "ONNX_GENAI_CSA_FORCE_HOST"
 
@@ -39,63 +40,25 @@ class Mode(str, Enum):
     ISOLATED = "isolated"
 
 
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch and the stages whose payloads it produces."""
-
-    module: str
-    stages: tuple[str, ...]
-
-
-# Device launches in pipeline order, per compression ratio (CUDA seed dispatch).
-LAUNCHES = {
-    128: (
-        Launch("csa_ratio128_compression", ("compression_update",)),
-        Launch("csa_ratio128_attention", ("candidate_assembly", "sparse_sink_softmax_attention")),
-    ),
-    4: (
-        Launch("csa_ratio4_main_compression", ("compression_update",)),
-        Launch("csa_ratio4_index_compression", ("index_key_update",)),
-        Launch("csa_ratio4_index_select", ("index_query_finalize", "index_scoring", "selection")),
-        Launch("csa_ratio4_index_replicate", ("selection",)),
-        Launch("csa_ratio4_attention", ("candidate_assembly", "sparse_sink_softmax_attention")),
-    ),
-}
-
-# What each stage reads from earlier stages (and the step's past_* state).
-UPSTREAM = {
-    "compression_update": ("past_state",),
-    "index_key_update": ("past_state",),
-    "index_query_finalize": (),
-    "index_scoring": ("index_query_finalize", "index_key_update"),
-    "selection": ("index_scoring",),
-    "candidate_assembly": ("selection",),
-    "sparse_sink_softmax_attention": ("compression_update", "candidate_assembly"),
-    "writeback": ("compression_update", "index_key_update", "selection", "sparse_sink_softmax_attention"),
-}
-
-
 def stages_for_ratio(ratio: int) -> tuple[str, ...]:
-    if ratio == 128:
-        return tuple(stage for stage in STAGES if stage not in RATIO4_ONLY_STAGES)
-    if ratio == 4:
-        return STAGES
-    raise UsageError(f"compression_ratio must be 4 or 128, got {ratio}")
+    if ratio not in (4, 128):
+        raise UsageError(f"compression_ratio must be 4 or 128, got {ratio}")
+    return tuple(stage.name for stage in _registry_stages(ratio))
 
 
 def parse_force_host(spec: str | None) -> frozenset[str]:
-    """'stage,stage' or 'all' (empty or None: nothing forced)."""
+    """'stage,stage' (any spelling the registry knows: name, short name, number) or 'all'."""
     if spec is None or not spec.strip():
         return frozenset()
     names = [name.strip() for name in spec.split(",") if name.strip()]
     if "all" in names:
         return frozenset(STAGES)
-    unknown = [name for name in names if name not in STAGES]
+    unknown = [name for name in names if resolve_stage(name) is None]
     if unknown:
         raise UsageError(
             f"unknown stage(s) {', '.join(unknown)} in force-host list; stages are all, {', '.join(STAGES)}"
         )
-    return frozenset(names)
+    return frozenset(resolve_stage(name).name for name in names)
 
 
 def force_host_from_environment(environ: Mapping[str, str] | None = None) -> frozenset[str]:
@@ -146,14 +109,12 @@ class StepPlan:
 
 
 def _launch_of(ratio: int, stage: str) -> Launch | None:
-    for launch in LAUNCHES[ratio]:
-        if launch.module != "csa_ratio4_index_replicate" and stage in launch.stages:
-            return launch
-    return None
+    """The launch that computes a stage with what feeds it (the first, fused one, not a fan-out)."""
+    return next((launch for launch in launches_for_ratio(ratio) if stage in launch.stages), None)
 
 
 def _source(mode: Mode, ratio: int, stage: str, upstream: str, placement: Mapping[str, str]) -> str:
-    if upstream == "past_state":
+    if upstream == PAST_STATE:
         return "golden past_* inputs" if mode is Mode.ISOLATED else "previous step's present_* (this run)"
     if mode is Mode.ISOLATED:
         return f"oracle {upstream}"
@@ -171,11 +132,11 @@ def plan_step(ratio: int, mode: Mode | str, force_host: frozenset[str] | set[str
     for stage in stages:
         feeds = tuple(
             (upstream, _source(mode, ratio, stage, upstream, placement))
-            for upstream in UPSTREAM[stage]
-            if upstream == "past_state" or upstream in placement
+            for upstream in BY_NAME[stage].reads
+            if upstream == PAST_STATE or upstream in placement
         )
         plans.append(StagePlan(stage, placement[stage], feeds))
     launches = tuple(
-        launch for launch in LAUNCHES[ratio] if any(placement[stage] == DEVICE for stage in launch.stages)
+        launch for launch in launches_for_ratio(ratio) if any(placement[stage] == DEVICE for stage in launch.stages)
     )
     return StepPlan(ratio, mode, tuple(plans), launches)

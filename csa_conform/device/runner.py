@@ -20,11 +20,11 @@ from csa_conform.contract import validate_step
 from csa_conform.device.kernels import NVRTC_OPTIONS, KernelDirectory
 from csa_conform.device.modes import Mode, StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
-from csa_conform.device.step import STATE_THREADING, DeviceStepResult, HostStageRejected, StepRun
+from csa_conform.device.step import DeviceStepResult, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
 
-__all__ = ["STATE_THREADING", "DeviceRunner", "DeviceStepResult", "HostStageRejected"]
+__all__ = ["DeviceRunner", "DeviceStepResult"]
 
 
 class DeviceRunner:
@@ -85,4 +85,5 @@ class DeviceRunner:
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
-        return StepRun(self, geometry, plan, tensors, reference or {}, case, step).execute()
+        return StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
+                       reference or {}, case, step).execute()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import ContractError
+from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.bf16 import bf16_round
 
 
@@ -17,7 +17,7 @@ def hadamard_bf16(x) -> np.ndarray:
     width = values.shape[-1]
     if width == 0 or width & (width - 1):
         raise ContractError(
-            f"CompressedSparseAttention: Unsupported: Hadamard index width must be a power of two, got {width}",
+            f"{OP}: Unsupported: Hadamard index width must be a power of two, got {width}",
             kind="unsupported",
         )
     span = 1

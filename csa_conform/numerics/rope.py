@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import ContractError
+from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.libm import cosf, powf, sinf
 
@@ -35,7 +35,7 @@ def compressed_rope(tail, positions) -> np.ndarray:
     if width == 0:
         return tail.copy()
     if width % 2:
-        raise ContractError("CompressedSparseAttention: compressed RoPE tail width must be even")
+        raise ContractError(f"{OP}: compressed RoPE tail width must be even")
     position = np.asarray(positions).astype(np.float32)[..., None]
     angle = position * rope_frequencies(width)
     sin, cos = sinf(angle), cosf(angle)

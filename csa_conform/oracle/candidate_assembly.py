@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.contract import StepGeometry
-
-DENSE_WINDOW = 128
+from csa_conform.contract import DENSE_WINDOW, StepGeometry
 
 
 def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None) -> dict[str, np.ndarray]:

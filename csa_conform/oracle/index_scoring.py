@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
+from csa_conform.errors import OP
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure
 
@@ -67,6 +68,6 @@ def _first_non_finite(scores, causal) -> RowFailure | None:
     return RowFailure(
         int(b) * sequence + int(s),
         STAGE_RANK,
-        "CompressedSparseAttention: ratio-4 index score is non-finite at "
+        f"{OP}: ratio-4 index score is non-finite at "
         f"[batch={b}, query={s}, record={record}]",
     )

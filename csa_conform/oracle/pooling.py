@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import ContractError
+from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.fp8 import FP8_BLOCK, quantize_fp8_blocks
 from csa_conform.numerics.hadamard import hadamard_bf16
@@ -22,7 +22,6 @@ from csa_conform.numerics.records import pack_fp4_record, pack_fp8_record
 from csa_conform.numerics.rope import compressed_rope
 
 RMS_EPSILON = np.float32(1.0e-6)
-OP = "CompressedSparseAttention"
 
 
 def softmax_pool(values: np.ndarray, scores: np.ndarray):

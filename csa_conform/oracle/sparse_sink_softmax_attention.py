@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.errors import ContractError
+from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.libm import expf
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 
@@ -60,7 +60,7 @@ def sparse_sink_softmax_attention(
         b, s, h = min(failures)
         prefix = "ratio-4 " if geometry.ratio == 4 else ""
         raise ContractError(
-            f"CompressedSparseAttention: {prefix}softmax denominator is invalid at [batch={b}, head={h}, query={s}]"
+            f"{OP}: {prefix}softmax denominator is invalid at [batch={b}, head={h}, query={s}]"
         )
     return {"scores": scores, "Y": output}
 

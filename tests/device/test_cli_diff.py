@@ -11,18 +11,23 @@ import shlex
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
+import xmlschema
 from click.testing import CliRunner
 
 from csa_conform.cli.bisect import bisect
 from csa_conform.cli.diff import diff
+from csa_conform.cli.report import report_command
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES
 from csa_conform.exitcodes import ExitCode
+from csa_conform.results import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+JUNIT_XSD = Path(__file__).resolve().parents[1] / "cli" / "junit.xsd"
 SINK = next(mutant for mutant in MUTANTS if mutant.name == "missing_sink")
 
 
@@ -82,9 +87,10 @@ def test_uncompilable_kernels_are_an_environment_failure(device_goldens, monkeyp
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--stage", "attention"], "is not a stage"),
+        (["--stage", "attn"], "is not a stage"),
+        (["--stage", "9"], "is not a stage"),
         (["--mode", "fused"], "Invalid value for '--mode'"),
-        (["--force-host", "attention"], "unknown stage"),
+        (["--force-host", "attn"], "unknown stage"),
         (["--case", "no-such-case*"], "no case"),
         (["--ulp", "-1"], "Invalid value for '--ulp'"),
     ],
@@ -135,23 +141,33 @@ def test_divergence_exits_1_and_every_failure_ends_with_its_reproducer(device_go
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_json_report(device_goldens, broken_kernels):
+def test_json_report(device_goldens, broken_kernels, tmp_path):
     result = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--json")
     assert result.exit_code == ExitCode.DIVERGED
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    (tmp_path / "diff.json").write_text(result.stdout)
+    assert invoke(report_command, tmp_path / "diff.json", "--junit", tmp_path / "junit.xml").exit_code == 0
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(tmp_path / "junit.xml"))
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'type="bit-mismatch"' in junit and "sparse_sink_softmax_attention/Y" in junit
     assert document["exit_code"] == ExitCode.DIVERGED
-    assert document["stages"] == list(STAGES) and document["mode"] == "chained"
+    assert document["options"]["stages"] == list(STAGES) and document["options"]["mode"] == "chained"
+    assert document["control_run"] is False
     failing = [case for case in document["cases"] if not case["passed"]]
     assert failing
     for case in failing:
-        verdict = case["stages"]["sparse_sink_softmax_attention"]
-        assert verdict["status"] == "diverged"
-        assert verdict["diffs"][0]["first"]["expected_bits"] != verdict["diffs"][0]["first"]["actual_bits"]
-        assert "--stage sparse_sink_softmax_attention" in case["reproduce"]["sparse_sink_softmax_attention"]
-        assert case["stages"]["index_key_update"]["status"] == "n/a"
-    launches = document["provenance"]["launches"]
+        assert case["verdicts"]["sparse_sink_softmax_attention"] == "diverged"
+        assert case["verdicts"]["index_key_update"] == "n/a"
+        (step,) = case["steps"]
+        stage = step["stages"][0]
+        assert [entry["stage"] for entry in step["stages"]] == ["sparse_sink_softmax_attention", "writeback"]
+        first = stage["tensors"][0]["first"]
+        assert first["expected_bits"] != first["actual_bits"]
+        assert "--stage sparse_sink_softmax_attention" in stage["reproduce"]
+    launches = document["kernels"]["launches"]
     assert {launch["module"] for launch in launches} == {"csa_ratio128_compression", "csa_ratio128_attention"}
-    assert all(len(launch["source_sha256"]) == 64 for launch in launches)
+    assert all(len(launch["source_sha256"]) == 64 and launch["count"] >= 1 for launch in launches)
 
 
 @pytest.mark.usefixtures("emulated_cuda")
@@ -159,18 +175,18 @@ def test_single_stage_compares_only_that_stage(device_goldens, broken_kernels):
     result = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--stage",
                     "compression_update", "--json")
     assert result.exit_code == ExitCode.OK, result.output
-    document = json.loads(result.output)
-    assert all(list(case["stages"]) == ["compression_update"] for case in document["cases"])
+    document = json.loads(result.stdout)
+    assert all(list(case["verdicts"]) == ["compression_update"] for case in document["cases"])
 
 
 @pytest.mark.usefixtures("emulated_cuda")
 def test_ulp_tolerance_accepts_small_float_differences(device_goldens, broken_kernels):
     strict = json.loads(invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*",
-                               "--json").output)
+                               "--json").stdout)
     worst = max(
         diff_["ulp"]["max"]
-        for case in strict["cases"] for verdict in case["stages"].values() for diff_ in verdict["diffs"]
-        if diff_["ulp"]
+        for case in strict["cases"] for step in case["steps"] for stage in step["stages"]
+        for diff_ in stage["tensors"] if "ulp" in diff_
     )
     relaxed = invoke(diff, device_goldens, "--kernels", broken_kernels, "--case", "*r128*", "--ulp", worst)
     assert relaxed.exit_code == ExitCode.OK, relaxed.output
@@ -189,10 +205,15 @@ def test_bisect_names_step_stage_tensor_element_and_origin(device_goldens, broke
     assert "tensor Y, element b=" in result.output and "ulp apart" in result.output
     assert "originates in sparse_sink_softmax_attention" in result.output
     document = json.loads(invoke(bisect, device_goldens, "--case", case, "--kernels", broken_kernels,
-                                 "--json").output)
-    assert document["divergence"]["tensor"] == "Y"
-    assert document["origin"] == "sparse_sink_softmax_attention"
-    assert document["divergence"]["element"]["ulp"] >= 1
+                                 "--json").stdout)
+    jsonschema.validate(document, schema())
+    assert document["control_run"] is False
+    found = document["bisect"]["first_divergence"]
+    assert found["tensor"] == "Y" and found["element"]["ulp"] >= 1
+    assert document["bisect"]["origin"] == "sparse_sink_softmax_attention"
+    (step,) = document["cases"][0]["steps"]
+    assert step["step"] == found["step"] and step["stages"][0]["tensors"][0]["tensor"] == "Y"
+    assert "--mode isolated" in step["stages"][0]["reproduce"]
     clean = invoke(bisect, device_goldens, "--case", case)
     assert clean.exit_code == ExitCode.OK and "no divergence" in clean.output
     assert invoke(bisect, device_goldens, "--case", "nope").exit_code == ExitCode.USAGE

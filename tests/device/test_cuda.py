@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -20,6 +21,7 @@ from csa_conform.device.kernels import PRELUDE, ModuleSource
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
 from csa_conform.numerics import libm
+from csa_conform.results import schema
 
 pytestmark = pytest.mark.cuda
 
@@ -76,17 +78,19 @@ def test_device_libm_matches_the_numpy_oracle(cuda_device):
                          ids=["chained", "isolated", "force-host-all"])
 def test_ci_suite_diffs_clean(cuda_device, ci_goldens, args):
     result = CliRunner().invoke(diff, [str(ci_goldens), *args, "--json"])
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
     artifacts = os.environ.get("CSA_CONFORM_ARTIFACTS")
     if artifacts:
-        Path(artifacts, f"diff-{'-'.join(arg.strip('-') for arg in args)}.json").write_text(result.output)
+        Path(artifacts, f"diff-{'-'.join(arg.strip('-') for arg in args)}.json").write_text(result.stdout)
     failing = [case["case"] for case in document["cases"] if not case["passed"]]
     assert result.exit_code == ExitCode.OK, f"{document['summary']}; diverged: {failing}"
+    assert document["control_run"] is ("all" in args)
     if "all" not in args:
-        provenance = document["provenance"]
-        assert provenance["device"]["name"]
-        assert {launch["path"] for launch in provenance["launches"]} == {"nvrtc"}
-        assert "--ftz=false" in provenance["nvrtc_options"] and "-ftz=true" not in provenance["nvrtc_options"]
+        kernels = document["kernels"]
+        assert kernels["device"]["name"]
+        assert {launch["path"] for launch in kernels["launches"]} == {"nvrtc"}
+        assert "--ftz=false" in kernels["nvrtc_options"] and "-ftz=true" not in kernels["nvrtc_options"]
 
 
 def test_device_runs_are_deterministic(cuda_device, ci_goldens):

@@ -76,8 +76,8 @@ def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_devi
             diff, [str(CI_GOLDENS), "--kernels", str(kernels), "--mode", mode, "--case", mutant.cases, "--json"]
         )
         assert result.exit_code == ExitCode.DIVERGED, result.output[-2000:]
-        cases = json.loads(result.output)["cases"]
-        verdicts[mode] = [[s for s in STAGES if case["stages"][s]["status"] == "diverged"] for case in cases]
+        cases = json.loads(result.stdout)["cases"]
+        verdicts[mode] = [[s for s in STAGES if case["verdicts"][s] == "diverged"] for case in cases]
     assert {stages[0] for stages in verdicts["chained"] if stages} == {mutant.stage}
     assert set().union(*map(set, verdicts["isolated"])) == mutant.isolated
     shutil.rmtree(kernels)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from reference_corpus import case_files, expected_error, reference_file, step_inputs, step_prefixes
 
 from csa_conform import ContractError
 from csa_conform.oracle import run_step
+from csa_conform.testing import assert_bits_equal
 
 
 @pytest.mark.parametrize("name", case_files())
@@ -31,8 +31,7 @@ def test_reference_case_is_reproduced_bit_for_bit(name):
         for output in output_names:
             expected = archive[prefix + "out/" + output]
             actual = result.outputs[output]
-            assert actual.dtype == expected.dtype and actual.shape == expected.shape, (prefix, output)
-            assert np.ascontiguousarray(actual).tobytes() == expected.tobytes(), (prefix, output)
+            assert_bits_equal(actual, expected, f"{prefix}{output}")
 
 
 def test_corpus_is_present_and_covers_both_ratios():

@@ -20,13 +20,9 @@ from csa_conform.fixtures.closed_form import (
 from csa_conform.fixtures.stream import assemble, empty_state, play
 from csa_conform.numerics import decode_fp8_record, expf
 from csa_conform.oracle import run_step
+from csa_conform.testing import same_bits
 
 F = np.float32
-
-
-def same_bits(a, b) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def r128_expected_carry(position: int) -> np.ndarray:

@@ -13,6 +13,7 @@ import pytest
 
 from csa_conform.fixtures.stream import StepPlan, StreamPlan, empty_state, play
 from csa_conform.oracle import run_step
+from csa_conform.testing import assert_bits_equal
 
 BASE_ATTRS = {"head_dim": 512, "qk_rope_head_dim": 64, "causal": 1, "cache_layout_version": 1, "index_layout_version": 1}
 RATIO128_OUTPUTS = ("Y", "present_compressed_kv", "present_compression_carry")
@@ -58,8 +59,7 @@ def plan(attrs, outputs, rows, constants, kv_history, chunks, window):
 
 
 def assert_same_bits(actual, expected, what):
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
-    assert actual.tobytes() == expected.tobytes(), what
+    assert_bits_equal(actual, expected, what)
 
 
 def check_incremental_equals_full(attrs, outputs, total, prefill, seed):

@@ -1,0 +1,99 @@
+"""Option groups the commands share, so a flag is spelled, parsed and documented once.
+
+``golden_file`` + ``case_selection`` pick what to check, ``stage_option``
+which stages (any spelling the registry knows), ``device_options`` how the
+device run is set up, ``output_options`` how results are shown.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from csa_conform.device.modes import force_host_from_environment, parse_force_host
+from csa_conform.errors import UsageError
+from csa_conform.resources import ci_goldens
+from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
+
+DEFAULT_FILE = str(ci_goldens())
+STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in STAGES)
+
+
+def _compose(*decorators: Callable) -> Callable:
+    def apply(function: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def golden_file(default: str | None = None) -> Callable:
+    """The golden file argument; commands that run the packaged suite by default pass ``default``."""
+    if default is None:
+        return click.argument("file", type=click.Path(dir_okay=False))
+    return click.argument("file", required=False, default=default, type=click.Path(dir_okay=False))
+
+
+def case_selection(exact: bool = False) -> Callable:
+    """--case: a glob over case ids, or (``exact``) one case id, required."""
+    if exact:
+        return click.option("--case", "case", required=True, metavar="ID", help="Case id of the stream.")
+    return click.option("--case", "case_glob", default=None, metavar="GLOB", help="Only cases whose id matches GLOB.")
+
+
+class StageList(click.ParamType):
+    """'all', or stages by name, short name, number or number:short ('select', '5', '5:select'), comma-separated."""
+
+    name = "STAGE"
+
+    def convert(self, value, param, ctx) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        words = [word.strip() for word in str(value).split(",") if word.strip()]
+        if words == ["all"]:
+            return STAGE_NAMES
+        chosen = set()
+        for word in words:
+            stage = resolve_stage(word)
+            if stage is None:
+                self.fail(f"{word!r} is not a stage; choose {STAGE_CHOICES}", param, ctx)
+            chosen.add(stage.name)
+        if not chosen:
+            self.fail(f"no stage given; choose {STAGE_CHOICES}", param, ctx)
+        return tuple(name for name in STAGE_NAMES if name in chosen)
+
+
+def stage_option(function: Callable) -> Callable:
+    return click.option(
+        "--stage", "stages", type=StageList(), default="all", show_default=True,
+        help=f"Stages to compare, comma-separated, by name, short name or number: {STAGE_CHOICES}.",
+    )(function)
+
+
+def effective_force_host(option: str | None) -> frozenset[str]:
+    """--force-host plus the environment switches (CSA_CONFORM_FORCE_HOST, ONNX_GENAI_CSA_FORCE_HOST)."""
+    try:
+        return parse_force_host(option) | force_host_from_environment()
+    except UsageError as error:
+        raise click.BadParameter(str(error), param_hint="--force-host") from None
+
+
+device_options = _compose(
+    click.option("--force-host", "force_host", default=None, metavar="STAGES",
+                 help="Stages (as --stage spells them, or all) to run on the host oracle inside the device run; "
+                 "CSA_CONFORM_FORCE_HOST and ONNX_GENAI_CSA_FORCE_HOST add to it."),
+    click.option("--kernels", default=None, type=click.Path(file_okay=False),
+                 help="Kernel directory (block_quant.cuh + one .cu per module); default: the built-in kernels."),
+    click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
+                 help="Accept float differences up to N ULP (packed records and indices stay exact)."),
+    click.option("--git-bisect", is_flag=True,
+                 help="Exit 125 (git bisect run: skip) when this commit cannot be judged: no device, kernels "
+                 "that do not compile, goldens missing, unreadable or of another schema."),
+)
+
+output_options = _compose(
+    click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md)."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress, header or table: failures and the summary only."),
+)
