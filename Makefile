@@ -25,7 +25,7 @@ demo: venv
 	$(CSA) generate --suite ci -o build/ci.h5 --force
 	$(CSA) verify build/ci.h5
 	$(CSA) diff --force-host all --json > build/diff.json
-	$(CSA) report build/verify.json --junit build/junit.xml --json build/summary.json
+	$(CSA) report build/verify.json build/diff.json --junit build/junit.xml --json build/summary.json
 
 bench: venv
 	$(BIN)/python benchmarks/oracle_bench.py

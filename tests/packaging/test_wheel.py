@@ -88,14 +88,16 @@ def test_main_job_runs_from_the_wheel(installed, workdir):
     run([cli, "generate", "--suite", "ci", "--case", "seed-closed-form.*", "-o", "ci.h5"], workdir, env)
     run([cli, "verify", "ci.h5"], workdir, env)
 
-    diffed = json.loads(run([cli, "diff", "--force-host", "all", "--json"], workdir, env).stdout)
-    assert diffed["file"] == str(goldens) and diffed["exit_code"] == 0
-    kernels = diffed["provenance"]["kernels"]
+    diff_output = run([cli, "diff", "--force-host", "all", "--json"], workdir, env).stdout
+    (workdir / "diff.json").write_text(diff_output)
+    diffed = json.loads(diff_output)
+    assert diffed["golden"]["path"] == str(goldens) and diffed["exit_code"] == 0 and diffed["control_run"]
+    kernels = diffed["kernels"]["kernels"]
     assert kernels["builtin"] and Path(kernels["path"]) == goldens.parents[1] / "kernels"
     assert len(kernels["files"]) == 8
 
     run([cli, "bisect", "--case", "seed-closed-form.r4-prefill-8", "--force-host", "all"], workdir, env)
 
-    summary = run([cli, "report", "verify.json", "--junit", "junit.xml", "--json", "summary.json"], workdir, env)
-    assert summary.stdout.startswith("report: 1 runs, 163 cases, 0 failed")
+    summary = run([cli, "report", "verify.json", "diff.json", "--junit", "junit.xml", "--json", "summary.json"], workdir, env)
+    assert summary.stdout.startswith("report: 2 runs, 326 cases, 0 failed")
     assert (workdir / "junit.xml").read_text().startswith("<?xml")
