@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -18,11 +19,12 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import click
 from rich.console import Console
 
-from csa_conform.errors import CsaConformError, DeviceUnavailable
+from csa_conform.errors import CsaConformError, DeviceUnavailable, GoldenIntegrityError, GoldenWriteError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import CorruptDataset
 
 PROGRAM = "csa-conform"
+# More worker processes than this many per core only cost memory and file handles.
+JOBS_PER_CORE = 2
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -36,8 +38,8 @@ def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
 
 
 def exit_code_of(error: BaseException) -> ExitCode:
-    if isinstance(error, CorruptDataset):
-        return ExitCode.DIVERGED
+    if isinstance(error, (GoldenIntegrityError, GoldenWriteError)):
+        return error.exit_code
     if isinstance(error, DeviceUnavailable):
         return ExitCode.ENVIRONMENT
     return ExitCode.USAGE
@@ -94,6 +96,20 @@ def command_line() -> str:
     return " ".join([PROGRAM] + [shlex.quote(argument) for argument in sys.argv[1:]])
 
 
+def capped_jobs(jobs: int) -> int:
+    """``--jobs`` limited to JOBS_PER_CORE worker processes per core (with a note on stderr)."""
+    cap = JOBS_PER_CORE * (os.cpu_count() or 1)
+    if jobs > cap:
+        click.echo(f"{PROGRAM}: note: --jobs {jobs} capped at {cap} ({JOBS_PER_CORE} per core)", err=True)
+        return cap
+    return jobs
+
+
+def _worker_ignores_interrupts() -> None:
+    """Ctrl-C reaches the whole process group; the parent alone answers it, once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) -> Iterator[Result]:
     """``function`` over ``items`` in order, on ``jobs`` processes when jobs > 1.
 
@@ -103,7 +119,7 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
     if jobs <= 1 or len(items) <= 1:
         yield from map(function, items)
         return
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_ignores_interrupts)
     try:
         yield from pool.map(function, items)
     finally:

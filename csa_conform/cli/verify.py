@@ -11,6 +11,7 @@ from rich.text import Text
 
 from csa_conform.cli.common import (
     boundary,
+    capped_jobs,
     command_line,
     console,
     emit_json,
@@ -18,22 +19,21 @@ from csa_conform.cli.common import (
     progress,
     stdout_is_terminal,
 )
-from csa_conform.errors import UsageError
+from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
 from csa_conform.report import CaseResult, run_document
-from csa_conform.verify import verify_case
+from csa_conform.verify import verify_case, verify_case_in
 
 
-def selected_cases(path: str, case_glob: str | None) -> list[str]:
+def selected_cases(golden: GoldenFile, case_glob: str | None) -> list[str]:
     """Case ids of a golden file, filtered by a glob (which must match something)."""
-    with GoldenFile(path) as golden:
-        ids = golden.case_ids()
+    ids = golden.case_ids()
     if case_glob is None:
         return ids
     chosen = [case_id for case_id in ids if fnmatch.fnmatchcase(case_id, case_glob)]
     if not chosen:
-        raise UsageError(f"no case of {path} matches {case_glob!r}")
+        raise UsageError(f"no case of {golden.path} matches {case_glob!r}")
     return chosen
 
 
@@ -46,19 +46,28 @@ def selected_cases(path: str, case_glob: str | None) -> list[str]:
 def verify_command(file: str, case_glob: str | None, as_json: bool, jobs: int) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
-    Works on any file that follows the golden layout. A tampered dataset fails
-    its sha256 check and is named; each failure line ends with the command
-    that reproduces just that case.
+    Works on any file that follows the golden layout. A tampered object fails
+    its digest and is named; each failure line ends with the command that
+    reproduces just that case.
     """
-    case_ids = selected_cases(file, case_glob)
-    results = list(
-        progress(
-            fan_out(partial(verify_case, file), case_ids, jobs),
-            len(case_ids),
-            "verify",
-            lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
+    jobs = capped_jobs(jobs)
+    with GoldenFile(file) as golden:
+        case_ids = selected_cases(golden, case_glob)
+        # One handle for the whole run; worker processes open the file once each and
+        # refuse it unless its manifest digest is the one this handle read.
+        work = partial(verify_case, golden) if jobs == 1 else partial(verify_case_in, file, golden.manifest)
+        results = list(
+            progress(
+                fan_out(work, case_ids, jobs),
+                len(case_ids),
+                "verify",
+                lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
+            )
         )
-    )
+    if jobs > 1:
+        with GoldenFile(file) as after:
+            if after.manifest != golden.manifest:
+                raise GoldenChanged(f"{file}: the file changed while it was being verified")
     document = run_document("verify", file, command_line(), results)
     if as_json:
         emit_json(document)
