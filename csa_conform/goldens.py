@@ -554,9 +554,9 @@ class GoldenFile:
         if link is None:
             raise GoldenFormatError(f"{self.path}: {group.name} has no member {name!r}")
         if not isinstance(link, h5py.HardLink):
-            kind = type(link).__name__.replace("Link", " link").lower()
+            kind = "an external link" if isinstance(link, h5py.ExternalLink) else "a soft link"
             raise GoldenFormatError(
-                f"{self.path}: {group.name.rstrip('/')}/{name} is a {kind}; golden files hold hard links only"
+                f"{self.path}: {group.name.rstrip('/')}/{name} is {kind}; golden files hold hard links only"
             )
 
     def _member(self, group: h5py.Group, name: str, kind, checked: bool = False):

@@ -101,7 +101,54 @@ def load_run(text: str, origin: str) -> dict:
         raise UsageError(
             f"{origin}: results version {document.get('version')} is not {RESULTS_VERSION}"
         )
+    _check_shape(document, origin)
     return document
+
+
+def _check_shape(document: dict, origin: str) -> None:
+    """Refuse a document whose summary or cases the renderings below could not read."""
+    summary = document.get("summary")
+    counts = ("cases", "failed")
+    if not isinstance(summary, dict) or not all(_count(summary.get(key)) for key in counts):
+        raise UsageError(f"{origin}: 'summary' must be an object with integer 'cases' and 'failed'")
+    for key in ("command", "file"):
+        if not isinstance(document.get(key), str):
+            raise UsageError(f"{origin}: {key!r} must be a string")
+    cases = document.get("cases")
+    if not isinstance(cases, list) or len(cases) != summary["cases"]:
+        raise UsageError(f"{origin}: 'cases' must be a list of summary.cases ({summary['cases']}) results")
+    for position, case in enumerate(cases):
+        if not (
+            isinstance(case, dict)
+            and isinstance(case.get("case_id"), str)
+            and isinstance(case.get("passed"), bool)
+            and isinstance(case.get("reproduce"), str)
+            and isinstance(case.get("steps", []), list)
+        ):
+            raise UsageError(f"{origin}: cases[{position}] is not a case result (case_id, passed, reproduce, steps)")
+        if not all(_step_result(step) for step in case.get("steps", [])):
+            raise UsageError(f"{origin}: cases[{position}] has a step that is not a step result")
+    if sum(not case["passed"] for case in cases) != summary["failed"]:
+        raise UsageError(f"{origin}: summary.failed does not count the failed cases")
+
+
+def _step_result(step) -> bool:
+    if not isinstance(step, dict) or not _count(step.get("step")) or not isinstance(step.get("diffs", []), list):
+        return False
+    if not isinstance(step.get("problem"), (str, type(None))):
+        return False
+    return all(
+        isinstance(diff, dict)
+        and isinstance(diff.get("stage"), str)
+        and isinstance(diff.get("tensor"), str)
+        and (isinstance(diff.get("problem"), str) or _count(diff.get("failures")))
+        and isinstance(diff.get("first") or {}, dict)
+        for diff in step.get("diffs", [])
+    )
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _failure_text(case: dict) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import click
 
-from csa_conform.cli.common import fail
+from csa_conform.cli.common import exit_code_of, fail
 from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import STAGES, Mode, force_host_from_environment, parse_force_host
@@ -102,9 +102,11 @@ def environment_exit(error: Exception, git_bisect: bool, as_json: bool) -> None:
 
 
 def usage_exit(error: Exception, as_json: bool) -> None:
+    """Bad input exits 2; a golden file that fails its digests exits 1, as in verify and inspect."""
+    code = exit_code_of(error)
     if as_json:
-        click.echo(json.dumps({"error": str(error), "exit_code": int(ExitCode.USAGE)}, indent=2))
-    fail(str(error), ExitCode.USAGE)
+        click.echo(json.dumps({"error": str(error), "exit_code": int(code)}, indent=2))
+    fail(str(error), code)
 
 
 def _cell(report: CaseReport, stage: str) -> str:
