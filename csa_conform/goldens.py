@@ -452,6 +452,7 @@ class GoldenFile:
             raise GoldenFormatError(f"{self.path}: not an HDF5 file ({_first_line(error)})") from None
         self._cases: dict[str, _CaseIndex] = {}
         try:
+            self._traverse()
             with self._guard("/"):
                 self.schema_version = self._check_root()
                 self._case_ids, self.manifest = self._check_manifest()
@@ -480,6 +481,17 @@ class GoldenFile:
         except _DAMAGE as error:
             problem = f"{type(error).__name__}: {_first_line(error)}"
             raise GoldenFormatError(f"{self.path}: {where}: damaged or unreadable ({problem})") from None
+
+    def _traverse(self) -> None:
+        """Visit every object once, so damage in headers no command reads is still reported."""
+        visited = ["/"]
+        try:
+            h5py.h5o.visit(self._handle.id, lambda name: visited.append(name.decode("utf-8", "replace")))
+        except _DAMAGE as error:
+            problem = f"{type(error).__name__}: {_first_line(error)}"
+            raise GoldenFormatError(
+                f"{self.path}: damaged object after /{visited[-1].lstrip('/')} ({problem})"
+            ) from None
 
     # --- root and manifest
 
