@@ -3,12 +3,14 @@
 Python delivers SIGINT as a KeyboardInterrupt wherever the interpreter
 happens to be, including inside object finalizers, where it is printed and
 dropped ("Exception ignored in ...") and the write carries on. So while a
-file is being written, SIGINT and SIGTERM are handled here: the temporary
-file is removed and the process exits with 128 + the signal number at once.
+file is being written, SIGINT and SIGTERM are handled here: the worker
+processes computing its contents are stopped, the temporary file is removed
+and the process exits with 128 + the signal number at once.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -64,6 +66,8 @@ def _signals_remove(temporary: Path) -> Iterator[None]:
         return
 
     def remove_and_exit(number, _frame) -> None:
+        for worker in multiprocessing.active_children():
+            worker.kill()
         try:
             os.unlink(temporary)
         except OSError:

@@ -277,44 +277,43 @@ def write_goldens(
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
     digests: dict[str, str] = {}
-    stored: dict[tuple, h5py.Dataset] = {}
     with atomic_file(path, replace=force) as temporary:
+        image = _file_image(cases, compression, provenance or {}, digests)
         with _write_errors(path):
-            handle = h5py.File(temporary, "w", libver=LIBVER)
-        try:
-            with _write_errors(path):
-                _write_root(handle, provenance or {})
-                root = handle.create_group("cases")
-            for case in cases:
-                if case.case_id in digests:
-                    raise GoldenFormatError(f"case id {case.case_id!r} appears twice")
-                with _write_errors(path):
-                    digests[case.case_id] = _write_case(root, case, compression, stored)
-            with _write_errors(path):
-                root_attrs = {key: _attr_value(value) for key, value in handle.attrs.items()}
-                handle.attrs[MANIFEST_DIGEST] = manifest_digest(root_attrs, digests)
-                handle.close()
-        finally:
-            if handle.id.valid:
-                _close_quietly(handle)
+            temporary.write_bytes(image)
     return len(digests)
+
+
+def _file_image(
+    cases: Iterable[GoldenCase], compression: Compression, provenance: Mapping[str, str | int], digests: dict
+) -> bytes:
+    """The whole file, built in memory; fills ``digests`` (case id -> case_sha256).
+
+    HDF5 is never the one writing to disk: after a failed write (a full disk)
+    its close and shutdown crash the process, while a failed plain write of
+    these bytes is an ordinary OSError. Costs the file's size in memory twice.
+    """
+    stored: dict[tuple, h5py.Dataset] = {}
+    with h5py.File(f"golden-{os.getpid()}.h5", "w", driver="core", backing_store=False, libver=LIBVER) as handle:
+        _write_root(handle, provenance)
+        root = handle.create_group("cases")
+        for case in cases:
+            if case.case_id in digests:
+                raise GoldenFormatError(f"case id {case.case_id!r} appears twice")
+            digests[case.case_id] = _write_case(root, case, compression, stored)
+        root_attrs = {key: _attr_value(value) for key, value in handle.attrs.items()}
+        handle.attrs[MANIFEST_DIGEST] = manifest_digest(root_attrs, digests)
+        handle.flush()
+        return handle.id.get_file_image()
 
 
 @contextmanager
 def _write_errors(path: Path) -> Iterator[None]:
-    """A full disk or a file size limit is one GoldenWriteError, not HDF5's error stack."""
+    """A full disk or a file size limit is one GoldenWriteError, not a traceback."""
     try:
         yield
     except (OSError, RuntimeError) as error:
         raise GoldenWriteError(f"{path}: cannot write ({_first_line(error)}); nothing written") from None
-
-
-def _close_quietly(handle: h5py.File) -> None:
-    """Close a file whose write already failed; its own close errors add nothing."""
-    try:
-        handle.close()
-    except (OSError, RuntimeError):
-        pass
 
 
 def _write_root(handle: h5py.File, provenance: Mapping[str, str | int]) -> None:

@@ -1,0 +1,139 @@
+"""Hostile runs: signals, a full disk, a target that appears mid-write, absurd --jobs, bad
+result documents. Each ends in one line and a defined exit code, with nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from csa_conform.cli import main
+from csa_conform.errors import UsageError
+from csa_conform.exitcodes import ExitCode
+from csa_conform.goldens import GoldenFile, write_goldens
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = "boundaries.r4-decode-1-to-5"
+
+
+def invoke(*args: str, input: bytes | None = None):
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def command(*args: str, **options) -> subprocess.Popen:
+    environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "-m", "csa_conform", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=environment, **options)
+
+
+def wait_for_temporary(folder: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while not list(folder.glob(".*.tmp")):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "generate never started writing"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    "number, code, group, jobs",
+    [
+        (signal.SIGINT, ExitCode.INTERRUPTED, True, "1"),
+        (signal.SIGINT, ExitCode.INTERRUPTED, True, "2"),
+        (signal.SIGTERM, ExitCode.TERMINATED, False, "1"),
+        (signal.SIGTERM, ExitCode.TERMINATED, False, "2"),
+    ],
+)
+def test_a_signal_during_generate_removes_the_temporary_and_exits_128_plus_n(tmp_path, number, code, group, jobs):
+    """Ctrl-C reaches the whole process group (workers too); SIGTERM the main process only."""
+    process = command("generate", "--suite", "ci", "--jobs", jobs, "-o", str(tmp_path / "ci.h5"),
+                      start_new_session=True)
+    wait_for_temporary(tmp_path, process)
+    time.sleep(0.3)
+    (os.killpg if group else os.kill)(process.pid, number)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("csa-conform: error: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    def small_file_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    process = command("generate", "--case", SMALL, "-o", str(tmp_path / "out.h5"), preexec_fn=small_file_limit)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == ExitCode.ENVIRONMENT, stderr
+    lines = [line for line in stderr.splitlines() if not line.startswith("generate [")]
+    assert len(lines) == 1 and "cannot write" in lines[0] and "nothing written" in lines[0], stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_without_force_keeps_a_file_that_appeared_meanwhile(tmp_path):
+    path = tmp_path / "golden.h5"
+    with GoldenFile(ROOT / "goldens" / "ci.h5") as golden:
+        case = golden.read_case("errors.attr-causal-0")
+
+    def cases():
+        yield case
+        path.write_bytes(b"someone else's file")
+
+    with pytest.raises(UsageError, match="appeared while it was being written; pass --force"):
+        write_goldens(path, cases())
+    assert path.read_bytes() == b"someone else's file"
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_jobs_are_capped_with_a_note(tmp_path):
+    path = tmp_path / "small.h5"
+    assert invoke("generate", "--case", "errors.attr-causal-*", "-o", str(path), "--jobs", "100000").exit_code == 0
+    result = invoke("verify", str(path), "--jobs", "100000")
+    assert result.exit_code == ExitCode.OK, result.output
+    cap = 2 * (os.cpu_count() or 1)
+    assert f"csa-conform: note: --jobs 100000 capped at {cap} (2 per core)" in result.stderr
+
+
+def results_document(**changes) -> bytes:
+    document = {
+        "format": "csa-conform-results", "version": 1, "command": "verify", "file": "g.h5", "argv": "",
+        "passed": True, "summary": {"cases": 1, "passed": 1, "failed": 0, "steps": 1},
+        "cases": [{"case_id": "a", "family": "", "passed": True, "problem": None, "reproduce": "x", "steps": []}],
+    }
+    document.update(changes)
+    return json.dumps({key: value for key, value in document.items() if value is not None}).encode()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (results_document(summary=None), "'summary' must be an object"),
+        (results_document(summary=[1]), "'summary' must be an object"),
+        (results_document(summary={"cases": "1", "failed": 0}), "'summary' must be an object"),
+        (results_document(cases=None), "'cases' must be a list"),
+        (results_document(cases="x"), "'cases' must be a list"),
+        (results_document(cases=[{"case_id": "a"}]), "cases[0] is not a case result"),
+        (results_document(cases=[{"case_id": "a", "passed": False, "reproduce": "x", "steps": [{"step": 0, "diffs": [{}]}]}],
+                          summary={"cases": 1, "failed": 1}), "has a step that is not a step result"),
+        (results_document(summary={"cases": 1, "failed": 1}), "summary.failed does not count"),
+        (b'{"format": "csa-conform-results", "version": 1, \xff}', "not UTF-8"),
+    ],
+)
+def test_report_refuses_malformed_result_documents_with_one_line(tmp_path, content, message):
+    path = tmp_path / "results.json"
+    path.write_bytes(content)
+    for source, stdin in ((str(path), None), ("-", content)):
+        result = invoke("report", source, "--junit", str(tmp_path / "j.xml"), input=stdin)
+        assert result.exit_code == ExitCode.USAGE, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "j.xml").exists()
