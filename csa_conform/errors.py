@@ -74,3 +74,9 @@ class UsageError(CsaConformError):
 
 class DeviceUnavailable(CsaConformError):
     """No CUDA device, no CuPy, or a kernel directory that does not compile."""
+
+
+class WorkerCrashed(CsaConformError):
+    """A worker process of --jobs died (killed, out of memory) before returning its result."""
+
+    exit_code = ExitCode.ENVIRONMENT

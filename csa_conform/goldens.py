@@ -456,7 +456,7 @@ class GoldenFile:
                 self.schema_version = self._check_root()
                 self._case_ids, self.manifest = self._check_manifest()
         except BaseException:
-            self._handle.close()
+            self.close()
             raise
 
     def __enter__(self) -> GoldenFile:
@@ -608,7 +608,8 @@ class GoldenFile:
         try:
             return json.loads(text)
         except (ValueError, RecursionError) as error:
-            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON ({_first_line(error)})") from None
+            problem = _first_line(error)
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON ({problem})") from None
 
     # --- cases
 

@@ -14,12 +14,19 @@ import shlex
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import click
 from rich.console import Console
 
-from csa_conform.errors import CsaConformError, DeviceUnavailable, GoldenIntegrityError, GoldenWriteError
+from csa_conform.errors import (
+    CsaConformError,
+    DeviceUnavailable,
+    GoldenIntegrityError,
+    GoldenWriteError,
+    WorkerCrashed,
+)
 from csa_conform.exitcodes import ExitCode
 
 PROGRAM = "csa-conform"
@@ -38,7 +45,7 @@ def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
 
 
 def exit_code_of(error: BaseException) -> ExitCode:
-    if isinstance(error, (GoldenIntegrityError, GoldenWriteError)):
+    if isinstance(error, (GoldenIntegrityError, GoldenWriteError, WorkerCrashed)):
         return error.exit_code
     if isinstance(error, DeviceUnavailable):
         return ExitCode.ENVIRONMENT
@@ -122,6 +129,8 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_ignores_interrupts)
     try:
         yield from pool.map(function, items)
+    except BrokenProcessPool:
+        raise WorkerCrashed("a worker process died before finishing; rerun with --jobs 1 to see why") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

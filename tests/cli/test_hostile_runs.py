@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from csa_conform.cli import main
-from csa_conform.errors import UsageError
+from csa_conform.cli.common import exit_code_of, fan_out
+from csa_conform.errors import UsageError, WorkerCrashed
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile, write_goldens
 
@@ -121,8 +122,13 @@ def results_document(**changes) -> bytes:
         (results_document(cases=None), "'cases' must be a list"),
         (results_document(cases="x"), "'cases' must be a list"),
         (results_document(cases=[{"case_id": "a"}]), "cases[0] is not a case result"),
-        (results_document(cases=[{"case_id": "a", "passed": False, "reproduce": "x", "steps": [{"step": 0, "diffs": [{}]}]}],
-                          summary={"cases": 1, "failed": 1}), "has a step that is not a step result"),
+        (
+            results_document(
+                cases=[{"case_id": "a", "passed": False, "reproduce": "x", "steps": [{"step": 0, "diffs": [{}]}]}],
+                summary={"cases": 1, "failed": 1},
+            ),
+            "has a step that is not a step result",
+        ),
         (results_document(summary={"cases": 1, "failed": 1}), "summary.failed does not count"),
         (b'{"format": "csa-conform-results", "version": 1, \xff}', "not UTF-8"),
     ],
@@ -137,3 +143,9 @@ def test_report_refuses_malformed_result_documents_with_one_line(tmp_path, conte
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "j.xml").exists()
+
+
+def test_a_worker_that_dies_is_one_error_not_a_broken_pool_traceback():
+    with pytest.raises(WorkerCrashed, match="a worker process died"):
+        list(fan_out(os._exit, [3, 4], 2))
+    assert exit_code_of(WorkerCrashed("x")) == ExitCode.ENVIRONMENT

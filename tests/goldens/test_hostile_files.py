@@ -166,7 +166,8 @@ def test_a_declared_shape_beyond_the_geometry_is_refused_before_reading(copy):
 
 
 @pytest.mark.parametrize(
-    "special, message", [("fifo", "not a regular file"), ("directory", "is a directory"), ("/dev/null", "not a regular file")]
+    "special, message",
+    [("fifo", "not a regular file"), ("directory", "is a directory"), ("/dev/null", "not a regular file")],
 )
 def test_only_regular_files_are_opened(tmp_path, special, message):
     path = tmp_path / "golden.h5"
