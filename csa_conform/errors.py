@@ -44,19 +44,45 @@ class GoldenFormatError(CsaConformError):
     """A golden file is missing, unreadable or does not follow specs/golden-file.md (schema, groups)."""
 
 
-class CorruptDataset(GoldenFormatError):
-    """A dataset's bytes do not match its sha256 attribute (or cannot be read at all).
+class GoldenIntegrityError(GoldenFormatError):
+    """A golden file is readable but an object no longer matches its recorded digest.
 
-    Distinct from a malformed file: the layout is fine but the data was
-    altered, which every command reports as a verification failure (exit 1).
+    The file was altered after it was written: ``verify`` reports that as a
+    verification failure (exit 1), naming the object (``obj``).
     """
 
     exit_code = ExitCode.DIVERGED
 
-    def __init__(self, path: str, dataset: str, reason: str):
-        super().__init__(f"{path}: dataset {dataset}: {reason}")
-        self.dataset = dataset
+    def __init__(self, path: str, obj: str, reason: str):
+        super().__init__(f"{path}: {obj}: {reason}")
+        self.path = path
+        self.obj = obj
         self.reason = reason
+
+    def __reduce__(self):
+        # Rebuilt from its fields when it crosses a process boundary (verify --jobs).
+        return type(self), (self.path, self.obj, self.reason)
+
+
+class CorruptDataset(GoldenIntegrityError):
+    """A dataset's bytes do not match its sha256 attribute."""
+
+    def __init__(self, path: str, dataset: str, reason: str):
+        super().__init__(path, f"dataset {dataset}", reason)
+        self.dataset = dataset
+
+    def __reduce__(self):
+        return type(self), (self.path, self.dataset, self.reason)
+
+
+class GoldenChanged(GoldenFormatError):
+    """The golden file was replaced or rewritten while a command was reading it."""
+
+
+class GoldenWriteError(CsaConformError):
+    """A golden file could not be written (disk full, file size limit, I/O error); nothing was left."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 class UsageError(CsaConformError):
@@ -80,6 +106,12 @@ class TopKTie(FixtureError):
 
 class DeviceUnavailable(CsaConformError):
     """No CUDA device, no CuPy, or a kernel directory that does not compile."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class WorkerCrashed(CsaConformError):
+    """A worker process of --jobs died (killed, out of memory) before returning its result."""
 
     exit_code = ExitCode.ENVIRONMENT
 

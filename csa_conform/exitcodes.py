@@ -10,3 +10,4 @@ class ExitCode(IntEnum):
     ENVIRONMENT = 4
     BISECT_SKIP = 125
     INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+    TERMINATED = 143  # 128 + SIGTERM

@@ -28,6 +28,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
 from csa_conform import ORACLE_VERSION, __version__
 from csa_conform.diff import TensorDiff
 from csa_conform.errors import UsageError
@@ -317,6 +320,11 @@ def load_results(text: str, origin: str) -> dict:
             f"{origin}: results version {document.get('version')} is not {RESULTS_VERSION} "
             "(re-run the command with this csa-conform)"
         )
-    if document.get("command") not in COMMANDS or not isinstance(document.get("cases"), list):
-        raise UsageError(f"{origin}: results document without a known command and a case list")
+    problem = best_match(Draft202012Validator(schema()).iter_errors(document))
+    if problem is not None:
+        where = "/".join(str(part) for part in problem.absolute_path) or "the document"
+        raise UsageError(f"{origin}: {where}: {problem.message} (not a results document this csa-conform wrote)")
+    summary, cases = document["summary"], document["cases"]
+    if summary["cases"] != len(cases) or summary["failed"] != sum(not case["passed"] for case in cases):
+        raise UsageError(f"{origin}: summary does not count the cases it lists (edited by hand?)")
     return document

@@ -1,23 +1,27 @@
 """Replay a golden file through the oracle: the regression gate behind ``csa-conform verify``.
 
-Every case of any conforming file (ours or another tool's) is checked in two
-passes: every dataset of the case against its sha256, then every step
-re-run with its inputs exactly as stored, requiring bit-identical outputs
-and stage payloads (only the stages the file holds) — or, for a step with
-``expect_error``, exactly that rejection message.
+Every case of any conforming file (ours or another tool's) is checked in
+three passes: its layout and case digest (opening it), every dataset of the
+case against its sha256, then every step re-run with its inputs exactly as
+stored, requiring bit-identical outputs and stage payloads (only the stages
+the file holds) — or, for a step with ``expect_error``, exactly that
+rejection message. A stream is also required to be one: each step's past_*
+inputs are the previous step's present_* outputs, as a runtime feeds them.
 """
 
 from __future__ import annotations
 
 import shlex
+from functools import lru_cache
 
 from csa_conform.diff import compare_payloads
-from csa_conform.errors import ContractError, CorruptDataset
+from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
+from csa_conform.fixtures.stream import STATE
 from csa_conform.goldens import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
 
-__all__ = ["reproduce_command", "verify_case", "verify_step"]
+__all__ = ["reproduce_command", "stream_break", "verify_case", "verify_case_in", "verify_step"]
 
 
 def reproduce_command(path: str, case_id: str) -> str:
@@ -56,19 +60,54 @@ def verify_step(index: int, attrs: dict, output_names, step: GoldenStep) -> Step
     return StepResult(index, not failing, compared=len(diffs), diffs=failing)
 
 
-def verify_case(path: str, case_id: str) -> CaseResult:
-    """Checksums first (a tampered file is reported as such, naming the dataset), then replay."""
-    reproduce = reproduce_command(path, case_id)
-    with GoldenFile(path) as golden:
+def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
+    """Why ``step`` cannot follow ``previous`` in one stream (None when it can).
+
+    The first step's past_* inputs are the recorded initial state; every later
+    one must be bit-identical to the present_* output it is fed from.
+    """
+    if previous.expect_error is not None:
+        return "follows a step the oracle rejects; a rejected step ends its stream"
+    for present, past in STATE.items():
+        if past not in step.inputs or present not in previous.outputs:
+            continue
+        before, now = previous.outputs[present], step.inputs[past]
+        if before.dtype != now.dtype or before.shape != now.shape or before.tobytes() != now.tobytes():
+            return f"input {past} is not the previous step's {present} (steps out of order or altered)"
+    return None
+
+
+def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
+    """Digests first (a tampered file is reported as such, naming the object), then replay."""
+    reproduce = reproduce_command(golden.path, case_id)
+    result = CaseResult(case_id, True, reproduce)
+    try:
         info = golden.case_info(case_id)
-        result = CaseResult(case_id, True, reproduce, family=info.family)
-        try:
-            golden.verify_case_checksums(case_id)
-            for index in range(info.step_count):
-                step = golden.read_step(case_id, index)
-                outcome = verify_step(index, info.attrs, info.output_names, step)
-                result.steps.append(outcome)
-        except CorruptDataset as corrupt:
-            result.problem = f"corrupt dataset {corrupt.dataset}: {corrupt.reason}"
+        result.family = info.family
+        golden.verify_case_checksums(case_id)
+        previous = None
+        for index in range(info.step_count):
+            step = golden.read_step(case_id, index)
+            broken = None if previous is None else stream_break(previous, step)
+            if broken is not None:
+                result.steps.append(StepResult(index, False, problem=f"not a stream: {broken}"))
+            else:
+                result.steps.append(verify_step(index, info.attrs, info.output_names, step))
+            previous = step
+    except GoldenIntegrityError as corrupt:
+        result.problem = f"corrupt {corrupt.obj}: {corrupt.reason}"
     result.passed = result.problem is None and all(step.passed for step in result.steps)
     return result
+
+
+def verify_case_in(path: str, manifest: str, case_id: str) -> CaseResult:
+    """``verify_case`` in a worker process, on the same file the parent opened (same manifest)."""
+    return verify_case(_opened(path, manifest), case_id)
+
+
+@lru_cache(maxsize=1)
+def _opened(path: str, manifest: str) -> GoldenFile:
+    golden = GoldenFile(path)
+    if golden.manifest != manifest:
+        raise GoldenChanged(f"{path}: the file changed while it was being verified")
+    return golden

@@ -25,7 +25,7 @@ def main() -> None:
     """Bit-exact conformance harness for CompressedSparseAttention v1.
 
     Exit codes: 0 verified, 1 divergence or verification failure, 2 usage or
-    invalid input, 4 environment (125 with --git-bisect), 130 interrupted.
+    invalid input, 4 environment (125 with --git-bisect), 130 interrupted, 143 terminated.
 
     \b
     Examples:

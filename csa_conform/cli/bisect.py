@@ -140,7 +140,7 @@ def bisect(file, case, force_host, kernels, ulp, git_bisect, as_json, quiet):
     with GoldenFile(file) as golden:
         if case not in golden.case_ids():
             raise UsageError(f"{file} has no case {case!r}")
-        golden_ref = golden_reference(file, golden.provenance.get("schema_version"))
+        golden_ref = golden_reference(file, golden.schema_version)
         steps = golden.case_info(case).step_count
         found = _first_divergence(golden, case, options, chained, steps, quiet or as_json)
         isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []

@@ -13,18 +13,22 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import click
 from rich.console import Console
 
-from csa_conform.errors import CsaConformError, exit_code_of
+from csa_conform.errors import CsaConformError, WorkerCrashed, exit_code_of
 from csa_conform.exitcodes import ExitCode
 from csa_conform.results import COMMANDS, error_document
 
 PROGRAM = "csa-conform"
+# More worker processes than this many per core only cost memory and file handles.
+JOBS_PER_CORE = 2
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -115,6 +119,20 @@ def emit_json(document) -> None:
     click.echo(json.dumps(document, indent=2, sort_keys=False))
 
 
+def capped_jobs(jobs: int) -> int:
+    """``--jobs`` limited to JOBS_PER_CORE worker processes per core (with a note on stderr)."""
+    cap = JOBS_PER_CORE * (os.cpu_count() or 1)
+    if jobs > cap:
+        click.echo(f"{PROGRAM}: note: --jobs {jobs} capped at {cap} ({JOBS_PER_CORE} per core)", err=True)
+        return cap
+    return jobs
+
+
+def _worker_ignores_interrupts() -> None:
+    """Ctrl-C reaches the whole process group; the parent alone answers it, once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) -> Iterator[Result]:
     """``function`` over ``items`` in order, on ``jobs`` processes when jobs > 1.
 
@@ -124,9 +142,11 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
     if jobs <= 1 or len(items) <= 1:
         yield from map(function, items)
         return
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_ignores_interrupts)
     try:
         yield from pool.map(function, items)
+    except BrokenProcessPool:
+        raise WorkerCrashed("a worker process died before finishing; rerun with --jobs 1 to see why") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

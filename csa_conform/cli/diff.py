@@ -199,7 +199,7 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
     runner = options.runner()
     with GoldenFile(options.file) as golden:
         cases = select_cases(golden, case_glob)
-        golden_ref = golden_reference(options.file, golden.provenance.get("schema_version"))
+        golden_ref = golden_reference(options.file, golden.schema_version)
 
         def timed(case: str) -> tuple[CaseReport, float]:
             started = time.perf_counter()

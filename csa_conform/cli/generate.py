@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from csa_conform.cli.common import boundary, fan_out, progress
+from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.goldens import GoldenCase, write_goldens
@@ -39,7 +39,9 @@ def generate_command(
 ) -> ExitCode:
     """Build deterministic fixtures, run the oracle on every step and write goldens.
 
-    The file appears only when complete: an error or Ctrl-C leaves nothing behind.
+    The file appears only when complete: an error, a full disk, Ctrl-C or
+    SIGTERM leaves nothing behind, and without --force a file that appeared
+    meanwhile is kept.
 
     \b
     Examples:
@@ -47,6 +49,7 @@ def generate_command(
       csa-conform generate --case 'random.r4-*' --seed 7 -o random.h5
     """
     output = output or Path(f"{suite}.h5")
+    jobs = capped_jobs(jobs)
     recipes = suite_recipes(suite, seed, case_glob)
     if output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")

@@ -13,7 +13,7 @@ from csa_conform.cli.common import boundary, console, emit_json, print_table, st
 from csa_conform.diff import default_axes
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.goldens import GoldenFile, array_sha256
 from csa_conform.stages import resolve_stage
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode
@@ -104,7 +104,9 @@ def _case_listing(golden: GoldenFile, case_id: str) -> dict:
         steps.append(
             {
                 "step": index,
-                "T": None if total is None or total.shape != () else int(golden.read_dataset(total)),
+                "T": None if total is None or total.shape != () else int(
+                    golden.read_dataset(case_id, index, "inputs/total_sequence_length")
+                ),
                 "S": None if query is None or query.ndim < 2 else int(query.shape[1]),
                 "Kc": None if current is None or current.ndim < 2 else int(current.shape[1]),
                 "stages": sorted({name.split("/")[1] for name in entries if name.startswith("stages/")}),
@@ -129,19 +131,19 @@ def _step_listing(golden: GoldenFile, case_id: str, index: int, stage: str | Non
         raise UsageError(f"case {case_id!r} has {count} steps; no step {index}")
     tensors = []
     groups = set()
-    for name, dataset in golden.dataset_entries(case_id, index):
+    for name, _ in golden.dataset_entries(case_id, index):
         group = name.split("/")[1] if name.startswith("stages/") else name.split("/")[0]
         groups.add(group)
         if stage is not None and group != stage:
             continue
-        array = golden.read_dataset(dataset)
+        array = golden.read_dataset(case_id, index, name)
         tensor = name.rsplit("/", 1)[1]
         entry = {
             "tensor": name,
             "shape": list(array.shape),
             "dtype": str(array.dtype),
             "axes": list(default_axes(group, tensor, array.shape, array.dtype)),
-            "sha256": dataset.attrs["sha256"],
+            "sha256": array_sha256(array),
             "values": _preview(array),
         }
         if decode and array.dtype == np.uint8 and array.ndim and array.size:

@@ -48,6 +48,8 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
 
 
 def _read(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
-    return Path(source).read_text()
+    raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{source}: not UTF-8 text (byte {error.start})") from None

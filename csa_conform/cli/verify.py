@@ -14,6 +14,7 @@ from rich.text import Text
 from csa_conform.cli.common import (
     argv,
     boundary,
+    capped_jobs,
     console,
     emit_json,
     fan_out,
@@ -22,23 +23,22 @@ from csa_conform.cli.common import (
     stdout_is_terminal,
 )
 from csa_conform.cli.options import case_selection, golden_file, output_options
-from csa_conform.errors import UsageError
+from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
 from csa_conform.results import CaseResult, golden_reference, results_document
-from csa_conform.verify import verify_case
+from csa_conform.verify import verify_case, verify_case_in
 
 
-def selected_cases(path: str, case_glob: str | None) -> tuple[list[str], int | None]:
-    """Case ids of a golden file, filtered by a glob (which must match something), and its schema version."""
-    with GoldenFile(path) as golden:
-        ids = golden.case_ids()
-        schema_version = golden.provenance.get("schema_version")
-    if case_glob is not None:
-        ids = [case_id for case_id in ids if fnmatch.fnmatchcase(case_id, case_glob)]
-        if not ids:
-            raise UsageError(f"no case of {path} matches {case_glob!r}")
-    return ids, schema_version
+def selected_cases(golden: GoldenFile, case_glob: str | None) -> list[str]:
+    """Case ids of a golden file, filtered by a glob (which must match something)."""
+    ids = golden.case_ids()
+    if case_glob is None:
+        return ids
+    chosen = [case_id for case_id in ids if fnmatch.fnmatchcase(case_id, case_glob)]
+    if not chosen:
+        raise UsageError(f"no case of {golden.path} matches {case_glob!r}")
+    return chosen
 
 
 def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
@@ -58,9 +58,9 @@ def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
 def verify_command(file: str, case_glob: str | None, as_json: bool, quiet: bool, jobs: int) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
-    Works on any file that follows the golden layout. A tampered dataset fails
-    its sha256 check and is named; each failure line ends with the command
-    that reproduces just that case.
+    Works on any file that follows the golden layout. A tampered object fails
+    its digest and is named; each failure line ends with the command that
+    reproduces just that case.
 
     \b
     Examples:
@@ -68,16 +68,26 @@ def verify_command(file: str, case_glob: str | None, as_json: bool, quiet: bool,
       csa-conform verify goldens/ci.h5 --case 'random.*' --jobs 4 -q
       csa-conform verify goldens/ci.h5 --json > verify.json
     """
-    case_ids, schema_version = selected_cases(file, case_glob)
-    results = list(
-        progress(
-            fan_out(partial(timed_case, partial(verify_case, file)), case_ids, jobs),
-            len(case_ids),
-            "verify",
-            lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
-            quiet,
+    jobs = capped_jobs(jobs)
+    with GoldenFile(file) as golden:
+        case_ids = selected_cases(golden, case_glob)
+        schema_version = golden.schema_version
+        # One handle for the whole run; worker processes open the file once each and
+        # refuse it unless its manifest digest is the one this handle read.
+        work = partial(verify_case, golden) if jobs == 1 else partial(verify_case_in, file, golden.manifest)
+        results = list(
+            progress(
+                fan_out(partial(timed_case, work), case_ids, jobs),
+                len(case_ids),
+                "verify",
+                lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
+                quiet,
+            )
         )
-    )
+    if jobs > 1:
+        with GoldenFile(file) as after:
+            if after.manifest != golden.manifest:
+                raise GoldenChanged(f"{file}: the file changed while it was being verified")
     code = ExitCode.OK if all(result.passed for result in results) else ExitCode.DIVERGED
     document = results_document(
         "verify", argv(), [result.entry() for result in results],

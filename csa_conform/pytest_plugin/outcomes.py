@@ -71,8 +71,8 @@ class CaseItems:
 
 def oracle_outcomes(path: str, case: CaseItems) -> dict[str, Outcome]:
     try:
-        result = verify_case(path, case.case_id)
         with GoldenFile(path) as golden:
+            result = verify_case(golden, case.case_id)
             held = _held_payloads(golden, case.case_id)
             owners = _corrupt_owners(golden, case) if result.problem else set()
     except GoldenFormatError as error:
@@ -138,10 +138,7 @@ def _corrupt_owners(golden: GoldenFile, case: CaseItems) -> set[str]:
     try:
         golden.verify_case_checksums(case.case_id)
     except CorruptDataset as corrupt:
-        entries = [entry for index in range(golden.step_count(case.case_id))
-                   for entry in golden.dataset_entries(case.case_id, index)]
-        target = next((dataset for _, dataset in entries if dataset.name == corrupt.dataset), None)
-        linked = [_payload_owner(name) for name, dataset in entries if target is not None and dataset == target]
+        linked = [_payload_owner(name) for name in golden.linked_tensors(case.case_id, corrupt.dataset)]
         if linked and None not in linked:
             return set(linked) & set(case.oracle) or set(case.oracle)
     return set(case.oracle)

@@ -15,7 +15,7 @@ import csa_conform.cli.generate as generate_module
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import FixtureError
-from csa_conform.goldens import array_sha256
+from csa_conform.goldens import GoldenFile, write_goldens
 
 CI = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 SMALL = "*r4-prefill-8"  # one closed-form and one boundaries case: two fast ratio-4 steps
@@ -58,13 +58,27 @@ def untimed(document):
     return document
 
 
+def reseal(path: Path, edit) -> None:
+    """Edit the cases of a file and write it anew, digests and all, as a tool making valid goldens would."""
+    with GoldenFile(path) as golden:
+        cases = {case: golden.read_case(case) for case in golden.case_ids()}
+        provenance = {key: golden.provenance[key] for key in ("suite", "suite_seed", "selection")}
+    edit(cases)
+    write_goldens(path, cases.values(), force=True, provenance=provenance)
+
+
 def rewrite(path: Path, dataset: str, edit) -> None:
-    """Change a dataset and (like a careless tool) its checksum too, so only replay can tell."""
-    with h5py.File(path, "r+") as handle:
-        values = handle[dataset][()]
-        edit(values)
-        handle[dataset][...] = values
-        handle[dataset].attrs["sha256"] = array_sha256(values)
+    """Change one tensor and reseal the file, so only replay can tell."""
+    _, case_id, _, step, tensor = dataset.split("/", 4)
+    group, name = tensor.rsplit("/", 1)
+
+    def change(cases):
+        changed = cases[case_id].steps[int(step)]
+        arrays = {"outputs": changed.outputs, "inputs": changed.inputs}.get(group) or changed.stages[group.split("/")[1]]
+        arrays[name] = arrays[name].copy()
+        edit(arrays[name])
+
+    reseal(path, change)
 
 
 @pytest.mark.parametrize("command", [[], ["generate"], ["verify"], ["diff"], ["bisect"], ["inspect"], ["report"]])
@@ -102,16 +116,28 @@ def test_a_flipped_byte_fails_its_checksum_and_is_named(copy):
         handle[name][...] = values
     result = invoke("verify", str(copy))
     assert result.exit_code == ExitCode.DIVERGED
-    assert f"corrupt dataset {name}: sha256 mismatch" in result.stdout
+    line = next(line for line in result.stdout.splitlines() if line.startswith("FAIL "))
+    assert f"FAIL {CLOSED_FORM_CASE}: corrupt dataset /cases/{CLOSED_FORM_CASE}/steps/0000/" in line
+    assert ": sha256 mismatch (stored " in line and name in line
 
 
 def test_expect_error_must_match_exactly(tmp_path):
     path = tmp_path / "errors.h5"
     assert invoke("generate", "--case", "errors.attr-causal-0", "-o", str(path)).exit_code == 0
     assert invoke("verify", str(path)).exit_code == ExitCode.OK
-    with h5py.File(path, "r+") as handle:
+    tampered = tmp_path / "tampered.h5"
+    tampered.write_bytes(path.read_bytes())
+    with h5py.File(tampered, "r+") as handle:
         step = handle["cases/errors.attr-causal-0/steps/0000"]
         step.attrs["expect_error"] = step.attrs["expect_error"] + "!"
+    result = invoke("verify", str(tampered))
+    assert result.exit_code == ExitCode.DIVERGED
+    assert "corrupt case /cases/errors.attr-causal-0: case_sha256 mismatch" in result.stdout
+
+    def exclaim(cases):
+        cases["errors.attr-causal-0"].steps[0].expect_error += "!"
+
+    reseal(path, exclaim)
     result = invoke("verify", str(path))
     assert result.exit_code == ExitCode.DIVERGED
     assert "expected rejection" in result.stdout and "causal must be 1, got 0" in result.stdout

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from csa_conform import __version__
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
+from csa_conform.goldens import SCHEMA_VERSION
 from csa_conform.results import RESULTS_VERSION, schema
 
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))
@@ -65,7 +66,7 @@ def test_verify_and_all_host_diff_write_the_same_schema(small, monkeypatch):
         assert document["version"] == RESULTS_VERSION and document["command"] == command
         assert document["tool"]["version"] == __version__
         assert document["golden"] == {
-            "path": str(small), "sha256": hashlib.sha256(small.read_bytes()).hexdigest(), "schema_version": 1,
+            "path": str(small), "sha256": hashlib.sha256(small.read_bytes()).hexdigest(), "schema_version": SCHEMA_VERSION,
         }
         assert document["argv"][:2] == ["csa-conform", command]
         assert [case["case"] for case in document["cases"]] == [

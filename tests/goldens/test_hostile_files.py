@@ -1,0 +1,319 @@
+"""Malformed and tampered golden files: one line and exit 2 (unreadable) or exit 1 (altered,
+naming the object) from every command; never a traceback, never a silent pass."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from csa_conform.cli import main
+from csa_conform.errors import GoldenChanged
+from csa_conform.exitcodes import ExitCode
+from csa_conform.goldens import GoldenCase, GoldenFile, GoldenStep, write_goldens
+from csa_conform.verify import stream_break, verify_case_in
+
+STREAM = "boundaries.r4-decode-1-to-5"
+STEP = f"/cases/{STREAM}/steps/0001"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def refused(result, code: ExitCode, *fragments: str) -> str:
+    """The one stderr line of a refused command (exit ``code``), which must contain ``fragments``."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def failed(result, *fragments: str) -> str:
+    """The FAIL line of a verify run that found an altered object (exit 1)."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == ExitCode.DIVERGED, result.output
+    fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL ")]
+    assert fails, result.output
+    for fragment in fragments:
+        assert fragment in fails[0], fails[0]
+    return fails[0]
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hostile") / "stream.h5"
+    assert invoke("generate", "--case", STREAM, "-o", str(path)).exit_code == 0
+    return path
+
+
+@pytest.fixture
+def copy(stream, tmp_path):
+    path = tmp_path / "copy.h5"
+    path.write_bytes(stream.read_bytes())
+    return path
+
+
+def edit(path, change) -> None:
+    with h5py.File(path, "r+") as handle:
+        change(handle)
+
+
+def set_attr(obj: str, name: str, value):
+    def change(handle):
+        handle[obj].attrs[name] = value
+
+    return change
+
+
+# --- exit 2: the file cannot be read as a golden file ----------------------------------------
+
+UNREADABLE = {
+    "attrs_json is a JSON list": (set_attr(f"/cases/{STREAM}", "attrs_json", "[1, 2]"), "attrs_json must be an object"),
+    "attrs_json is not UTF-8": (set_attr(f"/cases/{STREAM}", "attrs_json", np.bytes_(b"{\xff}")), "not UTF-8"),
+    "attrs_json nested 100k deep": (set_attr(f"/cases/{STREAM}", "attrs_json", "[" * 100_000), "not JSON"),
+    "output_names_json is null": (set_attr(f"/cases/{STREAM}", "output_names_json", "null"), "list of strings"),
+    "sha256 is not UTF-8": (set_attr(f"{STEP}/inputs/query", "sha256", np.bytes_(b"\xfe" * 64)), "not UTF-8"),
+    "sha256 is not a digest": (set_attr(f"{STEP}/inputs/query", "sha256", "abc"), "not a sha256 hex digest"),
+    "schema_version '2'": (set_attr("/", "schema_version", "2"), "schema_version '2' is not supported"),
+    "schema_version 1.5": (set_attr("/", "schema_version", 1.5), "schema_version 1.5 is not supported"),
+    "schema_version True": (set_attr("/", "schema_version", True), "schema_version True is not supported"),
+    "window outside the history": (
+        set_attr(STEP, "current_kv_rows", np.array([0, 10**6], dtype=np.int64)), "is not a window of kv_history"
+    ),
+}
+
+
+def replace_dataset(path: str, **options):
+    def change(handle):
+        del handle[path]
+        handle.create_dataset(path, **options)
+        handle[path].attrs["sha256"] = "0" * 64
+
+    return change
+
+
+def link(kind):
+    def change(handle):
+        del handle[f"{STEP}/inputs/query"]
+        handle[f"{STEP}/inputs/query"] = kind
+
+    return change
+
+
+def virtual(handle):
+    """current_kv as the virtual dataset schema 1 writers made (its mapping is unchecked by HDF5)."""
+    layout = h5py.VirtualLayout(shape=(1, 2, 512), dtype=np.float32)
+    layout[:] = h5py.VirtualSource(".", f"/cases/{STREAM}/kv_history", shape=(1, 7, 512))[:, 0:2]
+    handle[f"{STEP}/inputs"].create_virtual_dataset("current_kv", layout)
+    del handle[STEP].attrs["current_kv_rows"]
+
+
+UNREADABLE.update(
+    {
+        "dangling soft link": (link(h5py.SoftLink("/nowhere")), "is a soft link"),
+        "external link to a missing file": (link(h5py.ExternalLink("missing.h5", "/x")), "is an external link"),
+        "external link outside the file": (link(h5py.ExternalLink("/etc/passwd", "/")), "is an external link"),
+        "virtual dataset": (virtual, "is a virtual dataset"),
+        "never written (10**12,)": (
+            replace_dataset(f"{STEP}/inputs/query", shape=(10**12,), dtype=np.uint8, chunks=(1 << 20,)),
+            "declares 1000000000000 bytes but stores 0",
+        ),
+        "1 GiB chunk": (
+            replace_dataset(f"{STEP}/inputs/query", shape=(8,), dtype=np.uint8, maxshape=(None,),
+                            chunks=(1 << 30,), compression="gzip"),
+            "larger than its shape",
+        ),
+        "string dataset": (replace_dataset(f"{STEP}/inputs/query", data="text"), "golden tensors are numbers"),
+        "unknown member": (lambda handle: handle[STEP].create_group("extras"), "unexpected member 'extras'"),
+    }
+)
+
+
+@pytest.mark.parametrize("name", sorted(UNREADABLE))
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_malformed_files_exit_2_with_one_line(copy, name, command):
+    change, message = UNREADABLE[name]
+    edit(copy, change)
+    arguments = [command, str(copy)] + ([STREAM, "--step", "1"] if command == "inspect" else [])
+    refused(invoke(*arguments), ExitCode.USAGE, str(copy), message)
+
+
+def unsealed(handle):
+    """A schema_version 1 file, as other tools write it: no digests to catch a changed shape."""
+    handle.attrs["schema_version"] = np.int64(1)
+    del handle.attrs["manifest_sha256"]
+
+
+def test_a_declared_shape_beyond_the_geometry_is_refused_before_reading(copy):
+    # 100 MB of zeros deflate to 0.1 MB: possible in the file, impossible for a B=1, N=2, T=2 case.
+    with GoldenFile(copy) as golden:
+        case = golden.read_case(STREAM)
+    write_goldens(copy, [case], force=True)
+    edit(copy, unsealed)
+    edit(copy, replace_dataset(f"{STEP}/inputs/query", shape=(100 << 20,), dtype=np.uint8,
+                               data=np.zeros(100 << 20, np.uint8), compression="gzip"))
+    line = refused(invoke("verify", str(copy)), ExitCode.USAGE, f"{STEP}/inputs/query")
+    assert "more than the case's geometry allows" in line
+
+
+@pytest.mark.parametrize(
+    "special, message",
+    [("fifo", "not a regular file"), ("directory", "is a directory"), ("/dev/null", "not a regular file")],
+)
+def test_only_regular_files_are_opened(tmp_path, special, message):
+    path = tmp_path / "golden.h5"
+    if special == "fifo":
+        os.mkfifo(path)
+    elif special == "directory":
+        path.mkdir()
+    else:
+        path = special
+    started = time.monotonic()
+    refused(invoke("inspect", str(path)), ExitCode.USAGE, message)
+    assert time.monotonic() - started < 10
+
+
+# --- exit 1: readable, but an object no longer matches its digest ------------------------------
+
+
+ALTERED = {
+    "attrs_json key renamed to another whose default is the stored value": (
+        lambda handle: handle[f"/cases/{STREAM}"].attrs.__setitem__(
+            "attrs_json", handle[f"/cases/{STREAM}"].attrs["attrs_json"].replace('"causal"', '"causaL"')
+        ),
+        f"corrupt case /cases/{STREAM}: case_sha256 mismatch",
+    ),
+    "family": (set_attr(f"/cases/{STREAM}", "family", "random"), "case_sha256 mismatch"),
+    "description": (set_attr(f"/cases/{STREAM}", "description", "other"), "case_sha256 mismatch"),
+    "seed": (set_attr(f"/cases/{STREAM}", "seed", np.int64(3)), "case_sha256 mismatch"),
+    "expect_error added": (set_attr(STEP, "expect_error", "no"), "case_sha256 mismatch"),
+    "window moved": (set_attr(STEP, "current_kv_rows", np.array([1, 3], dtype=np.int64)), "case_sha256 mismatch"),
+    "dataset data": (
+        lambda handle: handle[f"{STEP}/inputs/query"].__setitem__((0, 0, 0, 0), 9.0),
+        f"corrupt dataset {STEP}/inputs/query: sha256 mismatch",
+    ),
+    "hard link pointed elsewhere": (
+        lambda handle: (
+            handle[f"{STEP}/inputs"].__delitem__("head_sink"),
+            handle[f"{STEP}/inputs"].__setitem__("head_sink", handle[f"{STEP}/inputs/compressor_norm"]),
+        ),
+        "case_sha256 mismatch",
+    ),
+    "steps swapped": (
+        lambda handle: (
+            handle.move(f"/cases/{STREAM}/steps/0001", f"/cases/{STREAM}/steps/x"),
+            handle.move(f"/cases/{STREAM}/steps/0002", f"/cases/{STREAM}/steps/0001"),
+            handle.move(f"/cases/{STREAM}/steps/x", f"/cases/{STREAM}/steps/0002"),
+        ),
+        "case_sha256 mismatch",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALTERED))
+def test_altered_objects_fail_verification_by_name(copy, name):
+    change, message = ALTERED[name]
+    edit(copy, change)
+    failed(invoke("verify", str(copy)), message)
+
+
+@pytest.mark.parametrize("name", ["suite provenance", "created_by", "a case removed", "a case added"])
+def test_root_changes_fail_the_manifest_digest_before_anything_runs(copy, name):
+    changes = {
+        "suite provenance": set_attr("/", "suite", "full"),
+        "created_by": set_attr("/", "created_by", "someone else"),
+        "a case removed": lambda handle: handle.move(f"/cases/{STREAM}", "/moved"),
+        "a case added": lambda handle: handle.copy(f"/cases/{STREAM}", "/cases/extra"),
+    }
+    edit(copy, changes[name])
+    for command in ("verify", "inspect"):
+        refused(invoke(command, str(copy)), ExitCode.DIVERGED, f"{copy}: /: manifest_sha256 mismatch (stored ")
+
+
+def test_schema_version_lowered_to_1_on_a_sealed_file_is_caught(copy):
+    edit(copy, set_attr("/", "schema_version", np.int64(1)))
+    refused(invoke("verify", str(copy)), ExitCode.DIVERGED, "schema_version was altered")
+
+
+def test_sha256_mismatches_show_both_full_digests(copy):
+    edit(copy, ALTERED["dataset data"][0])
+    line = failed(invoke("verify", str(copy)))
+    digests = line.split("sha256 mismatch (stored ")[1].split(", data ")
+    assert len(digests[0]) == 64 and len(digests[1].split(")")[0]) == 64
+
+
+def test_a_corrupt_dataset_exits_1_in_every_command(copy):
+    edit(copy, ALTERED["dataset data"][0])
+    runs = {
+        "verify": invoke("verify", str(copy)),
+        "inspect": invoke("inspect", str(copy), STREAM, "--step", "1"),
+        "diff": invoke("diff", str(copy), "--force-host", "all"),
+        "bisect": invoke("bisect", str(copy), "--case", STREAM, "--force-host", "all"),
+    }
+    for command, result in runs.items():
+        assert result.exit_code == ExitCode.DIVERGED, (command, result.output)
+        assert "Traceback" not in result.output
+        assert f"{STEP}/inputs/query" in result.output, (command, result.output)
+
+
+def test_a_malformed_file_exits_2_in_every_command(copy):
+    edit(copy, UNREADABLE["dangling soft link"][0])
+    for arguments in (["verify"], ["inspect"], ["diff", "--force-host", "all"],
+                      ["bisect", "--case", STREAM, "--force-host", "all"]):
+        result = invoke(arguments[0], str(copy), *arguments[1:])
+        refused(result, ExitCode.USAGE, "is a soft link")
+
+
+# --- streams -----------------------------------------------------------------------------------
+
+
+def test_swapped_steps_of_a_resealed_stream_are_not_a_stream(copy):
+    with GoldenFile(copy) as golden:
+        case = golden.read_case(STREAM)
+    case.steps[1], case.steps[2] = case.steps[2], case.steps[1]
+    write_goldens(copy, [case], force=True)
+    line = failed(invoke("verify", str(copy)), f"FAIL {STREAM} step 1: not a stream: input past_")
+    assert "is not the previous step's present_" in line
+
+
+def test_a_step_after_a_rejected_step_breaks_the_stream():
+    rejected = GoldenStep(inputs={}, expect_error="rejected")
+    assert "rejected step ends its stream" in stream_break(rejected, GoldenStep(inputs={}))
+    carry = np.zeros((1, 8, 2, 256), np.float32)
+    before = GoldenStep(inputs={}, outputs={"present_index_carry": carry})
+    assert stream_break(before, GoldenStep(inputs={"past_index_carry": carry.copy()})) is None
+    assert "past_index_carry" in stream_break(before, GoldenStep(inputs={"past_index_carry": carry + 1}))
+
+
+def test_verify_time_is_linear_in_the_number_of_steps(tmp_path):
+    """Hard-linked steps (every array shared): reading and checking a case costs per step, not per step squared."""
+
+    def seconds(steps: int) -> float:
+        arrays = {"query": np.zeros((1, 1, 2, 512), np.float32), "total_sequence_length": np.array(1, np.int64)}
+        case = GoldenCase("long", {"num_heads": 2}, ("Y",),
+                          [GoldenStep(inputs=arrays, outputs={"Y": arrays["query"]}) for _ in range(steps)])
+        path = tmp_path / f"{steps}.h5"
+        write_goldens(path, [case])
+        started = time.perf_counter()
+        with GoldenFile(path) as golden:
+            golden.verify_case_checksums("long")
+            for index in range(steps):
+                golden.read_step("long", index)
+        return time.perf_counter() - started
+
+    small, large = seconds(100), seconds(800)
+    assert large < 8 * small * 2, (small, large)
+
+
+def test_workers_refuse_a_file_that_changed_since_the_run_began(stream):
+    with pytest.raises(GoldenChanged, match="changed while it was being verified"):
+        verify_case_in(str(stream), "0" * 64, STREAM)
