@@ -10,12 +10,12 @@ import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from golden_edits import reseal, rewrite
 
 import csa_conform.cli.generate as generate_module
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import FixtureError
-from csa_conform.goldens import GoldenFile, write_goldens
 
 CI = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 SMALL = "*r4-prefill-8"  # one closed-form and one boundaries case: two fast ratio-4 steps
@@ -56,29 +56,6 @@ def untimed(document):
     if isinstance(document, list):
         return [untimed(value) for value in document]
     return document
-
-
-def reseal(path: Path, edit) -> None:
-    """Edit the cases of a file and write it anew, digests and all, as a tool making valid goldens would."""
-    with GoldenFile(path) as golden:
-        cases = {case: golden.read_case(case) for case in golden.case_ids()}
-        provenance = {key: golden.provenance[key] for key in ("suite", "suite_seed", "selection")}
-    edit(cases)
-    write_goldens(path, cases.values(), force=True, provenance=provenance)
-
-
-def rewrite(path: Path, dataset: str, edit) -> None:
-    """Change one tensor and reseal the file, so only replay can tell."""
-    _, case_id, _, step, tensor = dataset.split("/", 4)
-    group, name = tensor.rsplit("/", 1)
-
-    def change(cases):
-        changed = cases[case_id].steps[int(step)]
-        arrays = {"outputs": changed.outputs, "inputs": changed.inputs}.get(group) or changed.stages[group.split("/")[1]]
-        arrays[name] = arrays[name].copy()
-        edit(arrays[name])
-
-    reseal(path, change)
 
 
 @pytest.mark.parametrize("command", [[], ["generate"], ["verify"], ["diff"], ["bisect"], ["inspect"], ["report"]])
