@@ -13,8 +13,8 @@ from typing import Callable
 WORKING_SET_ELEMENTS = 1 << 16
 
 
-def query_chunks(sequence: int, elements_per_query: int) -> list[slice]:
-    size = max(1, WORKING_SET_ELEMENTS // max(1, elements_per_query))
+def query_chunks(sequence: int, elements_per_query: int, working_set: int = WORKING_SET_ELEMENTS) -> list[slice]:
+    size = max(1, working_set // max(1, elements_per_query))
     return [slice(begin, min(sequence, begin + size)) for begin in range(0, sequence, size)]
 
 

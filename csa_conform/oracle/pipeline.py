@@ -17,11 +17,11 @@ import numpy as np
 from csa_conform.contract import StepGeometry, attention_bias, validate_step
 from csa_conform.oracle.candidate_assembly import candidate_assembly
 from csa_conform.oracle.compression_update import compression_update
+from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.index_key_update import index_key_update
 from csa_conform.oracle.index_query_finalize import index_query_finalize
-from csa_conform.oracle.index_scoring import causal_mask, index_scoring
+from csa_conform.oracle.index_scoring import causal_mask
 from csa_conform.oracle.selection import selection
-from csa_conform.oracle.sparse_sink_softmax_attention import sparse_sink_softmax_attention
 
 STAGES = (
     "compression_update",
@@ -44,7 +44,11 @@ class StepResult:
     stages: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
-def run_step(attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> StepResult:
+def run_step(
+    attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Sequence[str], engine: str | None = None
+) -> StepResult:
+    """One step; `engine` is numpy, numba or auto (default: $CSA_CONFORM_ENGINE, else auto)."""
+    kernels = resolve_engine(engine)
     geometry = validate_step(attrs, inputs, output_names)
     tensors = {name: _as_stored(value) for name, value in inputs.items()}
     stages: dict[str, dict[str, np.ndarray]] = {}
@@ -57,14 +61,14 @@ def run_step(attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Seq
     )
     selected = None
     if geometry.ratio == 4:
-        stages.update(_select_records(geometry, tensors))
+        stages.update(_select_records(geometry, tensors, kernels))
         selected = stages["selection"]["selected"]
     bias = None
     if geometry.has_bias:
         target = (geometry.batch, geometry.heads, geometry.sequence, geometry.candidate_count)
         bias = attention_bias(tensors["attention_bias"], target)
     stages["candidate_assembly"] = candidate_assembly(geometry, selected)
-    stages["sparse_sink_softmax_attention"] = sparse_sink_softmax_attention(
+    stages["sparse_sink_softmax_attention"] = kernels.sparse_sink_softmax_attention(
         geometry,
         tensors["query"],
         tensors["current_kv"],
@@ -78,7 +82,7 @@ def run_step(attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Seq
     return StepResult(outputs=outputs, stages=stages)
 
 
-def _select_records(geometry: StepGeometry, tensors) -> dict[str, dict[str, np.ndarray]]:
+def _select_records(geometry: StepGeometry, tensors, kernels: Engine) -> dict[str, dict[str, np.ndarray]]:
     keys = index_key_update(
         geometry,
         *(tensors[name] for name in (
@@ -88,7 +92,7 @@ def _select_records(geometry: StepGeometry, tensors) -> dict[str, dict[str, np.n
     )
     queries, query_failure = index_query_finalize(geometry, tensors["index_query"])
     row_limit = query_failure.row if query_failure else None
-    scoring, score_failure = index_scoring(
+    scoring, score_failure = kernels.index_scoring(
         geometry, queries["transformed"], keys["logical_keys"], tensors["index_weight"], row_limit
     )
     live = causal_mask(geometry, scoring["scores"].shape[-1], row_limit)
