@@ -14,6 +14,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.goldens import GoldenCase, write_goldens
 from csa_conform.oracle import run_step
+from csa_conform.oracle.engine import ENGINE_CHOICES, use_engine
 
 
 def generate_case(recipe: Recipe) -> GoldenCase:
@@ -32,14 +33,17 @@ def generate_case(recipe: Recipe) -> GoldenCase:
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes (the file is identical for any value).")
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=None,
+              help="Oracle engine, same bytes either way [default: $CSA_CONFORM_ENGINE, else auto].")
 @boundary
 def generate_command(
-    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int
+    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, engine: str | None
 ) -> ExitCode:
     """Build deterministic fixtures, run the oracle on every step and write goldens.
 
     The file appears only when complete: an error or Ctrl-C leaves nothing behind.
     """
+    use_engine(engine)
     output = output or Path(f"{suite}.h5")
     recipes = suite_recipes(suite, seed, case_glob)
     if output.exists() and not force:

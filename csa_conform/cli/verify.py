@@ -21,6 +21,7 @@ from csa_conform.cli.common import (
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
+from csa_conform.oracle.engine import ENGINE_CHOICES, use_engine
 from csa_conform.report import CaseResult, run_document
 from csa_conform.verify import verify_case
 
@@ -42,14 +43,17 @@ def selected_cases(path: str, case_glob: str | None) -> list[str]:
 @click.option("--case", "case_glob", metavar="GLOB", help="Only cases whose id matches GLOB.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON document.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default=None,
+              help="Oracle engine, same bytes either way [default: $CSA_CONFORM_ENGINE, else auto].")
 @boundary
-def verify_command(file: str, case_glob: str | None, as_json: bool, jobs: int) -> ExitCode:
+def verify_command(file: str, case_glob: str | None, as_json: bool, jobs: int, engine: str | None) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
     Works on any file that follows the golden layout. A tampered dataset fails
     its sha256 check and is named; each failure line ends with the command
     that reproduces just that case.
     """
+    use_engine(engine)
     case_ids = selected_cases(file, case_glob)
     results = list(
         progress(

@@ -37,9 +37,10 @@ def numba_available() -> bool:
 
 def resolve_engine(choice: str | None = None) -> Engine:
     """The engine named by `choice`, else by $CSA_CONFORM_ENGINE, else auto."""
+    source = "engine" if choice else ENGINE_VARIABLE
     name = choice or os.environ.get(ENGINE_VARIABLE) or "auto"
     if name not in ENGINE_CHOICES:
-        raise UsageError(f"unknown oracle engine {name!r}: expected one of {', '.join(ENGINE_CHOICES)}")
+        raise UsageError(f"{source} {name!r} is not an oracle engine: expected one of {', '.join(ENGINE_CHOICES)}")
     if name == "auto":
         name = "numba" if numba_available() else "numpy"
     if name == "numba" and not numba_available():
