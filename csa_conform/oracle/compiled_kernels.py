@@ -23,32 +23,34 @@ _MINUS_INFINITY = np.float32(-np.inf)
 
 @njit(**KERNEL_OPTIONS)
 def attention_scores(query, source, rows, empty_row, scale, bias, has_bias, begin, end, scores):
-    """scores[b, s, h, c] for s in [begin, end): dot(q, row) * scale (+ bias); -inf for empty slots."""
+    """scores[b, s, h, c] for s in [begin, end): dot(q, row) * scale (+ bias); -inf for empty slots.
+
+    Each query's candidate rows are gathered transposed, [d, c], so the
+    innermost loop runs over candidates: independent lanes, d stays sequential.
+    """
     batch, _, heads, dim = query.shape
     count = rows.shape[-1]
-    transposed = np.empty((dim, heads), dtype=np.float32)
-    dots = np.empty(heads, dtype=np.float32)
+    gathered = np.empty((dim, count), dtype=np.float32)
+    dots = np.empty(count, dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
-            for h in range(heads):
-                for d in range(dim):
-                    transposed[d, h] = query[b, s, h, d]
             for c in range(count):
                 row = rows[b, s, c]
-                if row == empty_row:
-                    for h in range(heads):
-                        scores[b, s, h, c] = _MINUS_INFINITY
-                    continue
+                for d in range(dim):
+                    gathered[d, c] = source[b, row, d]
+            for h in range(heads):
                 dots[:] = _ZERO
                 for d in range(dim):
-                    key = source[b, row, d]
-                    for h in range(heads):
-                        dots[h] += transposed[d, h] * key
-                for h in range(heads):
-                    score = dots[h] * scale
-                    if has_bias:
-                        score += bias[b, h, s, c]
-                    scores[b, s, h, c] = score
+                    weight = query[b, s, h, d]
+                    for c in range(count):
+                        dots[c] += weight * gathered[d, c]
+                for c in range(count):
+                    if rows[b, s, c] == empty_row:
+                        scores[b, s, h, c] = _MINUS_INFINITY
+                    elif has_bias:
+                        scores[b, s, h, c] = dots[c] * scale + bias[b, h, s, c]
+                    else:
+                        scores[b, s, h, c] = dots[c] * scale
 
 
 @njit(**KERNEL_OPTIONS)
@@ -79,28 +81,30 @@ def index_scores(queries, keys, weights, weight_scale, causal, begin, end, score
     """scores[b, s, c] for causal records c < causal[s], s in [begin, end).
 
     Sum over heads, ascending, of fmax(dot, 0) * weight * weight_scale
-    (fmax: a NaN dot counts as 0). Entries past causal[s] are left as they are.
+    (fmax: a NaN dot counts as 0). Keys are [B, d, records] so the innermost
+    loops run over records. Entries past causal[s] are left as they are.
     """
     batch, _, heads, width = queries.shape
-    transposed = np.empty((width, heads), dtype=np.float32)
-    dots = np.empty(heads, dtype=np.float32)
+    records = keys.shape[-1]
+    dots = np.empty(records, dtype=np.float32)
+    total = np.empty(records, dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
+            live = causal[s]
+            total[:live] = _ZERO
             for h in range(heads):
+                dots[:live] = _ZERO
                 for d in range(width):
-                    transposed[d, h] = queries[b, s, h, d]
-            for c in range(causal[s]):
-                dots[:] = _ZERO
-                for d in range(width):
-                    key = keys[b, c, d]
-                    for h in range(heads):
-                        dots[h] += transposed[d, h] * key
-                total = _ZERO
-                for h in range(heads):
-                    dot = dots[h]
+                    weight = queries[b, s, h, d]
+                    for c in range(live):
+                        dots[c] += weight * keys[b, d, c]
+                head_weight = weights[b, s, h]
+                for c in range(live):
+                    dot = dots[c]
                     relu = dot if dot > _ZERO else _ZERO
-                    total += relu * weights[b, s, h] * weight_scale
-                scores[b, s, c] = total
+                    total[c] += relu * head_weight * weight_scale
+            for c in range(live):
+                scores[b, s, c] = total[c]
 
 
 KERNELS = (attention_scores, attention_values, index_scores)

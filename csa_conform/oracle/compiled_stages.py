@@ -29,7 +29,7 @@ def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weigh
     records = logical_keys.shape[1]
     weight_scale = head_weight_scale(width, heads)
     causal = causal_records(geometry)
-    keys = np.ascontiguousarray(logical_keys, dtype=np.float32)
+    keys = np.ascontiguousarray(np.swapaxes(logical_keys, 1, 2), dtype=np.float32)
     scores = np.full((batch, sequence, records), -np.inf, dtype=np.float32)
 
     def score_chunk(chunk: slice) -> None:
