@@ -106,18 +106,21 @@ def _scaled_scores(keys, queries, scale) -> np.ndarray:
     return dots
 
 
-def softmax_with_sink(scores, head_sink, first_query):
-    """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid."""
+def softmax_with_sink(scores, head_sink, first_query, exp=expf):
+    """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
+
+    `exp` is glibc's expf: the NumPy port here, its compiled twin in the numba engine.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
         active = maximum != -np.inf
         exponent = np.ascontiguousarray(np.moveaxis(scores - maximum[..., None], -1, 0))
         valid = np.moveaxis(scores, -1, 0) != -np.inf
-        weights = np.where(valid, expf(exponent), np.float32(0))
+        weights = np.where(valid, exp(exponent), np.float32(0))
         denominator = np.zeros(maximum.shape, dtype=np.float32)
         for candidate in weights:
             denominator += candidate
-        denominator += expf(head_sink - maximum)
+        denominator += exp(head_sink - maximum)
         invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
         probabilities = np.where(active, weights / denominator, np.float32(0))
     if invalid.any():
