@@ -47,69 +47,76 @@ HEAD_BLOCK = 4
 def attention_scores(query, source, rows, empty_row, scale, bias, has_bias, begin, end, scores):
     """scores[b, s, h, c] for s in [begin, end): dot(q, row) * scale (+ bias); -inf for empty slots.
 
-    Each query's candidate rows are gathered transposed, [d, c], so the
-    innermost loop runs over candidates: independent lanes, d stays
+    Each query's non-empty candidate rows are gathered transposed, [d, j],
+    so the innermost loop runs over candidates: independent lanes, d stays
     sequential. Heads go HEAD_BLOCK at a time to reuse each gathered load.
     """
     batch, _, heads, dim = query.shape
     count = rows.shape[-1]
-    gathered = np.empty((dim, count), dtype=np.float32)
+    buffer = np.empty(dim * count, dtype=np.float32)
+    columns = np.empty(count, dtype=np.int64)
     dots = np.empty((HEAD_BLOCK, count), dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
+            live = 0
             for c in range(count):
-                row = rows[b, s, c]
+                if rows[b, s, c] == empty_row:
+                    for h in range(heads):
+                        scores[b, s, h, c] = _MINUS_INFINITY
+                else:
+                    columns[live] = c
+                    live += 1
+            gathered = buffer[: dim * live].reshape((dim, live))
+            for j in range(live):
+                row = rows[b, s, columns[j]]
                 for d in range(dim):
-                    gathered[d, c] = source[b, row, d]
+                    gathered[d, j] = source[b, row, d]
             h = 0
             while h < heads:
                 if h + HEAD_BLOCK <= heads:
-                    _four_head_dots(query[b, s], h, gathered, dots)
+                    _four_head_dots(query[b, s], h, gathered, live, dots)
                     block = HEAD_BLOCK
                 else:
-                    _one_head_dots(query[b, s], h, gathered, dots)
+                    _one_head_dots(query[b, s], h, gathered, live, dots)
                     block = 1
                 for k in range(block):
-                    for c in range(count):
-                        if rows[b, s, c] == empty_row:
-                            scores[b, s, h + k, c] = _MINUS_INFINITY
-                        elif has_bias:
-                            scores[b, s, h + k, c] = dots[k, c] * scale + bias[b, h + k, s, c]
+                    for j in range(live):
+                        c = columns[j]
+                        if has_bias:
+                            scores[b, s, h + k, c] = dots[k, j] * scale + bias[b, h + k, s, c]
                         else:
-                            scores[b, s, h + k, c] = dots[k, c] * scale
+                            scores[b, s, h + k, c] = dots[k, j] * scale
                 h += block
 
 
 @njit(**KERNEL_OPTIONS)
-def _four_head_dots(query, h, gathered, dots):
-    """dots[k, c] = dot(query[h + k], column c), ascending in d, for k < 4."""
-    dim, count = gathered.shape
+def _four_head_dots(query, h, gathered, live, dots):
+    """dots[k, j] = dot(query[h + k], gathered column j), ascending in d, for k < 4 and j < live."""
     first, second, third, fourth = dots[0], dots[1], dots[2], dots[3]
-    first[:] = _ZERO
-    second[:] = _ZERO
-    third[:] = _ZERO
-    fourth[:] = _ZERO
-    for d in range(dim):
+    first[:live] = _ZERO
+    second[:live] = _ZERO
+    third[:live] = _ZERO
+    fourth[:live] = _ZERO
+    for d in range(gathered.shape[0]):
         w0, w1, w2, w3 = query[h, d], query[h + 1, d], query[h + 2, d], query[h + 3, d]
         column = gathered[d]
-        for c in range(count):
-            key = column[c]
-            first[c] += w0 * key
-            second[c] += w1 * key
-            third[c] += w2 * key
-            fourth[c] += w3 * key
+        for j in range(live):
+            key = column[j]
+            first[j] += w0 * key
+            second[j] += w1 * key
+            third[j] += w2 * key
+            fourth[j] += w3 * key
 
 
 @njit(**KERNEL_OPTIONS)
-def _one_head_dots(query, h, gathered, dots):
-    dim, count = gathered.shape
+def _one_head_dots(query, h, gathered, live, dots):
     first = dots[0]
-    first[:] = _ZERO
-    for d in range(dim):
+    first[:live] = _ZERO
+    for d in range(gathered.shape[0]):
         weight = query[h, d]
         column = gathered[d]
-        for c in range(count):
-            first[c] += weight * column[c]
+        for j in range(live):
+            first[j] += weight * column[j]
 
 
 @njit(**KERNEL_OPTIONS)
