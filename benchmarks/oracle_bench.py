@@ -177,11 +177,11 @@ def measured(module_and_arguments: list[str]) -> tuple[float, float]:
         begin = time.perf_counter()
         result = subprocess.run(
             [sys.executable, "-c", PEAK_REPORTER, peak.name, *module_and_arguments],
-            stdout=subprocess.DEVNULL, env=environment,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment,
         )
         elapsed = time.perf_counter() - begin
         if result.returncode != 0:
-            raise SystemExit(f"benchmark command failed: python -m {' '.join(module_and_arguments)}")
+            raise SystemExit(f"benchmark command failed: python -m {' '.join(module_and_arguments)}\n{result.stderr}")
         return elapsed, int(Path(peak.name).read_text()) / 1024
 
 

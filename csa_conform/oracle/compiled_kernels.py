@@ -2,8 +2,9 @@
 
 Every product and sum is one binary32 operation in the NumPy engine's
 order: dots ascend in d, head sums ascend in head, value sums ascend in
-candidate. Vectorisation runs across independent lanes only (heads for the
-dots, d for the value sums), so no reduction is reassociated. fastmath is
+candidate. Vectorisation runs across independent lanes only (candidates or
+records for the dots, d for the value sums), so no reduction is
+reassociated; blocks of heads share loads, never sums. fastmath is
 off: LLVM then neither reassociates nor contracts a*b+c into a fused
 multiply-add (tests/oracle/test_compiled_kernels.py reads the assembly).
 No kernel calls a math function: expf_fast_path is glibc's expf algorithm
@@ -38,8 +39,6 @@ KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "error_model"
 
 _ZERO = np.float32(0)
 _MINUS_INFINITY = np.float32(-np.inf)
-
-
 HEAD_BLOCK = 4
 
 
