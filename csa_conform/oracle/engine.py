@@ -48,7 +48,7 @@ def resolve_engine(choice: str | None = None) -> Engine:
     return _engine(name)
 
 
-def use_engine(choice: str) -> Engine:
+def use_engine(choice: str | None) -> Engine:
     """Resolve `choice` and make it the default for this process and the worker processes it starts."""
     engine = resolve_engine(choice)
     os.environ[ENGINE_VARIABLE] = engine.name

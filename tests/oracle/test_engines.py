@@ -5,12 +5,16 @@ of the CPU reference's own sample in tests/reference."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from engine_pairs import assert_engines_agree, needs_numba
 from reference_corpus import case_files, reference_file, step_inputs, step_prefixes
 
+from csa_conform.cli import main
 from csa_conform.errors import UsageError
 from csa_conform.goldens import GoldenFile
 from csa_conform.oracle import run_step
@@ -82,3 +86,29 @@ def _numba_importable() -> bool:
     except ImportError:
         return False
     return True
+
+
+@needs_numba
+def test_generate_writes_the_same_file_with_either_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENGINE_VARIABLE, "auto")  # the command sets it; restored after the test
+    written = {}
+    for engine in ("numpy", "numba"):
+        path = tmp_path / f"{engine}.h5"
+        result = CliRunner().invoke(
+            main, ["generate", "--suite", "ci", "--case", "random.r4-bias-BNSC", "-o", str(path), "--engine", engine]
+        )
+        assert result.exit_code == 0, result.output
+        written[engine] = path.read_bytes()
+    assert written["numpy"] == written["numba"]
+
+
+def test_a_bad_engine_variable_is_one_line_and_exit_2(monkeypatch):
+    monkeypatch.setenv(ENGINE_VARIABLE, "fast")
+    done = subprocess.run(
+        [sys.executable, "-m", "csa_conform", "verify", str(CI_GOLDENS), "--case", "random.r4-n4-i3-k1"],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "csa-conform: error: CSA_CONFORM_ENGINE 'fast' is not an oracle engine: expected one of auto, numpy, numba\n"
+    )
