@@ -1,9 +1,9 @@
 """Which implementation of the oracle's hot loops runs a step.
 
 `numpy` is the reference formulation: readable, one module per stage, always
-available. `numba` runs index scoring and attention's dot products and value
-sums as compiled kernels (compiled_kernels.py) with the same binary32
-operations in the same order, so both engines give the same bytes
+available. `numba` runs index scoring, attention's dot products and value
+sums, and the softmax's expf as compiled kernels (compiled_kernels.py) with
+the same binary32 operations in the same order, so both engines give the same bytes
 (tests/oracle/test_engines.py compares them on every golden step). `auto`,
 the default, picks numba when it can be imported.
 """
