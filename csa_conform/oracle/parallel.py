@@ -27,4 +27,5 @@ def map_chunks(function: Callable[[slice], object], chunks: list[slice]) -> list
 
 
 def worker_count() -> int:
+    """Threads per map (one per core); tests vary it to show no result depends on it."""
     return os.cpu_count() or 1
