@@ -29,19 +29,21 @@ from csa_conform.oracle.candidate_assembly import candidate_assembly
 from csa_conform.oracle.compression_update import compression_update
 from csa_conform.oracle.index_key_update import index_key_update
 from csa_conform.oracle.index_query_finalize import index_query_finalize
-from csa_conform.oracle.index_scoring import causal_mask, index_scoring
+from csa_conform.oracle.engine import Engine
+from csa_conform.oracle.index_scoring import causal_mask
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.oracle.selection import selection
-from csa_conform.oracle.sparse_sink_softmax_attention import sparse_sink_softmax_attention
 
 # What a stage reads when it reads the stream's state (past_* inputs) rather than an earlier stage.
 PAST_STATE = "past_state"
 
 
 class StageInputs(Protocol):
-    """What a stage's oracle adapter reads: inputs, earlier payloads, earlier row failures."""
+    """What a stage's oracle adapter reads: inputs, earlier payloads, earlier row failures, and the
+    oracle engine whose stage functions run the hot loops."""
 
     geometry: StepGeometry
+    engine: Engine
 
     def input(self, name: str) -> np.ndarray: ...
 
@@ -139,7 +141,7 @@ def _row_limit(run: StageInputs) -> int | None:
 
 
 def _score(run: StageInputs) -> dict:
-    payload, failure = index_scoring(
+    payload, failure = run.engine.index_scoring(
         run.geometry,
         run.upstream("index_query_finalize", "transformed"),
         run.upstream("index_key_update", "logical_keys"),
@@ -169,7 +171,7 @@ def _attend(run: StageInputs) -> dict:
     bias = None
     if g.has_bias:
         bias = attention_bias(run.input("attention_bias"), (g.batch, g.heads, g.sequence, g.candidate_count))
-    return sparse_sink_softmax_attention(
+    return run.engine.sparse_sink_softmax_attention(
         g,
         run.input("query"),
         run.input("current_kv"),

@@ -10,10 +10,12 @@ from pathlib import Path
 import click
 
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
+from csa_conform.cli.options import engine_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.goldens import GoldenCase, write_goldens
 from csa_conform.oracle import run_step
+from csa_conform.oracle.engine import use_engine
 
 
 def generate_case(recipe: Recipe) -> GoldenCase:
@@ -32,10 +34,12 @@ def generate_case(recipe: Recipe) -> GoldenCase:
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes (the file is identical for any value).")
+@engine_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @boundary
 def generate_command(
-    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, quiet: bool
+    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, engine: str | None,
+    quiet: bool,
 ) -> ExitCode:
     """Build deterministic fixtures, run the oracle on every step and write goldens.
 
@@ -48,6 +52,7 @@ def generate_command(
       csa-conform generate --suite ci -o build/ci.h5 --force --jobs 4
       csa-conform generate --case 'random.r4-*' --seed 7 -o random.h5
     """
+    use_engine(engine)
     output = output or Path(f"{suite}.h5")
     jobs = capped_jobs(jobs)
     recipes = suite_recipes(suite, seed, case_glob)

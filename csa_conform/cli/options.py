@@ -1,6 +1,6 @@
 """Option groups the commands share, so a flag is spelled, parsed and documented once.
 
-``golden_file`` + ``case_selection`` pick what to check, ``stage_option``
+``golden_file`` + ``case_selection`` pick what to check, ``engine_option`` which oracle engine, ``stage_option``
 which stages (any spelling the registry knows), ``device_options`` how the
 device run is set up, ``output_options`` how results are shown.
 """
@@ -13,6 +13,7 @@ import click
 
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
 from csa_conform.errors import UsageError
+from csa_conform.oracle.engine import ENGINE_CHOICES
 from csa_conform.resources import ci_goldens
 from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
 
@@ -97,3 +98,11 @@ output_options = _compose(
     click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md)."),
     click.option("-q", "--quiet", is_flag=True, help="No progress, header or table: failures and the summary only."),
 )
+
+
+def engine_option(function: Callable) -> Callable:
+    """--engine: which oracle engine runs the host side (the bytes are the same either way)."""
+    return click.option(
+        "--engine", type=click.Choice(ENGINE_CHOICES), default=None,
+        help="Oracle engine, same bytes either way [default: $CSA_CONFORM_ENGINE, else auto].",
+    )(function)

@@ -22,10 +22,11 @@ from csa_conform.cli.common import (
     progress,
     stdout_is_terminal,
 )
-from csa_conform.cli.options import case_selection, golden_file, output_options
+from csa_conform.cli.options import case_selection, engine_option, golden_file, output_options
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
+from csa_conform.oracle.engine import use_engine
 from csa_conform.results import CaseResult, golden_reference, results_document
 from csa_conform.verify import verify_case, verify_case_in
 
@@ -54,8 +55,11 @@ def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
 @case_selection()
 @output_options
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@engine_option
 @boundary
-def verify_command(file: str, case_glob: str | None, as_json: bool, quiet: bool, jobs: int) -> ExitCode:
+def verify_command(
+    file: str, case_glob: str | None, as_json: bool, quiet: bool, jobs: int, engine: str | None
+) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
     Works on any file that follows the golden layout. A tampered object fails
@@ -68,6 +72,7 @@ def verify_command(file: str, case_glob: str | None, as_json: bool, quiet: bool,
       csa-conform verify goldens/ci.h5 --case 'random.*' --jobs 4 -q
       csa-conform verify goldens/ci.h5 --json > verify.json
     """
+    use_engine(engine)
     jobs = capped_jobs(jobs)
     with GoldenFile(file) as golden:
         case_ids = selected_cases(golden, case_glob)

@@ -22,6 +22,7 @@ from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, R
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.oracle import StepResult
+from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.stages import STAGE_NAMES, STATE_THREADING, Launch, Stage, stages_for_ratio
 
@@ -60,6 +61,11 @@ class StepRun:
     @property
     def geometry(self) -> StepGeometry:
         return self.g
+
+    @property
+    def engine(self) -> Engine:
+        """The oracle engine a host-fallback stage runs with ($CSA_CONFORM_ENGINE, else auto)."""
+        return resolve_engine()
 
     @property
     def isolated(self) -> bool:

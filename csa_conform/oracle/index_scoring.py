@@ -27,7 +27,7 @@ def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weigh
     """Returns ({"scores": f32[B,S,T/4]}, first RowFailure or None); rows >= row_limit stay -inf."""
     batch, sequence, heads, width = transformed.shape
     records = logical_keys.shape[1]
-    weight_scale = np.float32(1) / np.sqrt(np.float32(width)) / np.sqrt(np.float32(heads))
+    weight_scale = head_weight_scale(width, heads)
     keys = np.ascontiguousarray(np.moveaxis(logical_keys, -1, 0))
     scores = np.full((batch, sequence, records), -np.inf, dtype=np.float32)
 
@@ -46,7 +46,17 @@ def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weigh
         scores[:, chunk] = total
 
     map_chunks(score_chunk, query_chunks(sequence, records * batch * heads))
-    live = causal_mask(geometry, records, row_limit)
+    return masked_scores(geometry, scores, row_limit)
+
+
+def head_weight_scale(width: int, heads: int) -> np.float32:
+    """1/sqrt(width)/sqrt(heads), each step a binary32 operation."""
+    return np.float32(1) / np.sqrt(np.float32(width)) / np.sqrt(np.float32(heads))
+
+
+def masked_scores(geometry: StepGeometry, scores: np.ndarray, row_limit: int | None):
+    """-inf outside the causal mask and past row_limit, and the first non-finite score's failure."""
+    live = causal_mask(geometry, scores.shape[-1], row_limit)
     scores = np.where(live, scores, np.float32(-np.inf))
     return {"scores": scores}, _first_non_finite(scores, live)
 

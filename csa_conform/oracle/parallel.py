@@ -13,14 +13,19 @@ from typing import Callable
 WORKING_SET_ELEMENTS = 1 << 16
 
 
-def query_chunks(sequence: int, elements_per_query: int) -> list[slice]:
-    size = max(1, WORKING_SET_ELEMENTS // max(1, elements_per_query))
+def query_chunks(sequence: int, elements_per_query: int, working_set: int | None = None) -> list[slice]:
+    size = max(1, (working_set or WORKING_SET_ELEMENTS) // max(1, elements_per_query))
     return [slice(begin, min(sequence, begin + size)) for begin in range(0, sequence, size)]
 
 
 def map_chunks(function: Callable[[slice], object], chunks: list[slice]) -> list:
-    workers = min(len(chunks), os.cpu_count() or 1)
+    workers = min(len(chunks), worker_count())
     if workers <= 1:
         return [function(chunk) for chunk in chunks]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(function, chunks))
+
+
+def worker_count() -> int:
+    """Threads per map (one per core); tests vary it to show no result depends on it."""
+    return os.cpu_count() or 1

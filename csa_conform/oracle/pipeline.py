@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract import StepGeometry, validate_step
+from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.stages import STAGE_NAMES, stages_for_ratio
 
@@ -32,8 +33,9 @@ class StepResult:
 class _OracleRun:
     """The stage inputs of the oracle's own run: stored inputs, this run's payloads, deferred row failures."""
 
-    def __init__(self, geometry: StepGeometry, inputs: Mapping[str, np.ndarray]):
+    def __init__(self, geometry: StepGeometry, inputs: Mapping[str, np.ndarray], engine: Engine):
         self.geometry = geometry
+        self.engine = engine
         self.tensors = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.failures: dict[str, RowFailure] = {}
@@ -52,9 +54,13 @@ class _OracleRun:
         return self.failures.get(stage)
 
 
-def run_step(attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Sequence[str]) -> StepResult:
+def run_step(
+    attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Sequence[str], engine: str | None = None
+) -> StepResult:
+    """One step; ``engine`` is numpy, numba or auto (default: $CSA_CONFORM_ENGINE, else auto)."""
+    kernels = resolve_engine(engine)
     geometry = validate_step(attrs, inputs, output_names)
-    run = _OracleRun(geometry, inputs)
+    run = _OracleRun(geometry, inputs, kernels)
     for stage in stages_for_ratio(geometry.ratio):
         run.stages[stage.name] = stage.oracle(run)
     return StepResult(outputs=run.stages["writeback"], stages=run.stages)

@@ -30,7 +30,7 @@ def sparse_sink_softmax_attention(
     bias: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, dim = query.shape
-    source, rows = _candidate_rows(geometry, current_kv, logical_records, candidates)
+    source, rows = candidate_rows(geometry, current_kv, logical_records, candidates)
     source_by_dim = np.ascontiguousarray(np.moveaxis(source, -1, 0)).reshape(dim, -1)
     flat_rows = rows + (np.arange(batch) * source.shape[1])[:, None, None]
     empty_row = source.shape[1] - 1
@@ -48,21 +48,26 @@ def sparse_sink_softmax_attention(
         if bias is not None:
             live_scores += bias[:, :, chunk][..., live].transpose(0, 2, 1, 3)
         live_scores[np.broadcast_to((row_ids == empty_row)[:, :, None, :], live_scores.shape)] = -np.inf
-        probabilities, failure = _softmax_with_sink(live_scores, head_sink, chunk.start)
+        probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values)
         scores[:, chunk] = -np.inf
         scores[:, chunk, :, live] = live_scores
         return failure
 
-    failures = [f for f in map_chunks(attend, query_chunks(sequence, _per_query(count, batch, heads, dim))) if f]
+    raise_first_invalid(geometry, map_chunks(attend, query_chunks(sequence, _per_query(count, batch, heads, dim))))
+    return {"scores": scores, "Y": output}
+
+
+def raise_first_invalid(geometry: StepGeometry, chunk_failures) -> None:
+    """The reference's error for the first (b, s, h) whose softmax denominator is invalid, if any."""
+    failures = [failure for failure in chunk_failures if failure]
     if failures:
         b, s, h = min(failures)
         prefix = "ratio-4 " if geometry.ratio == 4 else ""
         raise ContractError(
             f"{OP}: {prefix}softmax denominator is invalid at [batch={b}, head={h}, query={s}]"
         )
-    return {"scores": scores, "Y": output}
 
 
 def _per_query(count: int, batch: int, heads: int, dim: int) -> int:
@@ -70,7 +75,7 @@ def _per_query(count: int, batch: int, heads: int, dim: int) -> int:
     return max(count * batch * heads, count * batch * dim // 16)
 
 
-def _candidate_rows(geometry, current_kv, logical_records, candidates):
+def candidate_rows(geometry, current_kv, logical_records, candidates):
     """Rows of [current_kv | records | zeros] per batch, and each candidate's row in it."""
     batch, dim = current_kv.shape[0], current_kv.shape[-1]
     source = np.concatenate(
@@ -101,18 +106,21 @@ def _scaled_scores(keys, queries, scale) -> np.ndarray:
     return dots
 
 
-def _softmax_with_sink(scores, head_sink, first_query):
-    """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid."""
+def softmax_with_sink(scores, head_sink, first_query, exp=expf):
+    """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
+
+    `exp` is glibc's expf: the NumPy port here, its compiled twin in the numba engine.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
         active = maximum != -np.inf
         exponent = np.ascontiguousarray(np.moveaxis(scores - maximum[..., None], -1, 0))
         valid = np.moveaxis(scores, -1, 0) != -np.inf
-        weights = np.where(valid, expf(exponent), np.float32(0))
+        weights = np.where(valid, exp(exponent), np.float32(0))
         denominator = np.zeros(maximum.shape, dtype=np.float32)
         for candidate in weights:
             denominator += candidate
-        denominator += expf(head_sink - maximum)
+        denominator += exp(head_sink - maximum)
         invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
         probabilities = np.where(active, weights / denominator, np.float32(0))
     if invalid.any():

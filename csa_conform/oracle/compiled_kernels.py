@@ -1,0 +1,262 @@
+"""Numba kernels for the oracle's hot loops, in the reference's arithmetic.
+
+Every product and sum is one binary32 operation in the NumPy engine's
+order: dots ascend in d, head sums ascend in head, value sums ascend in
+candidate. Vectorisation runs across independent lanes only (candidates or
+records for the dots, d for the value sums), so no reduction is
+reassociated; blocks of heads share loads, never sums. fastmath is
+off: LLVM then neither reassociates nor contracts a*b+c into a fused
+multiply-add (tests/oracle/test_compiled_kernels.py reads the assembly).
+No kernel calls a math function: expf_fast_path is glibc's expf algorithm
+in plain double operations, exactly as the NumPy port's fast path computes
+it, and leaves every element that path cannot settle to the NumPy port.
+Kernels release the GIL; the oracle's own thread pool runs query chunks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from csa_conform.numerics.libm import (
+    _EXPF_MAY_UNDERFLOW,
+    _EXPF_OVERFLOW,
+    _EXPF_POLY,
+    _EXPF_UNDERFLOW,
+    _INVLN2N_HIGH,
+    _INVLN2N_LOW,
+    _LOWEST_NORMAL,
+    _MIDPOINT_ULPS,
+    _NORMAL_DROPPED,
+    _SHIFT,
+    _TIE_MARGIN,
+    EXP2F_TAB,
+)
+
+KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
+
+_ZERO = np.float32(0)
+_MINUS_INFINITY = np.float32(-np.inf)
+HEAD_BLOCK = 4
+
+
+@njit(**KERNEL_OPTIONS)
+def attention_scores(query, source, rows, empty_row, scale, bias, has_bias, begin, end, scores):
+    """scores[b, s, h, c] for s in [begin, end): dot(q, row) * scale (+ bias); -inf for empty slots.
+
+    Each query's non-empty candidate rows are gathered transposed, [d, j],
+    so the innermost loop runs over candidates: independent lanes, d stays
+    sequential. Heads go HEAD_BLOCK at a time to reuse each gathered load.
+    """
+    batch, _, heads, dim = query.shape
+    count = rows.shape[-1]
+    buffer = np.empty(dim * count, dtype=np.float32)
+    columns = np.empty(count, dtype=np.int64)
+    dots = np.empty((HEAD_BLOCK, count), dtype=np.float32)
+    for b in range(batch):
+        for s in range(begin, end):
+            live = 0
+            for c in range(count):
+                if rows[b, s, c] == empty_row:
+                    for h in range(heads):
+                        scores[b, s, h, c] = _MINUS_INFINITY
+                else:
+                    columns[live] = c
+                    live += 1
+            gathered = buffer[: dim * live].reshape((dim, live))
+            for j in range(live):
+                row = rows[b, s, columns[j]]
+                for d in range(dim):
+                    gathered[d, j] = source[b, row, d]
+            h = 0
+            while h < heads:
+                if h + HEAD_BLOCK <= heads:
+                    _four_head_dots(query[b, s], h, gathered, live, dots)
+                    block = HEAD_BLOCK
+                else:
+                    _one_head_dots(query[b, s], h, gathered, live, dots)
+                    block = 1
+                for k in range(block):
+                    for j in range(live):
+                        c = columns[j]
+                        if has_bias:
+                            scores[b, s, h + k, c] = dots[k, j] * scale + bias[b, h + k, s, c]
+                        else:
+                            scores[b, s, h + k, c] = dots[k, j] * scale
+                h += block
+
+
+@njit(**KERNEL_OPTIONS)
+def _four_head_dots(query, h, gathered, live, dots):
+    """dots[k, j] = dot(query[h + k], gathered column j), ascending in d, for k < 4 and j < live."""
+    first, second, third, fourth = dots[0], dots[1], dots[2], dots[3]
+    first[:live] = _ZERO
+    second[:live] = _ZERO
+    third[:live] = _ZERO
+    fourth[:live] = _ZERO
+    for d in range(gathered.shape[0]):
+        w0, w1, w2, w3 = query[h, d], query[h + 1, d], query[h + 2, d], query[h + 3, d]
+        column = gathered[d]
+        for j in range(live):
+            key = column[j]
+            first[j] += w0 * key
+            second[j] += w1 * key
+            third[j] += w2 * key
+            fourth[j] += w3 * key
+
+
+@njit(**KERNEL_OPTIONS)
+def _one_head_dots(query, h, gathered, live, dots):
+    first = dots[0]
+    first[:live] = _ZERO
+    for d in range(gathered.shape[0]):
+        weight = query[h, d]
+        column = gathered[d]
+        for j in range(live):
+            first[j] += weight * column[j]
+
+
+@njit(**KERNEL_OPTIONS)
+def attention_values(probabilities, source, rows, empty_row, begin, end, output):
+    """output[b, s, h] = ascending sum over candidates of p * row, for s in [begin, end).
+
+    probabilities are [C, B, end - begin, N]. An empty slot's row is zeros
+    and its probability 0, so its term is +0 and is skipped. Heads go
+    HEAD_BLOCK at a time to reuse each row load.
+    """
+    batch, _, heads, dim = output.shape
+    count = rows.shape[-1]
+    for b in range(batch):
+        for s in range(begin, end):
+            h = 0
+            while h < heads:
+                if h + HEAD_BLOCK <= heads:
+                    first, second, third, fourth = output[b, s, h], output[b, s, h + 1], output[b, s, h + 2], output[b, s, h + 3]
+                    first[:] = _ZERO
+                    second[:] = _ZERO
+                    third[:] = _ZERO
+                    fourth[:] = _ZERO
+                    for c in range(count):
+                        row = rows[b, s, c]
+                        if row == empty_row:
+                            continue
+                        p0 = probabilities[c, b, s - begin, h]
+                        p1 = probabilities[c, b, s - begin, h + 1]
+                        p2 = probabilities[c, b, s - begin, h + 2]
+                        p3 = probabilities[c, b, s - begin, h + 3]
+                        values = source[b, row]
+                        for d in range(dim):
+                            value = values[d]
+                            first[d] += p0 * value
+                            second[d] += p1 * value
+                            third[d] += p2 * value
+                            fourth[d] += p3 * value
+                    h += HEAD_BLOCK
+                else:
+                    total = output[b, s, h]
+                    total[:] = _ZERO
+                    for c in range(count):
+                        row = rows[b, s, c]
+                        if row == empty_row:
+                            continue
+                        probability = probabilities[c, b, s - begin, h]
+                        values = source[b, row]
+                        for d in range(dim):
+                            total[d] += probability * values[d]
+                    h += 1
+
+
+@njit(**KERNEL_OPTIONS)
+def index_scores(queries, keys, weights, weight_scale, causal, begin, end, scores):
+    """scores[b, s, c] for causal records c < causal[s], s in [begin, end).
+
+    Sum over heads, ascending, of fmax(dot, 0) * weight * weight_scale
+    (fmax: a NaN dot counts as 0). Keys are [B, d, records] so the innermost
+    loops run over records. Entries past causal[s] are left as they are.
+    """
+    batch, _, heads, width = queries.shape
+    records = keys.shape[-1]
+    dots = np.empty(records, dtype=np.float32)
+    total = np.empty(records, dtype=np.float32)
+    for b in range(batch):
+        for s in range(begin, end):
+            live = causal[s]
+            total[:live] = _ZERO
+            for h in range(heads):
+                dots[:live] = _ZERO
+                for d in range(width):
+                    weight = queries[b, s, h, d]
+                    for c in range(live):
+                        dots[c] += weight * keys[b, d, c]
+                head_weight = weights[b, s, h]
+                for c in range(live):
+                    dot = dots[c]
+                    relu = dot if dot > _ZERO else _ZERO
+                    total[c] += relu * head_weight * weight_scale
+            for c in range(live):
+                scores[b, s, c] = total[c]
+
+
+@intrinsic
+def _float64_bits(typingctx, value):
+    def codegen(context, builder, signature, arguments):
+        return builder.bitcast(arguments[0], ir.IntType(64))
+
+    return types.uint64(types.float64), codegen
+
+
+@intrinsic
+def _float64_from_bits(typingctx, bits):
+    def codegen(context, builder, signature, arguments):
+        return builder.bitcast(arguments[0], ir.DoubleType())
+
+    return types.float64(types.uint64), codegen
+
+
+_C0, _C1, _C2 = _EXPF_POLY
+_FRACTION_MASK = np.uint64(31)
+_EXPONENT_SHIFT = np.uint64(47)
+_DROPPED_MASK = np.uint64((1 << _NORMAL_DROPPED) - 1)
+_LOWEST_NEAR = np.uint64((1 << (_NORMAL_DROPPED - 1)) - _MIDPOINT_ULPS + 1)
+_NEAR_WIDTH = np.uint64(2 * _MIDPOINT_ULPS - 1)
+_INFINITY = np.float32(np.inf)
+
+
+@njit(**KERNEL_OPTIONS)
+def expf_fast_path(x, out, hard):
+    """glibc expf of x[i] into out[i], or hard[i] = True where the NumPy port must decide.
+
+    Hard: NaN, the band between the underflow bounds, a reduction near a
+    rounding tie, a result near a binary32 rounding midpoint or below the
+    normal range: the elements where libm's fused operations could show.
+    """
+    for i in range(x.size):
+        value = x[i]
+        hard[i] = False
+        if value > _EXPF_OVERFLOW:
+            out[i] = _INFINITY
+        elif value < _EXPF_UNDERFLOW:
+            out[i] = _ZERO
+        elif not value >= _EXPF_MAY_UNDERFLOW:
+            hard[i] = True
+        else:
+            wide = np.float64(value)
+            product = wide * _INVLN2N_HIGH
+            shifted = product + _SHIFT
+            head = product - (shifted - _SHIFT)
+            if abs(head) >= _TIE_MARGIN:
+                hard[i] = True
+                continue
+            reduced = head + wide * _INVLN2N_LOW
+            ki = _float64_bits(shifted)
+            scale = _float64_from_bits(EXP2F_TAB[ki & _FRACTION_MASK] + (ki << _EXPONENT_SHIFT))
+            y = ((_C0 * reduced + _C1) * (reduced * reduced) + (_C2 * reduced + 1.0)) * scale
+            if y < _LOWEST_NORMAL or ((_float64_bits(y) - _LOWEST_NEAR) & _DROPPED_MASK) < _NEAR_WIDTH:
+                hard[i] = True
+            else:
+                out[i] = np.float32(y)
+
+
+KERNELS = (attention_scores, _four_head_dots, _one_head_dots, attention_values, index_scores, expf_fast_path)

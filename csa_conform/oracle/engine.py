@@ -1,0 +1,65 @@
+"""Which implementation of the oracle's hot loops runs a step.
+
+`numpy` is the reference formulation: readable, one module per stage, always
+available. `numba` runs index scoring, attention's dot products and value
+sums, and the softmax's expf as compiled kernels (compiled_kernels.py) with
+the same binary32 operations in the same order, so both engines give the same bytes
+(tests/oracle/test_engines.py compares them on every golden step). `auto`,
+the default, picks numba when it can be imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from functools import cache
+from typing import Callable
+
+from csa_conform.errors import UsageError
+
+ENGINE_VARIABLE = "CSA_CONFORM_ENGINE"
+ENGINE_CHOICES = ("auto", "numpy", "numba")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The stage functions an engine swaps in; all other stages are shared NumPy code."""
+
+    name: str
+    index_scoring: Callable
+    sparse_sink_softmax_attention: Callable
+
+
+def numba_available() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
+def resolve_engine(choice: str | None = None) -> Engine:
+    """The engine named by `choice`, else by $CSA_CONFORM_ENGINE, else auto."""
+    source = "engine" if choice else ENGINE_VARIABLE
+    name = choice or os.environ.get(ENGINE_VARIABLE) or "auto"
+    if name not in ENGINE_CHOICES:
+        raise UsageError(f"{source} {name!r} is not an oracle engine: expected one of {', '.join(ENGINE_CHOICES)}")
+    if name == "auto":
+        name = "numba" if numba_available() else "numpy"
+    if name == "numba" and not numba_available():
+        raise UsageError("oracle engine 'numba' needs the numba package: pip install numba, or use engine numpy")
+    return _engine(name)
+
+
+def use_engine(choice: str | None) -> Engine:
+    """Resolve `choice` and make it the default for this process and the worker processes it starts."""
+    engine = resolve_engine(choice)
+    os.environ[ENGINE_VARIABLE] = engine.name
+    return engine
+
+
+@cache
+def _engine(name: str) -> Engine:
+    if name == "numba":
+        from csa_conform.oracle.compiled_stages import index_scoring, sparse_sink_softmax_attention
+    else:
+        from csa_conform.oracle.index_scoring import index_scoring
+        from csa_conform.oracle.sparse_sink_softmax_attention import sparse_sink_softmax_attention
+    return Engine(name, index_scoring, sparse_sink_softmax_attention)

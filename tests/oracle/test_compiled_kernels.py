@@ -1,0 +1,127 @@
+"""The numba kernels' machine code and threading cannot change a bit.
+
+A fused multiply-add rounds once where the reference rounds twice, so no
+kernel may contain one; and the oracle's thread pool splits work only
+between independent query rows, so worker count and chunking must not show.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from engine_pairs import assert_engines_agree, needs_numba, outcome
+
+from csa_conform.goldens import GoldenFile
+
+CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
+# x86 vfmadd/vfmsub/vfnmadd/vfnmsub (and their addsub forms); aarch64 fmla/fmls/fmadd/fmsub/fnmadd/fnmsub.
+FUSED = re.compile(r"^\s*(vfn?m(?:add|sub)\w*|fml[as]|fn?m(?:add|sub))\b", re.MULTILINE)
+MULTIPLY = re.compile(r"^\s*(v?mul[sp][sd]|fmul)\b", re.MULTILINE)
+# Ratio-4 and ratio-128 cases with several queries, batches, heads and a bias.
+THREADED_CASES = ("random.r4-b2n2-i2-k512", "random.r4-bias-BNSC", "random.r128-bias-BNSC", "random.r128-f32-b2n2")
+
+pytestmark = needs_numba
+
+
+def _steps(case_id):
+    with GoldenFile(CI_GOLDENS) as golden:
+        info = golden.case_info(case_id)
+        return info, [golden.read_step(case_id, index) for index in range(info.step_count)]
+
+
+def _compile_every_kernel():
+    for case_id in THREADED_CASES:
+        info, steps = _steps(case_id)
+        for step in steps:
+            outcome(info.attrs, step.inputs, list(info.output_names), "numba")
+
+
+def test_no_kernel_contains_a_fused_multiply_add():
+    """Recompiled without the on-disk cache (numba cannot show cached code), same options and signatures."""
+    import numba
+
+    from csa_conform.oracle.compiled_kernels import KERNEL_OPTIONS, KERNELS
+
+    _compile_every_kernel()
+    for kernel in KERNELS:
+        assert kernel.signatures, f"{kernel.__name__} was never compiled"
+        fresh = numba.njit(**dict(KERNEL_OPTIONS, cache=False))(kernel.py_func)
+        for signature in kernel.signatures:
+            fresh.compile(signature)
+        listings = fresh.inspect_asm()
+        assert any(MULTIPLY.search(assembly) for assembly in listings.values()), f"{kernel.__name__}: no multiply"
+        for signature, assembly in listings.items():
+            fused = FUSED.search(assembly)
+            assert fused is None, f"{kernel.__name__}{signature} contains {fused.group(1)}"
+
+
+def test_the_fused_multiply_add_detector_sees_a_contracted_kernel():
+    numba = pytest.importorskip("numba")
+    import llvmlite.binding as llvm
+
+    features = llvm.get_host_cpu_features()
+    if not (features.get("fma") or features.get("neon")):
+        pytest.skip("host CPU has no fused multiply-add instruction")
+
+    @numba.njit(fastmath=True)
+    def multiply_add(a, b, c):
+        for i in range(a.shape[0]):
+            c[i] += a[i] * b[i]
+
+    import numpy as np
+
+    values = np.ones(64, dtype=np.float32)
+    multiply_add(values, values, values.copy())
+    assert any(FUSED.search(assembly) for assembly in multiply_add.inspect_asm().values())
+
+
+def test_no_kernel_uses_numba_threads():
+    """Kernels are serial (the oracle's pool runs them), so numba's thread count cannot matter."""
+    from csa_conform.oracle.compiled_kernels import KERNELS
+
+    assert all(not kernel.targetoptions.get("parallel") for kernel in KERNELS)
+    assert all(kernel.targetoptions.get("nogil") for kernel in KERNELS)
+
+
+@pytest.mark.parametrize("case_id", THREADED_CASES)
+def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
+    import numba
+
+    from csa_conform.oracle import compiled_stages, parallel
+
+    info, steps = _steps(case_id)
+    names = list(info.output_names)
+    baseline = [outcome(info.attrs, step.inputs, names, "numpy") for step in steps]
+    settings = [(workers, working_set) for workers in (1, 2) for working_set in (1, 1 << 16)]
+    for workers, working_set in settings:
+        monkeypatch.setattr(parallel, "worker_count", lambda workers=workers: workers)
+        monkeypatch.setattr(parallel, "WORKING_SET_ELEMENTS", working_set)
+        monkeypatch.setattr(compiled_stages, "SOFTMAX_CHUNK_ELEMENTS", working_set)
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            for step, expected in zip(steps, baseline):
+                assert outcome(info.attrs, step.inputs, names, "numba") == expected, (workers, working_set, threads)
+                assert outcome(info.attrs, step.inputs, names, "numpy") == expected, (workers, working_set)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert any(expected[0] == "ran" for expected in baseline)
+
+
+def test_compiled_expf_is_the_numpy_port_bit_for_bit():
+    """Every 997th binary32 pattern, 2^20 random patterns, the softmax range densely, and the specials."""
+    import numpy as np
+
+    from csa_conform.numerics import libm
+    from csa_conform.oracle.compiled_stages import expf
+
+    rng = np.random.default_rng(0)
+    patterns = np.concatenate([
+        np.arange(0, 1 << 32, 997, dtype=np.uint64).astype(np.uint32),
+        rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32),
+        np.array([0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFC12345, 0x7F800001, 0x00000001], np.uint32),
+    ])
+    x = np.concatenate([patterns.view(np.float32), np.linspace(-110, 95, 1 << 20, dtype=np.float32)])
+    compiled, ported = expf(x).view(np.uint32), libm.expf(x).view(np.uint32)
+    differing = np.flatnonzero(compiled != ported)
+    assert differing.size == 0, f"{differing.size} inputs differ, first {x[differing[0]]!r}"
