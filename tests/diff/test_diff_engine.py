@@ -27,6 +27,20 @@ def test_identical_tensors_pass_with_zero_ulp_everywhere():
     assert diff.ulp == {"max": 0, "0": 64, "1": 0, "2": 0, ">2": 0, "nan_pairs": 0}
 
 
+def test_identical_tensors_with_specials_report_what_a_one_ulp_tolerance_run_reports():
+    """The shortcut for identical bytes must say what the full statistics say; the 1-ULP run takes the
+    full path (its tolerance differs), so the two dictionaries come from different code."""
+    values = np.array([[np.nan, -0.0, np.inf, 1e-45], [-np.inf, 2.5, np.nan, 0.0]], dtype=np.float32)
+    quick = compare_tensor(values, values.copy(), stage="outputs", tensor="Y").to_dict()
+    moved = values.copy()
+    moved[1, 1] = np.nextafter(np.float32(2.5), np.float32(3))
+    full = compare_tensor(values, moved, stage="outputs", tensor="Y", ulp=1).to_dict()
+    assert full["passed"] and full["ulp"]["1"] == 1
+    assert quick["ulp"] == {**full["ulp"], "max": 0, "0": full["ulp"]["0"] + 1, "1": 0}
+    assert (quick["specials"], quick["max_abs_error"], quick["max_rel_error"]) == (full["specials"], 0.0, 0.0)
+    assert quick["ulp"]["nan_pairs"] == 2
+
+
 def test_ulp_distribution_counts_each_distance():
     expected = np.full(10, 1.5, dtype=np.float32)
     steps = np.array([0, 0, 0, 1, 1, 2, 3, 5, 0, 1])
