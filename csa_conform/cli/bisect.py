@@ -7,11 +7,13 @@ starts in rather than the stages it propagates to.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
 import click
 
+from csa_conform.cli.build_options import build_options
 from csa_conform.cli.diff import (
     DEFAULT_FILE,
     DiffOptions,
@@ -27,7 +29,7 @@ from csa_conform.goldens import GoldenFile
 
 
 def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions) -> dict | None:
-    runner = DiffOptions(options.file, Mode.CHAINED, options.force_host, options.kernels, options.ulp).runner()
+    runner = dataclasses.replace(options, mode=Mode.CHAINED).runner()
     for outcome in replay(golden, case, runner):
         if outcome.expected_error is not None:
             continue
@@ -51,7 +53,7 @@ def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions) -> di
 
 def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOptions) -> list[str]:
     """Stages that diverge when the divergent step runs with the oracle's inputs everywhere."""
-    runner = DiffOptions(options.file, Mode.ISOLATED, options.force_host, options.kernels, options.ulp).runner()
+    runner = dataclasses.replace(options, mode=Mode.ISOLATED).runner()
     for outcome in replay(golden, case, runner, upto=step):
         if outcome.index == step and outcome.actual is not None:
             failing = [diff for diff in compare_step(outcome, STAGES, options.ulp) if not diff.passed]
@@ -89,18 +91,17 @@ def _describe(case: str, steps: int, found: dict, isolated: list[str], options: 
 @click.option("--case", "case", required=True, help="Case id of the stream to bisect.")
 @click.option("--force-host", "force_host", default=None, metavar="STAGES",
               help="Comma-separated stages (or all) to run on the host oracle.")
-@click.option("--kernels", default=None, type=click.Path(file_okay=False),
-              help="Kernel directory; default: kernels/.")
+@build_options
 @click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
               help="Accept float differences up to N ULP.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--git-bisect", is_flag=True, help="Exit 125 on environment failures.")
-def bisect(file, case, force_host, kernels, ulp, as_json, git_bisect):
+def bisect(file, case, force_host, build, ulp, as_json, git_bisect):
     """Find the first divergent step, stage, tensor and element of a stream (oracle vs device values, ULP).
 
     Exit status: 0 no divergence, 1 divergence found, 2 usage, 4 environment (125 with --git-bisect).
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), kernels, ulp)
+    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), build.kernels, ulp, build)
     try:
         with GoldenFile(file) as golden:
             if case not in golden.case_ids():

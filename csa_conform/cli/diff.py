@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import click
 
+from csa_conform.cli.build_options import BuildChoice, build_lines, build_options
 from csa_conform.cli.common import fail
 from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
-from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import STAGES, Mode, force_host_from_environment, parse_force_host
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import DeviceUnavailable, GoldenFormatError, UsageError
@@ -44,6 +44,7 @@ class DiffOptions:
     force_host: frozenset[str]
     kernels: str | None
     ulp: int
+    build: BuildChoice = BuildChoice()
 
     @property
     def forced(self) -> str:
@@ -57,15 +58,13 @@ class DiffOptions:
                  "--case", case]
         if self.force_host:
             words += ["--force-host", self.forced]
-        if self.kernels:
-            words += ["--kernels", self.kernels]
+        words += self.build.words()
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
         return shlex.join(words)
 
     def runner(self) -> DeviceRunner:
-        kernels = KernelDirectory(self.kernels) if self.kernels else KernelDirectory()
-        return DeviceRunner(kernels, mode=self.mode, force_host=self.force_host)
+        return DeviceRunner(self.build.directory(), mode=self.mode, force_host=self.force_host)
 
 
 def parse_stages(value: str) -> tuple[str, ...]:
@@ -196,6 +195,7 @@ def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...])
         f"csa-conform diff {options.file}: mode {options.mode.value}, stages "
         f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}",
         f"kernels {kernels['path']}{' (builtin)' if kernels['builtin'] else ''}; force-host {forced}; device {where}",
+        *build_lines(runner.provenance),
     ]
 
 
@@ -218,21 +218,20 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @click.option("--force-host", "force_host", default=None, metavar="STAGES",
               help="Comma-separated stages (or all) to run on the host oracle inside the device run; "
               "CSA_CONFORM_FORCE_HOST and ONNX_GENAI_CSA_FORCE_HOST add to it.")
-@click.option("--kernels", default=None, type=click.Path(file_okay=False),
-              help="Kernel directory (block_quant.cuh + the seven .cu modules); default: kernels/.")
+@build_options
 @click.option("--case", "case_glob", default=None, metavar="GLOB", help="Only cases whose id matches GLOB.")
 @click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
               help="Accept float differences up to N ULP (packed records and indices stay exact).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the table.")
 @click.option("--git-bisect", is_flag=True, help="Exit 125 on environment failures (git bisect run skips).")
-def diff(file, stage, mode, force_host, kernels, case_glob, ulp, as_json, git_bisect):
+def diff(file, stage, mode, force_host, build, case_glob, ulp, as_json, git_bisect):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
     (no CUDA device, kernel compile error; 125 with --git-bisect).
     """
     stages = parse_stages(stage)
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp)
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), build.kernels, ulp, build)
     try:
         reports, runner = run_diff(options, stages, case_glob)
     except DeviceUnavailable as error:

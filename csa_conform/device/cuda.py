@@ -3,21 +3,21 @@
 CuPy is imported on first use, so everything else in csa-conform (and a run
 whose every stage is forced to the host) works on a machine without CUDA.
 Modules go through NVRTC directly (not RawModule, whose compile forces
--ftz=true) and are cached per process by the sha256 of their source.
+-ftz=true) with their build's options plus line info, are cached per process
+by the sha256 of their source and the options, and get a PTX report (flush-to-
+zero, approximate and fused binary32 instructions, library vs own lines).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.device.kernels import NVRTC_OPTIONS, ModuleSource
-from csa_conform.device.provenance import DeviceInfo
+from csa_conform.device.kernels import ModuleSource
+from csa_conform.device.provenance import DeviceInfo, ModuleBuild
+from csa_conform.device.ptx import analyse
 from csa_conform.errors import DeviceUnavailable
 
-_COMPILED: dict[str, object] = {}
-
-# PTX that would break bit-exactness: flushed subnormals, approximations, fused binary32.
-FORBIDDEN_PTX = (".ftz", ".approx", "fma.rn.f32", "mad.f32", "mad.rn.f32")
+_COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
 
 
 def _import_cupy():
@@ -43,6 +43,7 @@ class CudaBackend:
         if count < 1:
             raise DeviceUnavailable("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
         self.cp = cupy
+        self.builds: dict[str, ModuleBuild] = {}
 
     def info(self) -> DeviceInfo:
         runtime = self.cp.cuda.runtime
@@ -58,46 +59,51 @@ class CudaBackend:
             cupy=str(self.cp.__version__),
         )
 
-    @property
-    def compile_options(self) -> tuple[str, ...]:
-        """NVRTC options as given: the csa-conform flags and the device's virtual architecture."""
+    def architecture(self) -> str:
         properties = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
-        return NVRTC_OPTIONS + (f"--gpu-architecture=compute_{properties['major']}{properties['minor']}",)
+        return f"compute_{properties['major']}{properties['minor']}"
+
+    def compile_options(self, module: ModuleSource) -> tuple[str, ...]:
+        """NVRTC options as given: the module's build and the device's virtual architecture."""
+        return module.build.nvrtc_options(self.architecture())
 
     def function(self, module: ModuleSource):
         """The module's entry, compiled once per source hash and option set.
 
         NVRTC is called directly: CuPy's RawModule appends -ftz=true to every
         compile, which flushes the binary32 subnormals the reference keeps. The
-        PTX is checked for flush-to-zero, approximate and fused binary32
-        instructions before the driver loads it.
+        PTX report is kept in self.builds; with --strict-ptx a module whose PTX
+        flushes, approximates or fuses binary32 is refused before it loads.
         """
-        key = module.sha256 + " " + " ".join(self.compile_options)
+        options = self.compile_options(module)
+        key = module.sha256 + " " + " ".join(options)
         if key not in _COMPILED:
-            ptx = self._compile(module)
-            forbidden = [token for token in FORBIDDEN_PTX if token in ptx]
-            if forbidden:
-                raise DeviceUnavailable(f"{module.path}: NVRTC emitted {', '.join(forbidden)} despite "
-                                        f"{' '.join(NVRTC_OPTIONS)}")
+            ptx = self._compile(module, options)
+            report = analyse(module.module, ptx, module.source, module.locate, module.path.name)
             loaded = self.cp.cuda.function.Module()
             try:
                 loaded.load(ptx.encode())
             except Exception as error:
                 raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
-            _COMPILED[key] = loaded
+            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report)
+        loaded, build = _COMPILED[key]
+        self.builds[module.module] = build
+        if module.build.strict_ptx and build.ptx.flagged:
+            raise DeviceUnavailable(f"{module.path}: NVRTC emitted {', '.join(build.ptx.flagged)} instructions "
+                                    f"({build.ptx.summary()}) with {' '.join(options)} (--strict-ptx)")
         try:
-            return _COMPILED[key].get_function(module.entry)
+            return loaded.get_function(module.entry)
         except Exception as error:
             raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
 
-    def _compile(self, module: ModuleSource) -> str:
+    def _compile(self, module: ModuleSource, options: tuple[str, ...]) -> str:
         nvrtc = self.cp.cuda.nvrtc
         try:
             program = nvrtc.createProgram(module.source, module.path.name, (), ())
         except Exception as error:
             raise DeviceUnavailable(f"NVRTC is unusable through CuPy {self.cp.__version__}: {error}") from None
         try:
-            nvrtc.compileProgram(program, list(self.compile_options))
+            nvrtc.compileProgram(program, list(options))
             ptx = nvrtc.getPTX(program)
         except nvrtc.NVRTCError as error:
             log = nvrtc.getProgramLog(program)

@@ -86,7 +86,9 @@ def test_ci_suite_diffs_clean(cuda_device, ci_goldens, args):
         provenance = document["provenance"]
         assert provenance["device"]["name"]
         assert {launch["path"] for launch in provenance["launches"]} == {"nvrtc"}
-        assert "--ftz=false" in provenance["nvrtc_options"] and "-ftz=true" not in provenance["nvrtc_options"]
+        for module in provenance["modules"].values():
+            assert "--ftz=false" in module["options"] and "-ftz=true" not in module["options"]
+            assert not any(module["ptx"]["own_lines"].values()), module["ptx"]
 
 
 def test_device_runs_are_deterministic(cuda_device, ci_goldens):
