@@ -34,14 +34,15 @@ static inline float __int_as_float(int u) { float x; memcpy(&x, &u, 4); return x
 static inline long long __double_as_longlong(double x) { long long u; memcpy(&u, &x, 8); return u; }
 static inline double __longlong_as_double(long long u) { double x; memcpy(&x, &u, 8); return x; }
 
-// Round-to-nearest intrinsics a production module may call: plain binary32
-// operations once contraction is off.
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __frcp_rn(float a) { return 1.0f / a; }
-static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+// Round-to-nearest intrinsics a production module may call. CUDA never fuses
+// them, even under --fmad=true; out of line, g++ cannot contract them either.
+#define CSA_UNFUSED static __attribute__((noinline))
+CSA_UNFUSED float __fadd_rn(float a, float b) { return a + b; }
+CSA_UNFUSED float __fsub_rn(float a, float b) { return a - b; }
+CSA_UNFUSED float __fmul_rn(float a, float b) { return a * b; }
+CSA_UNFUSED float __fdiv_rn(float a, float b) { return a / b; }
+CSA_UNFUSED float __frcp_rn(float a) { return 1.0f / a; }
+CSA_UNFUSED float __fsqrt_rn(float a) { return sqrtf(a); }
 
 // The host's stand-in for the platform libm of the numerics variants: the
 // correctly rounded value (float)f((double)x). CUDA's own libm cannot run
