@@ -10,14 +10,26 @@ zero, approximate and fused binary32 instructions, library vs own lines).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from csa_conform.device.kernels import ModuleSource
+from csa_conform.device.kernels import Build, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
 from csa_conform.errors import DeviceUnavailable
 
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
+
+# explain's probe: CUDA's own libm function on given binary32 arguments, one thread each.
+LIBM_PROBE = """extern "C" __global__ void csa_libm_probe(const float* x, const float* y, float* out, long long n)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = %s;
+}
+"""
+LIBM_CALLS = {"expf": "expf(x[i])", "exp2f": "exp2f(x[i])", "sinf": "sinf(x[i])", "cosf": "cosf(x[i])",
+              "log2f": "log2f(x[i])", "powf": "powf(x[i], y[i])"}
 
 
 def _import_cupy():
@@ -111,6 +123,20 @@ class CudaBackend:
         finally:
             nvrtc.destroyProgram(program)
         return ptx.decode() if isinstance(ptx, bytes) else ptx
+
+    def evaluate_libm(self, name: str, args: tuple, build: Build) -> np.ndarray:
+        """CUDA's `name` on the arguments (broadcast binary32 arrays), compiled with `build`'s options."""
+        probe = ModuleSource(f"libm_probe_{name}", "csa_libm_probe", Path(f"csa_libm_probe_{name}.cu"),
+                             LIBM_PROBE % LIBM_CALLS[name], build)
+        function = self.function(probe)
+        arrays = np.broadcast_arrays(*(np.asarray(arg, dtype=np.float32) for arg in args))
+        x = self.upload(arrays[0].ravel())
+        y = self.upload((arrays[1] if len(arrays) > 1 else arrays[0]).ravel())
+        out = self.empty(x.shape, np.float32)
+        count = int(x.size)
+        if count:
+            self.launch(probe.entry, function, ((count + 255) // 256, 1, 1), (256, 1, 1), (x, y, out, np.int64(count)))
+        return self.download(out).reshape(arrays[0].shape)
 
     def launch(self, entry: str, function, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple):
         """Launch and wait, so a faulting kernel is reported at its own launch."""
