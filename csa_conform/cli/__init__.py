@@ -30,7 +30,7 @@ def main() -> None:
     """
 
 
-COMMANDS = (generate_command, verify_command, diff_command, explain_command, bisect_command, inspect_command,
-            report_command)
+COMMANDS = (generate_command, verify_command, diff_command, bisect_command, inspect_command, report_command)
 for command in COMMANDS:
     main.add_command(command)
+main.add_command(explain_command)

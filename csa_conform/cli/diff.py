@@ -15,6 +15,7 @@ import click
 
 from csa_conform.cli.build_options import BuildChoice, build_lines, build_options
 from csa_conform.cli.common import fail
+from csa_conform.cli.explanations import explain_reports, explanation_lines
 from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
 from csa_conform.device.modes import STAGES, Mode, force_host_from_environment, parse_force_host
 from csa_conform.device.runner import DeviceRunner
@@ -224,7 +225,9 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
               help="Accept float differences up to N ULP (packed records and indices stay exact).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of the table.")
 @click.option("--git-bisect", is_flag=True, help="Exit 125 on environment failures (git bisect run skips).")
-def diff(file, stage, mode, force_host, build, case_glob, ulp, as_json, git_bisect):
+@click.option("--explain", "explain", is_flag=True, help="Name the numeric cause of every divergence "
+              "(as csa-conform explain does).")
+def diff(file, stage, mode, force_host, build, case_glob, ulp, as_json, git_bisect, explain):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -234,6 +237,8 @@ def diff(file, stage, mode, force_host, build, case_glob, ulp, as_json, git_bise
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), build.kernels, ulp, build)
     try:
         reports, runner = run_diff(options, stages, case_glob)
+        explanations = explain_reports(file, reports, runner.kernels, options.force_host, stages, ulp) if explain \
+            else None
     except DeviceUnavailable as error:
         environment_exit(error, git_bisect, as_json)
     except (UsageError, GoldenFormatError) as error:
@@ -257,8 +262,12 @@ def diff(file, stage, mode, force_host, build, case_glob, ulp, as_json, git_bise
             "provenance": runner.provenance.to_dict(),
             "exit_code": int(code),
         }
+        if explanations is not None:
+            document["explanations"] = [explanation.to_dict() for explanation in explanations]
         click.echo(json.dumps(document, indent=2))
     else:
         render = render_rich if sys.stdout.isatty() else render_plain
         render(reports, stages, _header(runner, options, stages), options)
+        for line in explanation_lines(explanations) if explanations is not None else ():
+            click.echo(line)
     sys.exit(int(code))

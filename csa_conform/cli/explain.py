@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from csa_conform.cli.build_options import build_lines, build_options
+from csa_conform.cli.build_options import build_options
 from csa_conform.cli.diff import (
     DEFAULT_FILE,
     effective_force_host,
@@ -19,34 +19,12 @@ from csa_conform.cli.diff import (
     select_cases,
     usage_exit,
 )
-from csa_conform.device.conformance import CaseReport
+from csa_conform.cli.explanations import explanation_lines, tally
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.errors import DeviceUnavailable, GoldenFormatError, UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, Explanation, explain_case
+from csa_conform.explain import explain_case
 from csa_conform.goldens import GoldenFile
-
-
-def explain_reports(file: str, reports: list[CaseReport], kernels: KernelDirectory, force_host: frozenset[str],
-                    stages: tuple[str, ...], ulp: int) -> list[Explanation]:
-    """Explanations of every case a diff run found divergent (what `diff --explain` adds)."""
-    with GoldenFile(file) as golden:
-        return [explanation for report in reports if not report.passed
-                for explanation in explain_case(golden, report.case, kernels, force_host, stages, ulp)]
-
-
-def tally(explanations: list[Explanation]) -> str:
-    counts = {verdict: sum(e.verdict == verdict for e in explanations) for verdict in (EXPLAINED, INHERITED,
-                                                                                        UNEXPLAINED)}
-    return (f"{len(explanations)} divergences: {counts[EXPLAINED]} explained, {counts[INHERITED]} inherited, "
-            f"{counts[UNEXPLAINED]} unexplained")
-
-
-def explanation_lines(explanations: list[Explanation]) -> list[str]:
-    lines = ["EXPLANATIONS"] if explanations else []
-    for explanation in explanations:
-        lines.extend(explanation.lines())
-    return lines + [tally(explanations)]
 
 
 @click.command("explain")
@@ -96,6 +74,3 @@ def explain_command(file, case_glob, stage, force_host, build, ulp, as_json):
 def build_lines_text(kernels: KernelDirectory) -> str:
     build = kernels.build
     return f"build {build.profile} ({build.origin}): {' '.join(build.options) or 'no options'}"
-
-
-__all__ = ["build_lines", "explain_command", "explain_reports", "explanation_lines"]

@@ -57,6 +57,9 @@ class Trial:
         """'15 of 39,168 expf arguments round differently' and the like."""
         parts = []
         for what, (changed, seen) in self.changed.items():
+            if what == "subnormal":
+                parts.append(f"{changed:,} of {seen:,} binary32 inputs and results are subnormal and flush to zero")
+                continue
             unit = "operations" if what.startswith("fused") else "arguments"
             parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
         return "; ".join(parts) or "changes no argument"

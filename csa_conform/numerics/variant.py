@@ -88,15 +88,23 @@ class Numerics:
         if self.tallies is not None:
             self.tallies.setdefault(name, Tally()).add(reference, swapped)
 
+    def _flush(self, x) -> np.ndarray:
+        """flush() when this variant flushes, counting the values it zeroes."""
+        if not self.ftz:
+            return np.asarray(x, dtype=np.float32)
+        x = np.asarray(x, dtype=np.float32)
+        flushed = flush(x)
+        self._count("subnormal", x, flushed)
+        return flushed
+
     def _libm(self, name: str, *args) -> np.ndarray:
-        if self.ftz:
-            args = tuple(flush(arg) for arg in args)
+        args = tuple(self._flush(arg) for arg in args) if self.ftz else args
         reference = GLIBC[name](*args)
         result = reference
         if name in self.libm:
             result = np.asarray(self.libm[name](*args), dtype=np.float32)
             self._count(name, reference, result)
-        return flush(result) if self.ftz else result
+        return self._flush(result) if self.ftz else result
 
     def expf(self, x):
         return self._libm("expf", x)
@@ -131,31 +139,31 @@ class Numerics:
                 np.multiply(a, b, out=product)
                 np.add(acc, product, out=acc)
             return
-        a, b = (flush(v) if self.ftz else v for v in (a, b))
+        a, b = (self._flush(v) if self.ftz else v for v in (a, b))
         with np.errstate(over="ignore", invalid="ignore"):
-            separate = acc + flush(a * b) if self.ftz else acc + a * b
+            separate = acc + self._flush(a * b) if self.ftz else acc + a * b
         if ACCUMULATE in self.fused:
             fused = fmaf(a, b, acc)
             self._count("fused accumulation", separate, fused)
             separate = fused
-        acc[...] = flush(separate) if self.ftz else separate
+        acc[...] = self._flush(separate) if self.ftz else separate
 
     def pair(self, a, b, c, d, sign: int = 1) -> np.ndarray:
         """a*b + sign*c*d: both products rounded (the reference) or one of them fused into the sum."""
         with np.errstate(over="ignore", invalid="ignore"):
             first, second = a * b, c * d
             if self.ftz:
-                first, second = flush(first), flush(second)
+                first, second = self._flush(first), self._flush(second)
             result = first + second if sign > 0 else first - second
             if PAIRS_FIRST in self.fused or PAIRS_SECOND in self.fused:
                 fused = (fmaf(a, b, sign * second) if PAIRS_FIRST in self.fused
                          else fmaf(np.float32(sign) * c, d, first))
                 self._count("fused pairs", result, fused)
                 result = fused
-        return flush(result) if self.ftz else np.asarray(result, dtype=np.float32)
+        return self._flush(result) if self.ftz else np.asarray(result, dtype=np.float32)
 
     def dequantized(self, values: np.ndarray) -> np.ndarray:
-        return flush(values) if self.ftz else values
+        return self._flush(values) if self.ftz else values
 
     def record(self, key: str, value) -> None:
         """Keep an intermediate for an explanation's provenance (only while tracing)."""
