@@ -6,7 +6,8 @@ excluded (a stage that diverges only chained inherits it). For each isolated
 divergence the stage is re-run on the host with the inputs the kernel read,
 once per hypothesis (csa_conform.explain.hypotheses), and a hypothesis
 explains it when it reproduces the device payload bit for bit. Singles are
-tried first, then pairs of the closest singles. The first divergent element
+tried first, then combinations (two, three, four ingredients) of the closest
+singles, and the smallest reproducing one is reported. The first divergent element
 gets its provenance (csa_conform.explain.element).
 """
 
@@ -33,7 +34,8 @@ from csa_conform.numerics.variant import Numerics, Tally, using
 EXPLAINED = "explained"
 UNEXPLAINED = "unexplained"
 INHERITED = "inherited"
-PAIRED = 4  # pairs are formed from this many closest single hypotheses
+COMBINED_FROM = 5  # combinations are formed from this many closest single hypotheses
+MOST_COMBINED = 4  # of at most this many ingredients
 
 __all__ = ["EXPLAINED", "INHERITED", "UNEXPLAINED", "Explanation", "Trial", "explain_case"]
 
@@ -150,17 +152,30 @@ def _trial(hypothesis: Hypothesis, stage: str, g, inputs, upstream, target) -> T
     return Trial(hypothesis.key, hypothesis.name, differing, total, changed)
 
 
+def _combined(hypotheses: tuple[Hypothesis, ...]) -> Hypothesis | None:
+    combined = hypotheses[0]
+    for other in hypotheses[1:]:
+        if not combined.compatible(other):
+            return None
+        combined = combined.combine(other)
+    return combined
+
+
 def _search(stage: str, g, inputs, upstream, target, device_libm) -> tuple[Trial | None, Trial | None, list[Trial]]:
-    """(cause, closest, every trial): singles, then pairs of the PAIRED closest singles."""
+    """(cause, closest, every trial): singles, then the smallest combinations of the closest singles
+    (a kernel may swap several ingredients at once, e.g. CUDA's powf, sinf and cosf together)."""
     singles = stage_hypotheses(stage, device_libm)
     trials = [_trial(hypothesis, stage, g, inputs, upstream, target) for hypothesis in singles]
     reproducing = [trial for trial in trials if trial.reproduces]
-    if not reproducing:
-        ranked = sorted((pair for pair in zip(singles, trials) if pair[1].rejected is None),
-                        key=lambda pair: pair[1].mismatches)[:PAIRED]
-        for (first, _), (second, _) in itertools.combinations(ranked, 2):
-            if first.compatible(second):
-                trials.append(_trial(first.combine(second), stage, g, inputs, upstream, target))
+    ranked = [hypothesis for hypothesis, trial in sorted(zip(singles, trials), key=lambda pair: pair[1].mismatches)
+              if trial.rejected is None][:COMBINED_FROM]
+    for size in range(2, MOST_COMBINED + 1):
+        if reproducing:
+            break
+        for group in itertools.combinations(ranked, size):
+            combined = _combined(group)
+            if combined is not None:
+                trials.append(_trial(combined, stage, g, inputs, upstream, target))
         reproducing = [trial for trial in trials if trial.reproduces]
     measured = [trial for trial in trials if trial.rejected is None]
     closest = min(measured, key=lambda trial: trial.mismatches) if measured else None

@@ -127,5 +127,5 @@ def test_a_real_bug_is_unexplained_with_the_closest_hypothesis(variant_goldens, 
                        if e.stage == "sparse_sink_softmax_attention")
     assert explanation.verdict == UNEXPLAINED and explanation.cause is None
     assert explanation.closest.mismatches > 0
-    assert any("+" in trial.key for trial in explanation.trials), "pairs are tried when no single reproduces"
+    assert any("+" in trial.key for trial in explanation.trials), "combinations are tried when no single reproduces"
     assert f"closest: {explanation.closest.name}, {explanation.closest.mismatches:,} of" in explanation.headline()
