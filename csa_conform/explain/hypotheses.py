@@ -5,7 +5,7 @@ function, correctly rounded ((float)f((double)x), what a kernel computing
 `(float)exp((double)x)` gets) or the device's own (CUDA's function evaluated
 on the GPU on the same arguments); fused multiply-adds in the reductions
 (acc = fma(a, b, acc) in the same order) or in the a*b±c*d pairs of the
-compressed RoPE; flush-to-zero of subnormals; the FP8/FP4 block-scale
+compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
 exponent from the device's log2f. Each stage is tried only with the
 ingredients it contains.
 """
@@ -18,7 +18,16 @@ from typing import Callable
 
 import numpy as np
 
-from csa_conform.numerics.variant import ACCUMULATE, PAIRS_FIRST, PAIRS_SECOND, Numerics, Tally
+from csa_conform.numerics.variant import (
+    ACCUMULATE,
+    PAIR_FUSIONS,
+    PAIRS_FIRST,
+    PAIRS_SECOND,
+    SUMS_FIRST,
+    SUMS_SECOND,
+    Numerics,
+    Tally,
+)
 
 # The libm functions each stage calls (log2f only through the block scale).
 STAGE_LIBM = {
@@ -31,9 +40,9 @@ STAGE_LIBM = {
     "sparse_sink_softmax_attention": ("expf",),
 }
 STAGE_FUSION = {
-    "compression_update": (ACCUMULATE, PAIRS_FIRST, PAIRS_SECOND),
-    "index_key_update": (ACCUMULATE, PAIRS_FIRST, PAIRS_SECOND),
-    "index_query_finalize": (PAIRS_FIRST, PAIRS_SECOND),
+    "compression_update": (ACCUMULATE, *PAIR_FUSIONS),
+    "index_key_update": (ACCUMULATE, *PAIR_FUSIONS),
+    "index_query_finalize": PAIR_FUSIONS,
     "index_scoring": (ACCUMULATE,),
     "sparse_sink_softmax_attention": (ACCUMULATE,),
 }
@@ -43,6 +52,8 @@ FUSION_NAMES = {
     ACCUMULATE: "FMA accumulation (acc = fma(a, b, acc), same order)",
     PAIRS_FIRST: "a*b±c*d contracted as fma(a, b, ±c*d)",
     PAIRS_SECOND: "a*b±c*d contracted as fma(±c, d, a*b)",
+    SUMS_FIRST: "a*b+c*d (sums only) contracted as fma(a, b, c*d)",
+    SUMS_SECOND: "a*b+c*d (sums only) contracted as fma(c, d, a*b)",
 }
 
 
@@ -109,7 +120,7 @@ class Hypothesis:
     def compatible(self, other: Hypothesis) -> bool:
         """Two swaps can apply together unless they replace the same function or contract the same pairs."""
         names = {name for name, _ in self.libm} & {name for name, _ in other.libm}
-        pairs = {PAIRS_FIRST, PAIRS_SECOND}
+        pairs = set(PAIR_FUSIONS)
         return not names and not (self.fused & pairs and other.fused & pairs) and not (
             self.block_scale and other.block_scale)
 

@@ -30,6 +30,9 @@ GLIBC: Mapping[str, Callable] = {name: getattr(libm, name) for name in LIBM}
 ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
 PAIRS_FIRST = "pairs-first"  # a*b ± c*d -> fma(a, b, ±c*d)
 PAIRS_SECOND = "pairs-second"  # a*b ± c*d -> fma(±c, d, a*b)
+SUMS_FIRST = "sums-first"  # only a*b + c*d -> fma(a, b, c*d) (NVCC has been seen to fuse sums, not differences)
+SUMS_SECOND = "sums-second"  # only a*b + c*d -> fma(c, d, a*b)
+PAIR_FUSIONS = (PAIRS_FIRST, PAIRS_SECOND, SUMS_FIRST, SUMS_SECOND)
 
 _SMALLEST_NORMAL = np.float32(2.0**-126)
 
@@ -155,12 +158,20 @@ class Numerics:
             if self.ftz:
                 first, second = self._flush(first), self._flush(second)
             result = first + second if sign > 0 else first - second
-            if PAIRS_FIRST in self.fused or PAIRS_SECOND in self.fused:
-                fused = (fmaf(a, b, sign * second) if PAIRS_FIRST in self.fused
-                         else fmaf(np.float32(sign) * c, d, first))
+            which = self._pair_fusion(sign)
+            if which is not None:
+                fused = fmaf(a, b, sign * second) if which == "first" else fmaf(np.float32(sign) * c, d, first)
                 self._count("fused pairs", result, fused)
                 result = fused
         return self._flush(result) if self.ftz else np.asarray(result, dtype=np.float32)
+
+    def _pair_fusion(self, sign: int) -> str | None:
+        """Which product of a*b + sign*c*d this variant fuses ('first', 'second' or None)."""
+        if PAIRS_FIRST in self.fused or (sign > 0 and SUMS_FIRST in self.fused):
+            return "first"
+        if PAIRS_SECOND in self.fused or (sign > 0 and SUMS_SECOND in self.fused):
+            return "second"
+        return None
 
     def dequantized(self, values: np.ndarray) -> np.ndarray:
         return self._flush(values) if self.ftz else values

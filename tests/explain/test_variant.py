@@ -16,6 +16,7 @@ from csa_conform.numerics.variant import (
     PAIRS_FIRST,
     PAIRS_SECOND,
     REFERENCE,
+    SUMS_FIRST,
     Numerics,
     Tally,
     active,
@@ -79,6 +80,9 @@ def test_accumulate_and_pair_fuse_as_named():
     assert (_bits(first) == _bits(fmaf(a, b, -(c * d)))).all()
     assert (_bits(second) == _bits(fmaf(-c, d, a * b))).all()
     assert (_bits(REFERENCE.pair(a, b, c, d, -1)) == _bits(a * b - c * d)).all()
+    sums = Numerics(fused=frozenset({SUMS_FIRST}))
+    assert (_bits(sums.pair(a, b, c, d, +1)) == _bits(fmaf(a, b, c * d))).all()
+    assert (_bits(sums.pair(a, b, c, d, -1)) == _bits(a * b - c * d)).all()
 
 
 @pytest.mark.parametrize("name", ["expf", "sinf", "cosf", "log2f"])
