@@ -15,11 +15,16 @@ import pytest
 from click.testing import CliRunner
 
 from csa_conform.cli.diff import diff
+from csa_conform.contract import validate_step
 from csa_conform.cli.explain import explain_command
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, explain_case
+from csa_conform.explain.element import element_provenance
+from csa_conform.explain.stages import run_stage
 from csa_conform.goldens import GoldenFile
+from csa_conform.numerics.fp8 import e4m3_decode
+from csa_conform.numerics.variant import Numerics, using
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402
@@ -129,3 +134,29 @@ def test_a_real_bug_is_unexplained_with_the_closest_hypothesis(variant_goldens, 
     assert explanation.closest.mismatches > 0
     assert any("+" in trial.key for trial in explanation.trials), "combinations are tried when no single reproduces"
     assert f"closest: {explanation.closest.name}, {explanation.closest.mismatches:,} of" in explanation.headline()
+
+
+def test_record_byte_provenance_matches_the_golden_bytes(variant_goldens):
+    """An FP8 code byte: its block's scale byte is the exponent reported, the pre-rounding value is the
+    input over that power of two, and the code the golden stores decodes to one of the bracketing values."""
+    with GoldenFile(variant_goldens) as golden:
+        case = next(case for case in golden.case_ids() if case.startswith("quant-edge.r128"))
+        info, step = golden.case_info(case), golden.read_step(case, 0)
+    g = validate_step(info.attrs, step.inputs, info.output_names)
+    trace: dict = {}
+    with using(Numerics(trace=trace)):
+        run_stage("compression_update", g, step.inputs, step.stages)
+    packed = step.stages["compression_update"]["present_compressed_kv"][0, 0]
+    for byte in (65 * 2 + 6, 65 * 6 + 64):
+        found = element_provenance("compression_update", "present_compressed_kv", (0, 0, byte), g, step.inputs,
+                                   step.stages, trace)
+        block = found["block"]
+        assert found["fp8_block"] == byte // 65 and found["d"] == 64 * (byte // 65) + byte % 65 - 1
+        assert packed[65 * found["fp8_block"]] == block["scale_exponent"] + 127
+        assert np.float32(block["pre_rounding"]) == np.float32(
+            np.float32(block["input"]) / np.float32(2.0 ** block["scale_exponent"]))
+        assert abs(float(e4m3_decode(packed[byte]))) in block["between"]
+    tail = element_provenance("compression_update", "present_compressed_kv", (0, 0, 457), g, step.inputs,
+                              step.stages, trace)
+    assert tail["part"] == "bf16 low byte of d=449" and tail["rope_tail"] and tail["rope_pair"] == 0
+    assert "block" not in tail
