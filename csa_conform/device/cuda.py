@@ -30,7 +30,11 @@ LIBM_PROBE = """extern "C" __global__ void csa_libm_probe(const float* x, const 
 }
 """
 LIBM_CALLS = {"expf": "expf(x[i])", "exp2f": "exp2f(x[i])", "sinf": "sinf(x[i])", "cosf": "cosf(x[i])",
-              "log2f": "log2f(x[i])", "powf": "powf(x[i], y[i])"}
+              "log2f": "log2f(x[i])", "powf": "powf(x[i], y[i])",
+              # what a kernel writing (float)exp((double)x) gets: CUDA's double function, rounded once
+              "expf-double": "(float)exp((double)x[i])", "sinf-double": "(float)sin((double)x[i])",
+              "cosf-double": "(float)cos((double)x[i])", "log2f-double": "(float)log2((double)x[i])",
+              "powf-double": "(float)pow((double)x[i], (double)y[i])"}
 
 
 def _import_cupy():

@@ -1,9 +1,10 @@
 """The numeric causes `explain` tries, as numerics variants of the oracle.
 
 A hypothesis swaps one ingredient of the reference's arithmetic: one libm
-function, correctly rounded ((float)f((double)x), what a kernel computing
-`(float)exp((double)x)` gets) or the device's own (CUDA's function evaluated
-on the GPU on the same arguments); fused multiply-adds in the reductions
+function, correctly rounded ((float)f((double)x) with the host's double
+function), or the device's own: CUDA's binary32 function, or its double
+function rounded once (what a kernel writing `(float)exp((double)x)` gets),
+both evaluated on the GPU on the same arguments; fused multiply-adds in the reductions
 (acc = fma(a, b, acc) in the same order) or in the a*b±c*d pairs of the
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
 exponent from the device's log2f. Each stage is tried only with the
@@ -133,12 +134,17 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
         found.append(Hypothesis(f"{name}:correctly-rounded", f"{where} correctly rounded",
                                 libm=((name, correctly_rounded(name)),)))
         if device_libm is not None:
+            double = f"(float){name[:-1]}((double)x) on the device"
             if name == "log2f":
                 found.append(Hypothesis("log2f:device", "E8M0 block-scale exponent from the device's log2f",
                                         block_scale=device_libm(name)))
+                found.append(Hypothesis("log2f:device-double", f"E8M0 block-scale exponent from {double}",
+                                        block_scale=device_libm(name + "-double")))
             else:
                 found.append(Hypothesis(f"{name}:device", f"{name} from the device's libm",
                                         libm=((name, device_libm(name)),)))
+                found.append(Hypothesis(f"{name}:device-double", f"{name} as {double}",
+                                        libm=((name, device_libm(name + "-double")),)))
     for fused in STAGE_FUSION.get(stage, ()):
         found.append(Hypothesis(f"fma:{fused}", FUSION_NAMES[fused], fused=frozenset({fused})))
     if stage in FLOAT_STAGES:
