@@ -163,12 +163,14 @@ def _combined(hypotheses: tuple[Hypothesis, ...]) -> Hypothesis | None:
 
 def _search(stage: str, g, inputs, upstream, target, device_libm) -> tuple[Trial | None, Trial | None, list[Trial]]:
     """(cause, closest, every trial): singles, then the smallest combinations of the closest singles
-    (a kernel may swap several ingredients at once, e.g. CUDA's powf, sinf and cosf together)."""
+    that change anything at all (a kernel may swap several ingredients at once, e.g. CUDA's powf, sinf
+    and cosf together)."""
     singles = stage_hypotheses(stage, device_libm)
     trials = [_trial(hypothesis, stage, g, inputs, upstream, target) for hypothesis in singles]
     reproducing = [trial for trial in trials if trial.reproduces]
-    ranked = [hypothesis for hypothesis, trial in sorted(zip(singles, trials), key=lambda pair: pair[1].mismatches)
-              if trial.rejected is None][:COMBINED_FROM]
+    effective = [(hypothesis, trial) for hypothesis, trial in zip(singles, trials)
+                 if trial.rejected is None and any(changed for changed, _ in trial.changed.values())]
+    ranked = [hypothesis for hypothesis, _ in sorted(effective, key=lambda pair: pair[1].mismatches)][:COMBINED_FROM]
     for size in range(2, MOST_COMBINED + 1):
         if reproducing:
             break
