@@ -6,8 +6,8 @@ excluded (a stage that diverges only chained inherits it). For each isolated
 divergence the stage is re-run on the host with the inputs the kernel read,
 once per hypothesis (csa_conform.explain.hypotheses), and a hypothesis
 explains it when it reproduces the device payload bit for bit. Singles are
-tried first, then combinations (two, three, four ingredients) of the closest
-singles, and the smallest reproducing one is reported. The first divergent element
+tried first, then combinations of two, three and four distinct ingredients
+among the closest, and the smallest reproducing one is reported. The first divergent element
 gets its provenance (csa_conform.explain.element).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,12 +29,12 @@ from csa_conform.explain.element import element_provenance
 from csa_conform.explain.hypotheses import STAGE_LIBM, Hypothesis, stage_hypotheses
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.goldens import GoldenFile
-from csa_conform.numerics.variant import Numerics, Tally, using
+from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
 
 EXPLAINED = "explained"
 UNEXPLAINED = "unexplained"
 INHERITED = "inherited"
-COMBINED_FROM = 5  # combinations are formed from this many closest single hypotheses
+COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
 
 __all__ = ["EXPLAINED", "INHERITED", "UNEXPLAINED", "Explanation", "Trial", "explain_case"]
@@ -152,33 +152,53 @@ def _trial(hypothesis: Hypothesis, stage: str, g, inputs, upstream, target) -> T
     return Trial(hypothesis.key, hypothesis.name, differing, total, changed)
 
 
-def _combined(hypotheses: tuple[Hypothesis, ...]) -> Hypothesis | None:
-    combined = hypotheses[0]
-    for other in hypotheses[1:]:
-        if not combined.compatible(other):
-            return None
-        combined = combined.combine(other)
-    return combined
+def _ingredient(hypothesis: Hypothesis) -> str:
+    """What a single hypothesis swaps: one libm function, the block scale, a fusion kind, or ftz."""
+    if hypothesis.libm:
+        return hypothesis.libm[0][0]
+    if hypothesis.block_scale is not None:
+        return "block scale"
+    if hypothesis.fused:
+        return "pairs" if hypothesis.fused & set(PAIR_FUSIONS) else "accumulate"
+    return "ftz"
+
+
+def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> Iterator[list[Hypothesis]]:
+    """Groups of 2..MOST_COMBINED distinct ingredients, smallest first, from the COMBINED_FROM ingredients
+    whose best single comes closest; an ingredient contributes each of its variants that tie for best."""
+    best: dict[str, list[tuple[Hypothesis, int]]] = {}
+    for hypothesis, trial in zip(singles, trials):
+        if trial.rejected is not None or not any(changed for changed, _ in trial.changed.values()):
+            continue
+        variants = best.setdefault(_ingredient(hypothesis), [])
+        if not variants or trial.mismatches < variants[0][1]:
+            variants[:] = [(hypothesis, trial.mismatches)]
+        elif trial.mismatches == variants[0][1]:
+            variants.append((hypothesis, trial.mismatches))
+    ranked = sorted(best.values(), key=lambda variants: variants[0][1])[:COMBINED_FROM]
+    for size in range(2, MOST_COMBINED + 1):
+        group = []
+        for ingredients in itertools.combinations(ranked, size):
+            for choice in itertools.product(*ingredients):
+                group.append([hypothesis for hypothesis, _ in choice])
+        yield group
 
 
 def _search(stage: str, g, inputs, upstream, target, device_libm) -> tuple[Trial | None, Trial | None, list[Trial]]:
-    """(cause, closest, every trial): singles, then the smallest combinations of the closest singles
-    that change anything at all (a kernel may swap several ingredients at once, e.g. CUDA's powf, sinf
-    and cosf together)."""
+    """(cause, closest, every trial): singles, then the smallest combinations of the closest ingredients
+    (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together)."""
     singles = stage_hypotheses(stage, device_libm)
     trials = [_trial(hypothesis, stage, g, inputs, upstream, target) for hypothesis in singles]
     reproducing = [trial for trial in trials if trial.reproduces]
-    effective = [(hypothesis, trial) for hypothesis, trial in zip(singles, trials)
-                 if trial.rejected is None and any(changed for changed, _ in trial.changed.values())]
-    ranked = [hypothesis for hypothesis, _ in sorted(effective, key=lambda pair: pair[1].mismatches)][:COMBINED_FROM]
-    for size in range(2, MOST_COMBINED + 1):
+    for group in _combinations(singles, trials) if not reproducing else ():
+        for members in group:
+            combined = members[0]
+            for other in members[1:]:
+                combined = combined.combine(other)
+            trials.append(_trial(combined, stage, g, inputs, upstream, target))
+        reproducing = [trial for trial in trials if trial.reproduces]
         if reproducing:
             break
-        for group in itertools.combinations(ranked, size):
-            combined = _combined(group)
-            if combined is not None:
-                trials.append(_trial(combined, stage, g, inputs, upstream, target))
-        reproducing = [trial for trial in trials if trial.reproduces]
     measured = [trial for trial in trials if trial.rejected is None]
     closest = min(measured, key=lambda trial: trial.mismatches) if measured else None
     cause = min(reproducing, key=lambda trial: sum(changed for changed, _ in trial.changed.values()),

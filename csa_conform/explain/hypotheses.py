@@ -118,13 +118,6 @@ class Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
                           self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz)
 
-    def compatible(self, other: Hypothesis) -> bool:
-        """Two swaps can apply together unless they replace the same function or contract the same pairs."""
-        names = {name for name, _ in self.libm} & {name for name, _ in other.libm}
-        pairs = set(PAIR_FUSIONS)
-        return not names and not (self.fused & pairs and other.fused & pairs) and not (
-            self.block_scale and other.block_scale)
-
 
 def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
     """Every single-ingredient hypothesis for a stage (device-libm ones only with a device)."""
