@@ -16,7 +16,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP, ContractError
-from csa_conform.numerics.libm import expf
+from csa_conform.numerics import variant
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 
 
@@ -93,10 +93,10 @@ def _scaled_scores(keys, queries, scale) -> np.ndarray:
     """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long."""
     dots = np.zeros(queries.shape[1:] + keys.shape[-1:], dtype=np.float32)
     product = np.empty_like(dots)
+    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for d in range(keys.shape[0]):
-            np.multiply(queries[d][..., None], keys[d][:, :, None, :], out=product)
-            np.add(dots, product, out=dots)
+            numerics.accumulate(dots, queries[d][..., None], keys[d][:, :, None, :], product)
         dots *= scale
     return dots
 
@@ -108,11 +108,12 @@ def _softmax_with_sink(scores, head_sink, first_query):
         active = maximum != -np.inf
         exponent = np.ascontiguousarray(np.moveaxis(scores - maximum[..., None], -1, 0))
         valid = np.moveaxis(scores, -1, 0) != -np.inf
-        weights = np.where(valid, expf(exponent), np.float32(0))
+        numerics = variant.active()
+        weights = np.where(valid, numerics.expf(exponent), np.float32(0))
         denominator = np.zeros(maximum.shape, dtype=np.float32)
         for candidate in weights:
             denominator += candidate
-        denominator += expf(head_sink - maximum)
+        denominator += numerics.expf(head_sink - maximum)
         invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
         probabilities = np.where(active, weights / denominator, np.float32(0))
     if invalid.any():
@@ -125,8 +126,8 @@ def _weighted_values(probabilities, values) -> np.ndarray:
     """[B,s,N,D] = ascending sum over candidates of p_c * value_c."""
     output = np.zeros(values.shape[1:3] + probabilities.shape[-1:] + values.shape[-1:], dtype=np.float32)
     product = np.empty_like(output)
+    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for probability, value in zip(probabilities, values):
-            np.multiply(probability[..., None], value[:, :, None, :], out=product)
-            np.add(output, product, out=output)
+            numerics.accumulate(output, probability[..., None], value[:, :, None, :], product)
     return output

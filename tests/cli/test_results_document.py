@@ -1,4 +1,4 @@
-"""One results document for verify, diff and bisect; report turns any of them into valid JUnit."""
+"""One results document for verify, diff, bisect and explain; report turns any of them into valid JUnit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-import h5py
 import jsonschema
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from click.testing import CliRunner
 from csa_conform import __version__
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import SCHEMA_VERSION
+from csa_conform.goldens import SCHEMA_VERSION, GoldenFile, write_goldens
 from csa_conform.results import RESULTS_VERSION, schema
 
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))
@@ -45,17 +44,17 @@ def small(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tampered(small, tmp_path) -> Path:
-    """A copy whose stored Y differs in one element (checksum updated, so only replay can tell)."""
+    """A copy whose stored Y differs in one element, written anew with every digest, so only replay can tell."""
     path = tmp_path / "tampered.h5"
-    path.write_bytes(small.read_bytes())
-    with h5py.File(path, "r+") as handle:
-        dataset = handle[f"cases/{CLOSED_FORM_CASE}/steps/0000/outputs/Y"]
-        values = dataset[()]
-        values[0, 1, 0, 3] = np.float32(0.5)
-        dataset[...] = values
-        from csa_conform.goldens import array_sha256
-
-        dataset.attrs["sha256"] = array_sha256(values)
+    with GoldenFile(small) as golden:
+        cases = {case: golden.read_case(case) for case in golden.case_ids()}
+        provenance = {key: golden.provenance[key] for key in ("suite", "suite_seed", "selection")}
+    step = cases[CLOSED_FORM_CASE].steps[0]
+    values = step.outputs["Y"].copy()
+    values[0, 1, 0, 3] = np.float32(0.5)
+    # the file stores Y once for the output, the attention payload and writeback
+    step.outputs["Y"] = step.stages["sparse_sink_softmax_attention"]["Y"] = step.stages["writeback"]["Y"] = values
+    write_goldens(path, cases.values(), provenance=provenance)
     return path
 
 
@@ -76,6 +75,14 @@ def test_verify_and_all_host_diff_write_the_same_schema(small, monkeypatch):
     assert verify["control_run"] is None and verify["kernels"] is None
     assert diff["control_run"] is True
     assert {launch["path"] for launch in diff["kernels"]["launches"]} == {"host-oracle"}
+
+
+def test_an_all_host_explain_writes_the_document_with_its_section(small):
+    document = document_of(invoke("explain", small, "--force-host", "all", "--json"))
+    assert document["command"] == "explain" and document["exit_code"] == ExitCode.OK and document["passed"]
+    assert document["control_run"] is True and len(document["cases"]) == 2
+    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "inherited": 0, "unexplained": 0},
+                                   "explanations": []}
 
 
 def test_an_all_host_diff_stays_small(small):
@@ -138,7 +145,8 @@ def test_report_merges_shards_into_one_suite_with_typed_failures(tampered, tmp_p
 
 def test_errors_print_the_same_document_with_the_exit_code(tmp_path, small):
     missing = tmp_path / "absent.h5"
-    for command in (["verify", missing], ["diff", missing], ["bisect", missing, "--case", "x"]):
+    for command in (["verify", missing], ["diff", missing], ["bisect", missing, "--case", "x"],
+                    ["explain", missing]):
         result = invoke(*command, "--json")
         assert result.exit_code == ExitCode.USAGE
         document = document_of(result)
