@@ -8,7 +8,11 @@
  * The reference runs glibc's x86-64 FMA multiarch variants, so the ports call
  * fma() exactly where that build fuses and round every other operation.
  * It also carries what the modules share: the compressor walk of stages 1-2
- * and the sparse sink attention row of stages 6-7.
+ * and the sparse sink attention row of stages 6-7. It is also the prelude a
+ * production module directory can use as is: besides the ABI's codecs its
+ * names are csa_round_*, csa_glibc_* and the like, never a name a module
+ * defines for itself (the CUDA provider's compression module has its own
+ * csa_bf16_bits and csa_bf16).
  */
 
 #define CSA_NEG_INF __uint_as_float(0xff800000u)
@@ -70,7 +74,7 @@ __device__ __forceinline__ double csa_exp2_tail(
     return fma(high, r2, low) * scale;
 }
 
-__device__ float csa_expf(float x)
+__device__ float csa_glibc_expf(float x)
 {
     const unsigned int top = (__float_as_uint(x) >> 20) & 0x7ffu;
     if (top >= 0x42bu) {
@@ -91,7 +95,7 @@ __device__ float csa_expf(float x)
     return (float)y;
 }
 
-__device__ float csa_log2f(float x)
+__device__ float csa_glibc_log2f(float x)
 {
     unsigned int ix = __float_as_uint(x);
     if (ix == 0x3f800000u) return 0.0f;
@@ -148,7 +152,7 @@ __device__ __forceinline__ int csa_zero_inf_nan(unsigned int i)
     return 2u * i - 1u >= 2u * 0x7f800000u - 1u;
 }
 
-__device__ float csa_powf(float x, float y)
+__device__ float csa_glibc_powf(float x, float y)
 {
     unsigned int ix = __float_as_uint(x);
     const unsigned int iy = __float_as_uint(y);
@@ -256,12 +260,46 @@ __device__ float csa_sincosf(float y, int want_cosine)
     return csa_sincos_poly(signed_x, x2, odd, sign_quadrant & 2);
 }
 
-__device__ __forceinline__ float csa_sinf(float x) { return csa_sincosf(x, 0); }
-__device__ __forceinline__ float csa_cosf(float x) { return csa_sincosf(x, 1); }
+__device__ __forceinline__ float csa_glibc_sinf(float x) { return csa_sincosf(x, 0); }
+__device__ __forceinline__ float csa_glibc_cosf(float x) { return csa_sincosf(x, 1); }
+
+/* ---- numerics variants (compile-time switches) ------------------------
+ * -DCSA_LIBM_PLATFORM: the platform's expf/sinf/cosf/powf/log2f instead of
+ * the glibc ports (CUDA's libm on the device). -DCSA_BLOCK_SCALE_PLATFORM_LOG2F:
+ * only the E8M0 block scale takes the platform's log2f. --fmad=true and
+ * --ftz=true need no switch: they are NVRTC options. The host emulation
+ * defines CSA_PLATFORM_LIBM and its own csa_platform_* stand-ins first. */
+#ifndef CSA_PLATFORM_LIBM
+#define csa_platform_expf expf
+#define csa_platform_sinf sinf
+#define csa_platform_cosf cosf
+#define csa_platform_powf powf
+#define csa_platform_log2f log2f
+#endif
+
+#ifdef CSA_LIBM_PLATFORM
+__device__ __forceinline__ float csa_expf(float x) { return csa_platform_expf(x); }
+__device__ __forceinline__ float csa_sinf(float x) { return csa_platform_sinf(x); }
+__device__ __forceinline__ float csa_cosf(float x) { return csa_platform_cosf(x); }
+__device__ __forceinline__ float csa_powf(float x, float y) { return csa_platform_powf(x, y); }
+__device__ __forceinline__ float csa_log2f(float x) { return csa_platform_log2f(x); }
+#else
+__device__ __forceinline__ float csa_expf(float x) { return csa_glibc_expf(x); }
+__device__ __forceinline__ float csa_sinf(float x) { return csa_glibc_sinf(x); }
+__device__ __forceinline__ float csa_cosf(float x) { return csa_glibc_cosf(x); }
+__device__ __forceinline__ float csa_powf(float x, float y) { return csa_glibc_powf(x, y); }
+__device__ __forceinline__ float csa_log2f(float x) { return csa_glibc_log2f(x); }
+#endif
+
+#ifdef CSA_BLOCK_SCALE_PLATFORM_LOG2F
+#define csa_block_scale_log2f csa_platform_log2f
+#else
+#define csa_block_scale_log2f csa_log2f
+#endif
 
 /* ---- bfloat16 (half crate) -------------------------------------------- */
 
-__device__ __forceinline__ unsigned short csa_bf16_bits(float x)
+__device__ __forceinline__ unsigned short csa_round_bf16_bits(float x)
 {
     const unsigned int bits = __float_as_uint(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((bits >> 16) | 0x40u);
@@ -269,14 +307,14 @@ __device__ __forceinline__ unsigned short csa_bf16_bits(float x)
     return (unsigned short)((bits + 0x7fffu + lsb) >> 16);
 }
 
-__device__ __forceinline__ float csa_bf16_value(unsigned short bits)
+__device__ __forceinline__ float csa_bf16_from_bits(unsigned short bits)
 {
     return __uint_as_float((unsigned int)bits << 16);
 }
 
-__device__ __forceinline__ float csa_bf16(float x)
+__device__ __forceinline__ float csa_round_bf16(float x)
 {
-    return csa_bf16_value(csa_bf16_bits(x));
+    return csa_bf16_from_bits(csa_round_bf16_bits(x));
 }
 
 /* ---- E8M0 / E4M3FN / E2M1 block codecs -------------------------------- */
@@ -345,7 +383,7 @@ __device__ __forceinline__ int csa_block_power(const float* in, int count, float
 {
     float amax = floor_amax;
     for (int i = 0; i < count; ++i) amax = fmaxf(amax, fabsf(in[i]));
-    return (int)ceilf(csa_log2f(amax / target));
+    return (int)ceilf(csa_block_scale_log2f(amax / target));
 }
 
 __device__ __forceinline__ float csa_power_of_two(int power)
@@ -390,8 +428,8 @@ __device__ void csa_compressed_rope(float* tail, int rope_dim, long long positio
         const float cosine = csa_cosf(angle);
         const float real = tail[2 * pair];
         const float imaginary = tail[2 * pair + 1];
-        tail[2 * pair] = csa_bf16(real * cosine - imaginary * sine);
-        tail[2 * pair + 1] = csa_bf16(real * sine + imaginary * cosine);
+        tail[2 * pair] = csa_round_bf16(real * cosine - imaginary * sine);
+        tail[2 * pair + 1] = csa_round_bf16(real * sine + imaginary * cosine);
     }
 }
 
@@ -400,11 +438,11 @@ __device__ void csa_rms_normalize(float* record, const float* norm, int dim)
 {
     float squares = 0.0f;
     for (int i = 0; i < dim; ++i) {
-        record[i] = csa_bf16(record[i]);
+        record[i] = csa_round_bf16(record[i]);
         squares = squares + record[i] * record[i];
     }
     const float inverse_rms = 1.0f / sqrtf(squares / (float)dim + 1.0e-6f);
-    for (int i = 0; i < dim; ++i) record[i] = csa_bf16(record[i] * inverse_rms * norm[i]);
+    for (int i = 0; i < dim; ++i) record[i] = csa_round_bf16(record[i] * inverse_rms * norm[i]);
 }
 
 /* Unnormalised butterfly (spans 1, 2, 4, ...) then bf16(x * (1/sqrt(n))). */
@@ -419,7 +457,7 @@ __device__ void csa_hadamard_bf16(float* values, int width)
                 values[lane + span] = a - b;
             }
     const float normalizer = 1.0f / sqrtf((float)width);
-    for (int i = 0; i < width; ++i) values[i] = csa_bf16(values[i] * normalizer);
+    for (int i = 0; i < width; ++i) values[i] = csa_round_bf16(values[i] * normalizer);
 }
 
 /* One softmax-pooled output dimension: f32::max over the candidate scores,
@@ -453,7 +491,7 @@ __device__ void csa_store_fp8_record(float* record, int dim, int rope_dim, unsig
     }
     unsigned char* tail = out + 65 * blocks;
     for (int i = 0; i < rope_dim; ++i) {
-        const unsigned short bits = csa_bf16_bits(record[dim - rope_dim + i]);
+        const unsigned short bits = csa_round_bf16_bits(record[dim - rope_dim + i]);
         tail[2 * i] = (unsigned char)(bits & 0xffu);
         tail[2 * i + 1] = (unsigned char)(bits >> 8);
     }
@@ -467,7 +505,7 @@ __device__ __forceinline__ float csa_fp8_record_value(const unsigned char* packe
         return decode_e4m3fn(block[1 + d % 64]) * e8m0_scale(block[0]);
     }
     const int i = d - 448;
-    return csa_bf16_value((unsigned short)(packed[455 + 2 * i] | (packed[456 + 2 * i] << 8)));
+    return csa_bf16_from_bits((unsigned short)(packed[455 + 2 * i] | (packed[456 + 2 * i] << 8)));
 }
 
 /* ---- the compressor walk shared by the compression modules ------------ */

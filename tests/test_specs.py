@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from csa_conform.contract import INPUT_NAMES, claim_metadata, unsupported_reason, validate_step
-from csa_conform.device.cuda import FORBIDDEN_PTX
-from csa_conform.device.kernels import MODULES, NVRTC_OPTIONS, PRELUDE
+from csa_conform.device.kernels import MODULES, PRELUDE, STRICT_OPTIONS
 from csa_conform.device.launches import ATTENTION_BLOCK, REPLICATE_BLOCK
+from csa_conform.device.ptx import CATEGORIES
 from csa_conform.fixtures.closed_form import ratio4_plan, ratio128_plan
 from csa_conform.fixtures.stream import assemble, play
 from csa_conform.oracle import STAGES, run_step
@@ -185,12 +185,11 @@ def test_abi_argument_lists_are_the_builtin_kernels_signatures():
         assert documented[entry] == signature(entry, (kernels / f"{module}.cu").read_text()), entry
 
 
-def test_abi_compile_options_forbidden_ptx_and_prelude_functions():
+def test_abi_compile_options_ptx_categories_and_prelude_functions():
     text = ABI.read_text()
-    assert "    " + " ".join(NVRTC_OPTIONS) + "\n" in text
-    assert set(re.findall(r"`([.\w]+)`", text.split("It refuses PTX containing", 1)[1].split("(exit", 1)[0])) == set(
-        FORBIDDEN_PTX
-    )
+    assert "    " + " ".join(STRICT_OPTIONS) + "\n" in text
+    categories = text.split("PTX report counts the instruction", 1)[1].split("(exit", 1)[0]
+    assert re.findall(r"`([.\w]+)`", categories) == list(CATEGORIES)
     prelude = (builtin_kernels() / PRELUDE).read_text()
     required = re.findall(r"`(\w+)\(", text.split("The prelude must define", 1)[1].split("The built-in", 1)[0])
     assert len(required) == 5

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import click
 
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
+from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
+    BuildChoice,
     case_selection,
     device_options,
     effective_force_host,
@@ -25,8 +27,8 @@ from csa_conform.cli.options import (
     stage_option,
 )
 from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
-from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
+from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -42,8 +44,8 @@ class DiffOptions:
     file: str
     mode: Mode
     force_host: frozenset[str]
-    kernels: str | None
     ulp: int
+    build: BuildChoice = BuildChoice()
 
     @property
     def forced(self) -> str:
@@ -57,20 +59,18 @@ class DiffOptions:
                  "--case", case]
         if self.force_host:
             words += ["--force-host", self.forced]
-        if self.kernels:
-            words += ["--kernels", self.kernels]
+        words += self.build.words()
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
         return shlex.join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
-        kernels = KernelDirectory(self.kernels) if self.kernels else KernelDirectory()
-        return DeviceRunner(kernels, mode=mode or self.mode, force_host=self.force_host)
+        return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host)
 
     def describe(self) -> dict:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
-                "kernels": self.kernels, "ulp": self.ulp}
+                **self.build.describe(), "ulp": self.ulp}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -179,7 +179,20 @@ def _summary(reports: list[CaseReport]) -> str:
             f"{len(reports) - diverged} conformant, {diverged} diverged")
 
 
-def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:
+def build_lines(provenance: RunProvenance) -> list[str]:
+    """The build and, per compiled module, its NVRTC options and PTX report (once per run)."""
+    build = provenance.kernels["build"]
+    lines = [f"build {build['profile']} ({build['origin']}): {' '.join(build['options']) or 'no options'}"
+             + (", strict PTX" if build["strict_ptx"] else "")]
+    for name, module in sorted(provenance.modules.items()):
+        report = "no PTX (host emulation)" if module.ptx is None else module.ptx.summary()
+        lines.append(f"  {name}: {' '.join(module.options)}")
+        lines.append(f"    ptx: {report}")
+    return lines
+
+
+def run_header(command: str, runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:
+    """What a device run's text output starts with: options, kernels, device, build and PTX."""
     kernels = runner.provenance.kernels
     device = runner.provenance.device
     where = "host only (no device launch)" if device is None else (
@@ -188,9 +201,10 @@ def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...])
     )
     forced = options.forced or "none"
     return [
-        f"csa-conform diff {options.file}: mode {options.mode.value}, stages "
+        f"csa-conform {command} {options.file}: mode {options.mode.value}, stages "
         f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}",
         f"kernels {kernels['path']}{' (builtin)' if kernels['builtin'] else ''}; force-host {forced}; device {where}",
+        *build_lines(runner.provenance),
     ]
 
 
@@ -222,8 +236,10 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @case_selection()
 @device_options
 @output_options
+@click.option("--explain", "explain", is_flag=True,
+              help="Name the numeric cause of every divergence (as csa-conform explain does).")
 @boundary
-def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, as_json, quiet):
+def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, as_json, quiet, explain):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -235,11 +251,13 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, as
       csa-conform diff --kernels ./my-kernels
       csa-conform diff goldens/ci.h5 --stage 5:select --mode isolated --case 'random.*'
       csa-conform diff --force-host all -q            # control run: no kernel launched
+      csa-conform diff --kernels ./my-kernels --build production --explain
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp)
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build)
     timed_reports, runner, golden_ref = run_diff(options, stages, case_glob, quiet or as_json)
     reports = [report for report, _ in timed_reports]
+    explanations = explain_reports(file, reports, options, stages) if explain else None
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
     control = control_run(runner.provenance)
     if control:
@@ -250,10 +268,14 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, as
             [device_case_entry(report, lambda stage, case=report.case: options.command(case, stage), seconds)
              for report, seconds in timed_reports],
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(runner.provenance), control=control,
-            options={**options.describe(), "stages": list(stages)},
+            options={**options.describe(), "stages": list(stages), "explain": explain},
+            extra=None if explanations is None else explanations_section(explanations),
         ))
-    elif sys.stdout.isatty() and not quiet:
-        render_rich(reports, stages, _header(runner, options, stages), options)
+        return code
+    if sys.stdout.isatty() and not quiet:
+        render_rich(reports, stages, run_header("diff", runner, options, stages), options)
     else:
-        render_plain(reports, stages, _header(runner, options, stages), options, quiet)
+        render_plain(reports, stages, run_header("diff", runner, options, stages), options, quiet)
+    for line in explanation_lines(explanations) if explanations is not None else ():
+        click.echo(line)
     return code

@@ -3,14 +3,22 @@
 ``golden_file`` + ``case_selection`` pick what to check, ``engine_option`` which oracle engine, ``stage_option``
 which stages (any spelling the registry knows), ``device_options`` how the
 device run is set up, ``output_options`` how results are shown.
+
+``device_options`` gives the command ``build``, a BuildChoice: `--kernels DIR`
+(default: the built-in kernels), `--build strict|production`, `--nvrtc-option
+OPT` (repeatable) and `--strict-ptx` as one value, which makes the
+KernelDirectory and spells itself back for the reproduce commands.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Callable
 
 import click
 
+from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
@@ -81,12 +89,59 @@ def effective_force_host(option: str | None) -> frozenset[str]:
         raise click.BadParameter(str(error), param_hint="--force-host") from None
 
 
+@dataclass(frozen=True)
+class BuildChoice:
+    """Which kernels, built how, judged how strictly (the build half of ``device_options``)."""
+
+    kernels: str | None = None
+    profile: str | None = None
+    nvrtc_options: tuple[str, ...] = ()
+    strict_ptx: bool = False
+
+    def directory(self) -> KernelDirectory:
+        return KernelDirectory(self.kernels, build=self.profile, nvrtc_options=self.nvrtc_options,
+                               strict_ptx=self.strict_ptx)
+
+    def words(self) -> list[str]:
+        """The options as a command line spells them."""
+        words = ["--kernels", self.kernels] if self.kernels else []
+        if self.profile:
+            words += ["--build", self.profile]
+        words += [f"--nvrtc-option={option}" for option in self.nvrtc_options]
+        if self.strict_ptx:
+            words.append("--strict-ptx")
+        return words
+
+    def describe(self) -> dict:
+        """The choice as the results document's ``options`` records it."""
+        return {"kernels": self.kernels, "build": self.profile, "nvrtc_options": list(self.nvrtc_options),
+                "strict_ptx": self.strict_ptx}
+
+
+def _build_choice(command: Callable) -> Callable:
+    @functools.wraps(command)
+    def wrapped(*args, kernels, profile, nvrtc_options, strict_ptx, **kwargs):
+        return command(*args, build=BuildChoice(kernels, profile, tuple(nvrtc_options), strict_ptx), **kwargs)
+
+    return wrapped
+
+
 device_options = _compose(
     click.option("--force-host", "force_host", default=None, metavar="STAGES",
                  help="Stages (as --stage spells them, or all) to run on the host oracle inside the device run; "
                  "CSA_CONFORM_FORCE_HOST and ONNX_GENAI_CSA_FORCE_HOST add to it."),
     click.option("--kernels", default=None, type=click.Path(file_okay=False),
-                 help="Kernel directory (block_quant.cuh + one .cu per module); default: the built-in kernels."),
+                 help=f"Kernel directory (block_quant.cuh + one .cu per module, optionally {MANIFEST}); "
+                 "default: the built-in kernels shipped with csa-conform."),
+    click.option("--build", "profile", type=click.Choice(list(PROFILES)), default=None,
+                 help="strict: --fmad=false --prec-div=true --prec-sqrt=true --ftz=false; production: only "
+                 "--gpu-architecture, as the CUDA provider builds. Default: strict for the built-in kernels, "
+                 f"else the directory's {MANIFEST}, else production."),
+    click.option("--nvrtc-option", "nvrtc_options", multiple=True, metavar="OPT",
+                 help="Extra NVRTC option, after the build's (repeatable; e.g. --nvrtc-option=-DMY_SWITCH)."),
+    click.option("--strict-ptx", is_flag=True,
+                 help="Refuse (exit 4) a module whose PTX holds .ftz, .approx or fused binary32 instructions."),
+    _build_choice,
     click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
                  help="Accept float differences up to N ULP (packed records and indices stay exact)."),
     click.option("--git-bisect", is_flag=True,

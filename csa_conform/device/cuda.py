@@ -3,21 +3,38 @@
 CuPy is imported on first use, so everything else in csa-conform (and a run
 whose every stage is forced to the host) works on a machine without CUDA.
 Modules go through NVRTC directly (not RawModule, whose compile forces
--ftz=true) and are cached per process by the sha256 of their source.
+-ftz=true) with their build's options plus line info, are cached per process
+by the sha256 of their source and the options, and get a PTX report (flush-to-
+zero, approximate and fused binary32 instructions, library vs own lines).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 
-from csa_conform.device.kernels import NVRTC_OPTIONS, ModuleSource
-from csa_conform.device.provenance import DeviceInfo
+from csa_conform.device.kernels import Build, ModuleSource
+from csa_conform.device.provenance import DeviceInfo, ModuleBuild
+from csa_conform.device.ptx import analyse
 from csa_conform.errors import DeviceUnavailable
 
-_COMPILED: dict[str, object] = {}
+_COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
 
-# PTX that would break bit-exactness: flushed subnormals, approximations, fused binary32.
-FORBIDDEN_PTX = (".ftz", ".approx", "fma.rn.f32", "mad.f32", "mad.rn.f32")
+# explain's probe: CUDA's own libm function on given binary32 arguments, one thread each.
+LIBM_PROBE = """extern "C" __global__ void csa_libm_probe(const float* x, const float* y, float* out, long long n)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = %s;
+}
+"""
+LIBM_CALLS = {"expf": "expf(x[i])", "exp2f": "exp2f(x[i])", "sinf": "sinf(x[i])", "cosf": "cosf(x[i])",
+              "log2f": "log2f(x[i])", "powf": "powf(x[i], y[i])",
+              # what a kernel writing (float)exp((double)x) gets: CUDA's double function, rounded once
+              "expf-double": "(float)exp((double)x[i])", "sinf-double": "(float)sin((double)x[i])",
+              "cosf-double": "(float)cos((double)x[i])", "log2f-double": "(float)log2((double)x[i])",
+              "powf-double": "(float)pow((double)x[i], (double)y[i])"}
 
 
 def _import_cupy():
@@ -43,6 +60,7 @@ class CudaBackend:
         if count < 1:
             raise DeviceUnavailable("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
         self.cp = cupy
+        self.builds: dict[str, ModuleBuild] = {}
 
     def info(self) -> DeviceInfo:
         runtime = self.cp.cuda.runtime
@@ -58,46 +76,52 @@ class CudaBackend:
             cupy=str(self.cp.__version__),
         )
 
-    @property
-    def compile_options(self) -> tuple[str, ...]:
-        """NVRTC options as given: the csa-conform flags and the device's virtual architecture."""
+    def architecture(self) -> str:
         properties = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
-        return NVRTC_OPTIONS + (f"--gpu-architecture=compute_{properties['major']}{properties['minor']}",)
+        return f"compute_{properties['major']}{properties['minor']}"
+
+    def compile_options(self, module: ModuleSource) -> tuple[str, ...]:
+        """NVRTC options as given: the module's build and the device's virtual architecture."""
+        return module.build.nvrtc_options(self.architecture())
 
     def function(self, module: ModuleSource):
         """The module's entry, compiled once per source hash and option set.
 
         NVRTC is called directly: CuPy's RawModule appends -ftz=true to every
         compile, which flushes the binary32 subnormals the reference keeps. The
-        PTX is checked for flush-to-zero, approximate and fused binary32
-        instructions before the driver loads it.
+        PTX report is kept in self.builds; with --strict-ptx a module whose PTX
+        flushes, approximates or fuses binary32 is refused before its entry is
+        handed out.
         """
-        key = module.sha256 + " " + " ".join(self.compile_options)
+        options = self.compile_options(module)
+        key = module.sha256 + " " + " ".join(options)
         if key not in _COMPILED:
-            ptx = self._compile(module)
-            forbidden = [token for token in FORBIDDEN_PTX if token in ptx]
-            if forbidden:
-                raise DeviceUnavailable(f"{module.path}: NVRTC emitted {', '.join(forbidden)} despite "
-                                        f"{' '.join(NVRTC_OPTIONS)}")
+            ptx = self._compile(module, options)
+            report = analyse(module.module, ptx, module.source, module.locate, module.path.name)
             loaded = self.cp.cuda.function.Module()
             try:
                 loaded.load(ptx.encode())
             except Exception as error:
                 raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
-            _COMPILED[key] = loaded
+            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report)
+        loaded, build = _COMPILED[key]
+        self.builds[module.module] = build
+        if module.build.strict_ptx and build.ptx.flagged:
+            raise DeviceUnavailable(f"{module.path}: NVRTC emitted {', '.join(build.ptx.flagged)} instructions "
+                                    f"({build.ptx.summary()}) with {' '.join(options)} (--strict-ptx)")
         try:
-            return _COMPILED[key].get_function(module.entry)
+            return loaded.get_function(module.entry)
         except Exception as error:
             raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
 
-    def _compile(self, module: ModuleSource) -> str:
+    def _compile(self, module: ModuleSource, options: tuple[str, ...]) -> str:
         nvrtc = self.cp.cuda.nvrtc
         try:
             program = nvrtc.createProgram(module.source, module.path.name, (), ())
         except Exception as error:
             raise DeviceUnavailable(f"NVRTC is unusable through CuPy {self.cp.__version__}: {error}") from None
         try:
-            nvrtc.compileProgram(program, list(self.compile_options))
+            nvrtc.compileProgram(program, list(options))
             ptx = nvrtc.getPTX(program)
         except nvrtc.NVRTCError as error:
             log = nvrtc.getProgramLog(program)
@@ -105,6 +129,20 @@ class CudaBackend:
         finally:
             nvrtc.destroyProgram(program)
         return ptx.decode() if isinstance(ptx, bytes) else ptx
+
+    def evaluate_libm(self, name: str, args: tuple, build: Build) -> np.ndarray:
+        """CUDA's `name` on the arguments (broadcast binary32 arrays), compiled with `build`'s options."""
+        probe = ModuleSource(f"libm_probe_{name}", "csa_libm_probe", Path(f"csa_libm_probe_{name}.cu"),
+                             LIBM_PROBE % LIBM_CALLS[name], dataclasses.replace(build, strict_ptx=False))
+        function = self.function(probe)
+        arrays = np.broadcast_arrays(*(np.asarray(arg, dtype=np.float32) for arg in args))
+        x = self.upload(arrays[0].ravel())
+        y = self.upload((arrays[1] if len(arrays) > 1 else arrays[0]).ravel())
+        out = self.empty(x.shape, np.float32)
+        count = int(x.size)
+        if count:
+            self.launch(probe.entry, function, ((count + 255) // 256, 1, 1), (256, 1, 1), (x, y, out, np.int64(count)))
+        return self.download(out).reshape(arrays[0].shape)
 
     def launch(self, entry: str, function, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple):
         """Launch and wait, so a faulting kernel is reported at its own launch."""

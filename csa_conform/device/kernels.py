@@ -1,37 +1,136 @@
-"""A kernel directory (specs/kernel-abi.md): the prelude plus one CUDA C file per module.
+"""A kernel directory (specs/kernel-abi.md): the prelude plus one CUDA C file per module, and how it builds.
 
 The entry names are the CUDA seed's ABI, so a production kernel directory
 drops in with ``--kernels DIR``. A module's compiled source is the prelude,
 a newline and the module file; its sha256 names it in the module cache and in
-every launch record. NVRTC gets the options that make CUDA arithmetic the
-reference's: IEEE division and square root, no flush-to-zero and, above all,
-no contraction of a*b+c into an fma.
+every launch record.
+
+How NVRTC compiles it is a build profile. ``strict`` makes CUDA arithmetic
+the reference's: IEEE division and square root, no flush-to-zero and, above
+all, no contraction of a*b+c into an fma. ``production`` is what the CUDA
+execution provider does: NVRTC with no option but the device's virtual
+architecture, so NVRTC's defaults apply (--fmad=true). A directory may say how
+it builds in ``csa-kernels.toml`` (profile, extra options, include paths,
+other file names); the built-in kernels are judged strict, any other
+directory by its manifest, else production.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from csa_conform.errors import DeviceUnavailable
+from csa_conform.errors import DeviceUnavailable, UsageError
 from csa_conform.resources import builtin_kernels
 from csa_conform.stages import kernel_modules
 
 PRELUDE = "block_quant.cuh"
+MANIFEST = "csa-kernels.toml"
 
 # module file stem -> extern "C" entry (the registry's launches)
 MODULES = kernel_modules()
 
-NVRTC_OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+STRICT_OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
+PROFILES = {"strict": STRICT_OPTIONS, "production": ()}
+
+# Line info changes no instruction; it lets the PTX report name the source line of each one.
+LINE_INFO = "--generate-line-info"
 
 # nvcc spells them the same; both default to C++17, which the prelude's hex float literals need.
-NVCC_OPTIONS = NVRTC_OPTIONS
+NVCC_OPTIONS = STRICT_OPTIONS
 
 
 def builtin_directory() -> Path:
     """The project's own kernels/, packaged in a wheel or at the root of a checkout."""
     return builtin_kernels()
+
+
+@dataclass(frozen=True)
+class Build:
+    """How a directory's modules are compiled: profile, options (without the arch), and where they came from."""
+
+    profile: str
+    options: tuple[str, ...]
+    origin: str
+    include_paths: tuple[Path, ...] = ()
+    strict_ptx: bool = False
+
+    def nvrtc_options(self, architecture: str) -> tuple[str, ...]:
+        """Everything NVRTC is given for a device of virtual architecture compute_XY."""
+        includes = tuple(f"--include-path={path}" for path in self.include_paths)
+        return self.options + includes + (f"--gpu-architecture={architecture}", LINE_INFO)
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile, "options": list(self.options), "origin": self.origin,
+                "include_paths": [str(path) for path in self.include_paths], "strict_ptx": self.strict_ptx}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A kernel directory's csa-kernels.toml."""
+
+    profile: str | None = None
+    options: tuple[str, ...] = ()
+    include_paths: tuple[Path, ...] = ()
+    prelude: str = PRELUDE
+    files: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, directory: Path) -> Manifest | None:
+        path = directory / MANIFEST
+        if not path.is_file():
+            return None
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raise UsageError(f"{path}: not valid TOML: {error}") from None
+        known = {"build", "nvrtc-options", "include-paths", "prelude", "modules"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        profile = data.get("build")
+        if profile is not None and profile not in PROFILES:
+            raise UsageError(f"{path}: build must be one of {', '.join(PROFILES)}, got {profile!r}")
+        options = _strings(path, data, "nvrtc-options")
+        includes = tuple((directory / include).resolve() for include in _strings(path, data, "include-paths"))
+        prelude = data.get("prelude", PRELUDE)
+        modules = data.get("modules", {})
+        if not isinstance(prelude, str) or not isinstance(modules, dict):
+            raise UsageError(f"{path}: prelude must be a file name and [modules] a table of file names")
+        for module, name in modules.items():
+            if module not in MODULES or not isinstance(name, str):
+                raise UsageError(f"{path}: [modules] maps the module names {', '.join(MODULES)} to file names; "
+                                 f"got {module!r} = {name!r}")
+        return cls(profile, options, includes, prelude, dict(modules))
+
+
+def _strings(path: Path, data: dict, key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise UsageError(f"{path}: {key} must be a list of strings")
+    return tuple(value)
+
+
+def resolve_build(manifest: Manifest | None, builtin: bool, profile: str | None,
+                  extra_options: tuple[str, ...] = (), strict_ptx: bool = False) -> Build:
+    """--build wins, then the manifest's profile, then strict (built-in) or production.
+
+    The manifest's options and include paths always apply (they are how the
+    directory builds); --nvrtc-option options come last, so they win in NVRTC.
+    """
+    if profile is not None:
+        origin = "--build"
+    elif manifest is not None and manifest.profile is not None:
+        profile, origin = manifest.profile, MANIFEST
+    elif builtin:
+        profile, origin = "strict", "default for the built-in kernels"
+    else:
+        profile, origin = "production", "default for --kernels"
+    manifest_options = manifest.options if manifest else ()
+    includes = manifest.include_paths if manifest else ()
+    return Build(profile, PROFILES[profile] + manifest_options + tuple(extra_options), origin, includes, strict_ptx)
 
 
 @dataclass(frozen=True)
@@ -42,41 +141,67 @@ class ModuleSource:
     entry: str
     path: Path
     source: str
+    build: Build = Build("strict", STRICT_OPTIONS, "default for the built-in kernels")
+    prelude_path: Path | None = None
+    prelude_lines: int = 0
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
+    def locate(self, line: int) -> str:
+        """file:line in the directory of a line of the compiled source (prelude, newline, module)."""
+        if line <= self.prelude_lines and self.prelude_path is not None:
+            return f"{self.prelude_path.name}:{line}"
+        return f"{self.path.name}:{line - self.prelude_lines}"
+
 
 class KernelDirectory:
     """Reads a kernel directory lazily; a missing file is an environment error naming it."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, build: str | None = None,
+                 nvrtc_options: tuple[str, ...] = (), strict_ptx: bool = False):
         self.builtin = path is None
         self.path = builtin_directory() if path is None else Path(path)
         if not self.path.is_dir():
             raise DeviceUnavailable(f"kernel directory {self.path} does not exist")
+        self.manifest = None if self.builtin else Manifest.read(self.path)
+        self.build = resolve_build(self.manifest, self.builtin, build, tuple(nvrtc_options), strict_ptx)
+
+    @property
+    def prelude(self) -> str:
+        return self.manifest.prelude if self.manifest else PRELUDE
+
+    def file_name(self, module: str) -> str:
+        if self.manifest and module in self.manifest.files:
+            return self.manifest.files[module]
+        return module + ".cu"
 
     def _read(self, name: str) -> str:
         file = self.path / name
         if not file.is_file():
             raise DeviceUnavailable(
-                f"kernel directory {self.path} has no {name} (a kernel directory holds {PRELUDE} and "
-                f"{', '.join(stem + '.cu' for stem in MODULES)})"
+                f"kernel directory {self.path} has no {name} (a kernel directory holds {self.prelude} and "
+                f"{', '.join(self.file_name(stem) for stem in MODULES)}; {MANIFEST} may rename them)"
             )
         return file.read_text(encoding="utf-8")
 
     def module(self, module: str) -> ModuleSource:
         if module not in MODULES:
             raise KeyError(module)
-        source = self._read(PRELUDE) + "\n" + self._read(module + ".cu")
-        return ModuleSource(module, MODULES[module], self.path / (module + ".cu"), source)
+        prelude = self._read(self.prelude)
+        source = prelude + "\n" + self._read(self.file_name(module))
+        return ModuleSource(module, MODULES[module], self.path / self.file_name(module), source, self.build,
+                            self.path / self.prelude, prelude.count("\n") + 1)
 
     def fingerprint(self) -> dict:
-        """sha256 of every file present, for the run's provenance."""
+        """sha256 of every file present, and the build, for the run's provenance."""
         files = {}
-        for name in (PRELUDE, *(stem + ".cu" for stem in MODULES)):
+        names = [self.prelude, *(self.file_name(stem) for stem in MODULES)]
+        if self.manifest is not None:
+            names.append(MANIFEST)
+        for name in names:
             file = self.path / name
             if file.is_file():
                 files[name] = hashlib.sha256(file.read_bytes()).hexdigest()
-        return {"path": str(self.path), "builtin": self.builtin, "files": files}
+        return {"path": str(self.path), "builtin": self.builtin, "files": files, "build": self.build.to_dict()}

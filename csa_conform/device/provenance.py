@@ -4,13 +4,16 @@ Like a kernel provider that records which native path served every call, a
 device run keeps, for each launch, the module, entry, the sha256 of the exact
 source NVRTC compiled, grid, block and the scratch capacities it was given;
 and once per run the device, CUDA runtime/driver/NVRTC versions and the
-kernel directory's file hashes. Host-oracle stages are recorded too, so a
-report says which stages the device actually computed.
+kernel directory's file hashes and build; per module, the exact NVRTC
+options it was compiled with and its PTX report. Host-oracle stages are
+recorded too, so a report says which stages the device actually computed.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+from csa_conform.device.ptx import PtxReport
 
 NVRTC_PATH = "nvrtc"
 HOST_PATH = "host-oracle"
@@ -54,15 +57,33 @@ class DeviceInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ModuleBuild:
+    """One compiled module: the options NVRTC was given and what its PTX holds."""
+
+    module: str
+    source_sha256: str
+    options: tuple[str, ...]
+    ptx: PtxReport | None  # None where no PTX was made (the host emulation)
+
+    def to_dict(self) -> dict:
+        return {"source_sha256": self.source_sha256, "options": list(self.options),
+                "ptx": None if self.ptx is None else self.ptx.to_dict()}
+
+
 @dataclass
 class RunProvenance:
     device: DeviceInfo | None
     kernels: dict
-    nvrtc_options: tuple[str, ...]
     launches: list[LaunchRecord] = field(default_factory=list)
+    modules: dict[str, ModuleBuild] = field(default_factory=dict)
+    compiled: dict[str, ModuleBuild] = field(default_factory=dict)  # the backend's builds, by module
 
     def record(self, launch: LaunchRecord) -> None:
+        """Keeps the launch and, once per run, the build of the module it launched."""
         self.launches.append(launch)
+        if launch.path == NVRTC_PATH and launch.module not in self.modules:
+            self.modules[launch.module] = self.compiled[launch.module]
 
     def for_case(self, case: str) -> list[LaunchRecord]:
         return [launch for launch in self.launches if launch.case == case]
@@ -71,6 +92,6 @@ class RunProvenance:
         return {
             "device": None if self.device is None else self.device.to_dict(),
             "kernels": self.kernels,
-            "nvrtc_options": list(self.nvrtc_options),
+            "modules": {name: build.to_dict() for name, build in sorted(self.modules.items())},
             "launches": [launch.to_dict() for launch in self.launches],
         }

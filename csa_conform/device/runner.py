@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract import validate_step
-from csa_conform.device.kernels import NVRTC_OPTIONS, KernelDirectory
+from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode, StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.step import DeviceStepResult, StepRun
@@ -43,7 +43,7 @@ class DeviceRunner:
         self.force_host = frozenset(force_host)
         self._backend_factory = backend_factory
         self._backend = None
-        self.provenance = RunProvenance(None, self.kernels.fingerprint(), NVRTC_OPTIONS)
+        self.provenance = RunProvenance(None, self.kernels.fingerprint())
 
     def backend(self):
         """The CUDA backend, created on the first device launch (never for an all-host run)."""
@@ -54,7 +54,7 @@ class DeviceRunner:
                 self._backend_factory = CudaBackend
             self._backend = self._backend_factory()
             self.provenance.device = self._backend.info()
-            self.provenance.nvrtc_options = tuple(getattr(self._backend, "compile_options", NVRTC_OPTIONS))
+            self.provenance.compiled = self._backend.builds
         return self._backend
 
     def plan(self, ratio: int) -> StepPlan:

@@ -2,7 +2,8 @@
 
 The scale power is ceil(log2f(amax / max_code)) with glibc's `log2f`, which
 decides the power at binade boundaries; codes are the format's own encoder
-applied to x / 2^power clamped to the code range.
+applied to x / 2^power clamped to the code range. The log2f is the active
+numerics variant's (the reference's by default).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import numpy as np
 
 from csa_conform.errors import ContractError
 from csa_conform.numerics.e8m0 import e8m0_encode, power_of_two
-from csa_conform.numerics.libm import log2f
 from csa_conform.numerics.rustfmt import rust_display_f32
+from csa_conform.numerics import variant
 
 
 def block_power(amax, target_max) -> np.ndarray:
     """ceil(log2f(amax / target_max)) as the E8M0 exponent, as the reference computes it."""
     quotient = np.asarray(amax, dtype=np.float32) / np.float32(target_max)
-    return np.ceil(log2f(quotient)).astype(np.int64).reshape(quotient.shape)
+    return np.ceil(variant.active().block_scale_log2(quotient)).astype(np.int64).reshape(quotient.shape)
 
 
 def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):
@@ -29,6 +30,8 @@ def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):
     failing block in C order decides the message.
     """
     x = np.asarray(x, dtype=np.float32)
+    numerics = variant.active()
+    numerics.record(f"{what} block input", x)
     finite = np.isfinite(x)
     safe = np.where(finite, x, np.float32(0))
     amax = np.abs(safe).max(axis=-1, initial=amax_floor)
@@ -38,7 +41,7 @@ def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):
     codes = encode(normalized)
     decoded = decode(codes)
     with np.errstate(over="ignore"):
-        dequantized = decoded * scale[..., None]
+        dequantized = numerics.dequantized(decoded * scale[..., None])
     _raise_first_failure(finite, decoded, scale, dequantized, what)
     return e8m0_encode(power), codes, dequantized
 

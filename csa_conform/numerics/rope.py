@@ -1,7 +1,8 @@
 """The compressed RoPE of the reference (base 160000, YaRN-style ramp, factor 16).
 
 Frequencies, angles and rotations are binary32 with glibc's `powf`, `sinf`
-and `cosf`; each rotated pair is rounded through bfloat16.
+and `cosf`; each rotated pair is rounded through bfloat16. The libm and the
+a*b±c*d pairs come from the active numerics variant (the reference's by default).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 
 from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.bf16 import bf16_round
-from csa_conform.numerics.libm import cosf, powf, sinf
+from csa_conform.numerics import variant
 
 ROPE_BASE = np.float32(160_000.0)
 ROPE_FACTOR = np.float32(16.0)
@@ -23,9 +24,10 @@ def rope_frequencies(rope_dim: int) -> np.ndarray:
     pair = np.arange(rope_dim // 2, dtype=np.float32)
     ramp = np.clip((pair - RAMP_LOW) / (RAMP_HIGH - RAMP_LOW), np.float32(0), np.float32(1))
     exponent = -(np.float32(2) * pair) / np.float32(rope_dim)
-    base = powf(np.full_like(exponent, ROPE_BASE), exponent)
+    numerics = variant.active()
+    base = numerics.powf(np.full_like(exponent, ROPE_BASE), exponent)
     one = np.float32(1)
-    return base * (one - ramp) + base / ROPE_FACTOR * ramp
+    return numerics.pair(base, one - ramp, base / ROPE_FACTOR, ramp)
 
 
 def compressed_rope(tail, positions) -> np.ndarray:
@@ -38,9 +40,11 @@ def compressed_rope(tail, positions) -> np.ndarray:
         raise ContractError(f"{OP}: compressed RoPE tail width must be even")
     position = np.asarray(positions).astype(np.float32)[..., None]
     angle = position * rope_frequencies(width)
-    sin, cos = sinf(angle), cosf(angle)
+    numerics = variant.active()
+    numerics.record("rope angle", np.broadcast_to(angle, angle.shape))
+    sin, cos = numerics.sinf(angle), numerics.cosf(angle)
     real, imaginary = tail[..., 0::2], tail[..., 1::2]
     rotated = np.empty(np.broadcast_shapes(tail.shape, angle.shape[:-1] + (width,)), dtype=np.float32)
-    rotated[..., 0::2] = bf16_round(real * cos - imaginary * sin)
-    rotated[..., 1::2] = bf16_round(real * sin + imaginary * cos)
+    rotated[..., 0::2] = bf16_round(numerics.pair(real, cos, imaginary, sin, -1))
+    rotated[..., 1::2] = bf16_round(numerics.pair(real, sin, imaginary, cos, +1))
     return rotated

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Callable
 
 from csa_conform.errors import UsageError
+from csa_conform.numerics import variant
 
 ENGINE_VARIABLE = "CSA_CONFORM_ENGINE"
 ENGINE_CHOICES = ("auto", "numpy", "numba")
@@ -45,6 +46,9 @@ def resolve_engine(choice: str | None = None) -> Engine:
         name = "numba" if numba_available() else "numpy"
     if name == "numba" and not numba_available():
         raise UsageError("oracle engine 'numba' needs the numba package: pip install numba, or use engine numpy")
+    if variant.active() is not variant.REFERENCE:
+        # The compiled kernels are the reference arithmetic only; a swapped ingredient (explain) needs numpy.
+        name = "numpy"
     return _engine(name)
 
 

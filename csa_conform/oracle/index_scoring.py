@@ -11,6 +11,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP
+from csa_conform.numerics import variant
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure
 
@@ -35,14 +36,14 @@ def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weigh
         queries = np.ascontiguousarray(np.moveaxis(transformed[:, chunk], -1, 0))
         dots = np.zeros(queries.shape[1:] + (records,), dtype=np.float32)
         product = np.empty_like(dots)
+        numerics = variant.active()
         with np.errstate(invalid="ignore", over="ignore"):
             for d in range(width):
-                np.multiply(queries[d][..., None], keys[d][:, None, None, :], out=product)
-                np.add(dots, product, out=dots)
-            terms = np.fmax(dots, np.float32(0)) * index_weight[:, chunk][..., None] * weight_scale
-            total = np.zeros(terms.shape[:2] + (records,), dtype=np.float32)
+                numerics.accumulate(dots, queries[d][..., None], keys[d][:, None, None, :], product)
+            weighted = np.fmax(dots, np.float32(0)) * index_weight[:, chunk][..., None]
+            total = np.zeros(weighted.shape[:2] + (records,), dtype=np.float32)
             for head in range(heads):
-                total += terms[:, :, head]
+                numerics.accumulate(total, weighted[:, :, head], weight_scale)
         scores[:, chunk] = total
 
     map_chunks(score_chunk, query_chunks(sequence, records * batch * heads))

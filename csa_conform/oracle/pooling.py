@@ -17,9 +17,9 @@ from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.fp8 import FP8_BLOCK, quantize_fp8_blocks
 from csa_conform.numerics.hadamard import hadamard_bf16
 from csa_conform.numerics.index_query import fp4_round_trip
-from csa_conform.numerics.libm import expf
 from csa_conform.numerics.records import pack_fp4_record, pack_fp8_record
 from csa_conform.numerics.rope import compressed_rope
+from csa_conform.numerics import variant
 
 RMS_EPSILON = np.float32(1.0e-6)
 
@@ -35,11 +35,12 @@ def softmax_pool(values: np.ndarray, scores: np.ndarray):
     no_finite = ~np.isfinite(maximum)
     numerator = np.zeros(maximum.shape, dtype=np.float32)
     denominator = np.zeros(maximum.shape, dtype=np.float32)
+    numerics = variant.active()
     with np.errstate(invalid="ignore", over="ignore"):
         for candidate in range(scores.shape[-2]):
             score = scores[..., candidate, :]
-            weight = np.where(score == -np.inf, np.float32(0), expf(score - maximum))
-            numerator += weight * values[..., candidate, :]
+            weight = np.where(score == -np.inf, np.float32(0), numerics.expf(score - maximum))
+            numerics.accumulate(numerator, weight, values[..., candidate, :])
             denominator += weight
         invalid = (denominator == 0) | ~np.isfinite(denominator) | ~np.isfinite(numerator)
         pooled = numerator / denominator
@@ -62,9 +63,10 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str) -> np.ndarra
     values = bf16_round(records)
     by_dim = np.moveaxis(values, -1, 0)
     square_sum = np.zeros(by_dim.shape[1:], dtype=np.float32)
+    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for column in by_dim:
-            square_sum += column * column
+            numerics.accumulate(square_sum, column, column)
     if not np.isfinite(square_sum).all():
         raise ContractError(f"{OP}: {what}RMSNorm square sum is non-finite")
     width = np.float32(values.shape[-1])

@@ -16,7 +16,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP, ContractError
-from csa_conform.numerics.libm import expf
+from csa_conform.numerics import variant
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 
 
@@ -98,19 +98,21 @@ def _scaled_scores(keys, queries, scale) -> np.ndarray:
     """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long."""
     dots = np.zeros(queries.shape[1:] + keys.shape[-1:], dtype=np.float32)
     product = np.empty_like(dots)
+    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for d in range(keys.shape[0]):
-            np.multiply(queries[d][..., None], keys[d][:, :, None, :], out=product)
-            np.add(dots, product, out=dots)
+            numerics.accumulate(dots, queries[d][..., None], keys[d][:, :, None, :], product)
         dots *= scale
     return dots
 
 
-def softmax_with_sink(scores, head_sink, first_query, exp=expf):
+def softmax_with_sink(scores, head_sink, first_query, exp=None):
     """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
 
-    `exp` is glibc's expf: the NumPy port here, its compiled twin in the numba engine.
+    `exp` is the active numerics' expf (glibc's, as the NumPy port, unless explain swapped it); the
+    numba engine passes its compiled twin of glibc's.
     """
+    exp = exp or variant.active().expf
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
         active = maximum != -np.inf
@@ -133,8 +135,8 @@ def _weighted_values(probabilities, values) -> np.ndarray:
     """[B,s,N,D] = ascending sum over candidates of p_c * value_c."""
     output = np.zeros(values.shape[1:3] + probabilities.shape[-1:] + values.shape[-1:], dtype=np.float32)
     product = np.empty_like(output)
+    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for probability, value in zip(probabilities, values):
-            np.multiply(probability[..., None], value[:, :, None, :], out=product)
-            np.add(output, product, out=output)
+            numerics.accumulate(output, probability[..., None], value[:, :, None, :], product)
     return output

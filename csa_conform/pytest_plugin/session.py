@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from csa_conform.cli.diff import DiffOptions
+from csa_conform.cli.options import BuildChoice
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode, stages_for_ratio
 from csa_conform.device.runner import DeviceRunner
@@ -52,15 +53,8 @@ class Settings:
 
 
 def device_runner(settings: Settings, backend) -> DeviceRunner:
-    """The device runner of the device items: the one place ``--csa-build`` reaches the runner.
-
-    The build profiles (``build=`` on DeviceRunner) are not in this tree yet: strict, the
-    runner's own NVRTC options, runs; production is refused rather than silently run as strict.
-    """
-    kernels = KernelDirectory(settings.kernels) if settings.kernels else KernelDirectory()
-    if settings.build != DEFAULT_BUILD:
-        raise UsageError(f"--csa-build {settings.build}: this csa-conform's device runner has only the "
-                         f"{DEFAULT_BUILD} build")
+    """The device runner of the device items: the one place ``--csa-build`` reaches the runner."""
+    kernels = KernelDirectory(settings.kernels, build=settings.build)
     return DeviceRunner(kernels, mode=settings.mode, backend_factory=lambda: backend)
 
 
@@ -154,7 +148,8 @@ class GoldenSession:
             return {stage: skipped(f"no device: {runner}") for stage in case.stages}
         if isinstance(runner, Exception):
             return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
-        options = DiffOptions(self.settings.file, self.settings.mode, frozenset(), self.settings.kernels, 0)
+        options = DiffOptions(self.settings.file, self.settings.mode, frozenset(), 0,
+                              BuildChoice(self.settings.kernels, self.settings.build))
         return device_outcomes(self.settings.file, case, runner, options.command)
 
     def runner(self) -> DeviceRunner | Exception:

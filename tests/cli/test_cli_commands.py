@@ -58,7 +58,8 @@ def untimed(document):
     return document
 
 
-@pytest.mark.parametrize("command", [[], ["generate"], ["verify"], ["diff"], ["bisect"], ["inspect"], ["report"]])
+@pytest.mark.parametrize("command", [[], ["generate"], ["verify"], ["diff"], ["bisect"], ["explain"], ["inspect"],
+                                     ["report"]])
 def test_every_command_has_help(command):
     result = invoke(*command, "--help")
     assert result.exit_code == 0 and "Usage:" in result.stdout

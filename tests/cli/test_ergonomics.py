@@ -106,7 +106,7 @@ def test_a_narrow_terminal_never_cuts_a_case_id():
     report = CaseReport(case, 128, 1, compared_steps=1,
                         stages={stage: StageVerdict(stage, "device", IDENTICAL) for stage in stages})
     out = io.StringIO()
-    render_rich([report], stages, [], DiffOptions("g.h5", Mode.CHAINED, frozenset(), None, 0),
+    render_rich([report], stages, [], DiffOptions("g.h5", Mode.CHAINED, frozenset(), 0),
                 console=Console(file=out, width=60, color_system=None))
     assert case in out.getvalue()
 
@@ -122,6 +122,8 @@ def test_an_all_host_run_says_loudly_that_no_kernel_ran(small, how):
     assert json.loads(invoke("diff", small, *args, "--json", env=env).stdout)["control_run"] is True
     bisect = invoke("bisect", small, "--case", CLOSED_FORM_CASE, *args, env=env)
     assert bisect.exit_code == ExitCode.OK and "CONTROL RUN" in bisect.stderr
+    explain = invoke("explain", small, *args, env=env)
+    assert explain.exit_code == ExitCode.OK and "CONTROL RUN" in explain.stderr
 
 
 def _other_schema(path: Path) -> Path:
@@ -131,7 +133,8 @@ def _other_schema(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("golden", ["missing", "unreadable", "other schema"])
-@pytest.mark.parametrize("command", [["diff", "--force-host", "all"], ["bisect", "--case", CLOSED_FORM_CASE]])
+@pytest.mark.parametrize("command", [["diff", "--force-host", "all"], ["bisect", "--case", CLOSED_FORM_CASE],
+                                     ["explain", "--force-host", "all"]])
 def test_git_bisect_skips_a_commit_whose_goldens_cannot_be_read(small, tmp_path, golden, command):
     path = tmp_path / "goldens.h5"
     if golden == "unreadable":

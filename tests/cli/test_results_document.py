@@ -1,4 +1,4 @@
-"""One results document for verify, diff and bisect; report turns any of them into valid JUnit."""
+"""One results document for verify, diff, bisect and explain; report turns any of them into valid JUnit."""
 
 from __future__ import annotations
 
@@ -70,6 +70,14 @@ def test_verify_and_all_host_diff_write_the_same_schema(small, monkeypatch):
     assert {launch["path"] for launch in diff["kernels"]["launches"]} == {"host-oracle"}
 
 
+def test_an_all_host_explain_writes_the_document_with_its_section(small):
+    document = document_of(invoke("explain", small, "--force-host", "all", "--json"))
+    assert document["command"] == "explain" and document["exit_code"] == ExitCode.OK and document["passed"]
+    assert document["control_run"] is True and len(document["cases"]) == 2
+    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "inherited": 0, "unexplained": 0},
+                                   "explanations": []}
+
+
 def test_an_all_host_diff_stays_small(small):
     """One record per launch made the all-host document 610 KB for the CI suite; now a case is a few lines."""
     text = invoke("diff", small, "--force-host", "all", "--json").stdout
@@ -130,7 +138,8 @@ def test_report_merges_shards_into_one_suite_with_typed_failures(tampered, tmp_p
 
 def test_errors_print_the_same_document_with_the_exit_code(tmp_path, small):
     missing = tmp_path / "absent.h5"
-    for command in (["verify", missing], ["diff", missing], ["bisect", missing, "--case", "x"]):
+    for command in (["verify", missing], ["diff", missing], ["bisect", missing, "--case", "x"],
+                    ["explain", missing]):
         result = invoke(*command, "--json")
         assert result.exit_code == ExitCode.USAGE
         document = document_of(result)

@@ -29,5 +29,27 @@ static inline void __syncthreads() {}
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
+static inline int __float_as_int(float x) { int u; memcpy(&u, &x, 4); return u; }
+static inline float __int_as_float(int u) { float x; memcpy(&x, &u, 4); return x; }
 static inline long long __double_as_longlong(double x) { long long u; memcpy(&u, &x, 8); return u; }
 static inline double __longlong_as_double(long long u) { double x; memcpy(&x, &u, 8); return x; }
+
+// Round-to-nearest intrinsics a production module may call. CUDA never fuses
+// them, even under --fmad=true; out of line, g++ cannot contract them either.
+#define CSA_UNFUSED static __attribute__((noinline))
+CSA_UNFUSED float __fadd_rn(float a, float b) { return a + b; }
+CSA_UNFUSED float __fsub_rn(float a, float b) { return a - b; }
+CSA_UNFUSED float __fmul_rn(float a, float b) { return a * b; }
+CSA_UNFUSED float __fdiv_rn(float a, float b) { return a / b; }
+CSA_UNFUSED float __frcp_rn(float a) { return 1.0f / a; }
+CSA_UNFUSED float __fsqrt_rn(float a) { return sqrtf(a); }
+
+// The host's stand-in for the platform libm of the numerics variants: the
+// correctly rounded value (float)f((double)x). CUDA's own libm cannot run
+// here; host glibc's binary32 functions are the reference itself.
+#define CSA_PLATFORM_LIBM
+static inline float csa_platform_expf(float x) { return (float)exp((double)x); }
+static inline float csa_platform_sinf(float x) { return (float)sin((double)x); }
+static inline float csa_platform_cosf(float x) { return (float)cos((double)x); }
+static inline float csa_platform_powf(float x, float y) { return (float)pow((double)x, (double)y); }
+static inline float csa_platform_log2f(float x) { return (float)log2((double)x); }

@@ -2,10 +2,13 @@
 
 ``build_prelude`` gives ctypes access to the prelude's libm ports and block
 codecs; ``HostEmulationBackend`` stands in for the CUDA backend of
-DeviceRunner: every module is compiled as C++ (-ffp-contract=off, the twin of
---fmad=false) and each launch runs its blocks and threads in order. The same
-source therefore reaches the same runner code paths without a GPU, which is
-what lets the mutant suite and the chained/isolated plumbing be tested here.
+DeviceRunner: every module is compiled as C++ and each launch runs its blocks
+and threads in order. The module's NVRTC options map onto g++: --fmad=false
+is -ffp-contract=off, --fmad=true (NVRTC's default, so the production build)
+is -ffp-contract=fast -mfma, --ftz=true sets SSE's FTZ/DAZ bits around the
+launch, -D and include paths pass through. The same source therefore reaches
+the same runner code paths without a GPU, which is what lets the mutant
+suite, the chained/isolated plumbing and the numerics variants be tested here.
 """
 
 from __future__ import annotations
@@ -19,21 +22,43 @@ from pathlib import Path
 import numpy as np
 
 from csa_conform.device.kernels import KernelDirectory, ModuleSource
-from csa_conform.device.provenance import DeviceInfo
+from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 
 HERE = Path(__file__).resolve().parent
 GXX = shutil.which("g++")
-GXX_FLAGS = ("-O2", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-w")
+GXX_FLAGS = ("-O2", "-std=c++17", "-fno-fast-math", "-fPIC", "-shared", "-w")
+IGNORED = ("--prec-div=", "--prec-sqrt=", "--gpu-architecture=", "--generate-line-info", "-lineinfo", "--ftz=false")
 
 
-def _build(source: str, wrapper: str, build_dir: Path) -> ctypes.CDLL:
-    digest = hashlib.sha256((wrapper + "\0" + source).encode()).hexdigest()[:24]
+def gxx_flags(options: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """(g++ flags, flush subnormals) for a module's NVRTC options; the last --fmad wins, as in NVRTC."""
+    fmad = True
+    flags: list[str] = []
+    ftz = False
+    for option in options:
+        if option.startswith("--fmad="):
+            fmad = option == "--fmad=true"
+        elif option == "--ftz=true":
+            ftz = True
+        elif option.startswith(("-D", "-I")):
+            flags.append(option)
+        elif option.startswith(("--define-macro=", "--include-path=")):
+            flags.append(("-D" if option.startswith("--define") else "-I") + option.split("=", 1)[1])
+        elif not option.startswith(IGNORED):
+            raise ValueError(f"the host emulation cannot build with the NVRTC option {option}")
+    contraction = ("-ffp-contract=fast", "-mfma") if fmad else ("-ffp-contract=off",)
+    return contraction + tuple(flags), ftz
+
+
+def _build(source: str, wrapper: str, build_dir: Path, flags: tuple[str, ...] = ("-ffp-contract=off",)) -> ctypes.CDLL:
+    digest = hashlib.sha256((wrapper + "\0" + " ".join(flags) + "\0" + source).encode()).hexdigest()[:24]
     library = build_dir / f"{digest}.so"
     if not library.exists():
         source_file = build_dir / f"{digest}.cuh"
         source_file.write_text(source, encoding="utf-8")
         command = [
-            GXX, *GXX_FLAGS, f"-I{HERE}", f'-DCSA_SOURCE="{source_file}"', str(HERE / wrapper), "-o", str(library)
+            GXX, *GXX_FLAGS, *flags, f"-I{HERE}", f'-DCSA_SOURCE="{source_file}"', str(HERE / wrapper),
+            "-o", str(library),
         ]
         subprocess.run(command, check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(library))
@@ -63,16 +88,20 @@ class HostEmulationBackend:
     def __init__(self, build_dir: Path):
         self.build_dir = Path(build_dir)
         self.launches = 0
+        self.builds: dict[str, ModuleBuild] = {}
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(name="host emulation (g++)", compute_capability="host")
 
     def function(self, module: ModuleSource):
-        library = _build(module.source, "host_module.cpp", self.build_dir)
-        return library, getattr(library, module.entry)
+        options = module.build.nvrtc_options("host")
+        flags, ftz = gxx_flags(options)
+        library = _build(module.source, "host_module.cpp", self.build_dir, flags)
+        self.builds[module.module] = ModuleBuild(module.module, module.sha256, options, None)
+        return library, getattr(library, module.entry), ftz
 
     def launch(self, entry, function, grid, block, args) -> None:
-        library, kernel = function
+        library, kernel, ftz = function
         converted = []
         for arg in args:
             if isinstance(arg, EmulatedArray):
@@ -81,10 +110,15 @@ class HostEmulationBackend:
                 converted.append(ctypes.c_float(float(arg)))
             else:
                 converted.append(ctypes.c_int(int(arg)))
-        for block_index in range(grid[0]):
-            for thread in range(block[0]):
-                library.csa_host_set_thread(block_index, thread, block[0])
-                kernel(*converted)
+        library.csa_host_flush_subnormals.restype = ctypes.c_uint
+        previous = library.csa_host_flush_subnormals(int(ftz))
+        try:
+            for block_index in range(grid[0]):
+                for thread in range(block[0]):
+                    library.csa_host_set_thread(block_index, thread, block[0])
+                    kernel(*converted)
+        finally:
+            library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
         self.launches += 1
 
     def upload(self, array):

@@ -12,7 +12,7 @@ void host_powf(const float* x, const float* y, float* out, long n)
 {
     for (long i = 0; i < n; ++i) out[i] = csa_powf(x[i], y[i]);
 }
-void host_bf16(const float* in, unsigned short* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_bf16_bits(in[i]); }
+void host_bf16(const float* in, unsigned short* out, long n) { for (long i = 0; i < n; ++i) out[i] = csa_round_bf16_bits(in[i]); }
 void host_fp8_blocks(const float* in, unsigned char* scale, unsigned char* codes, long blocks)
 {
     for (long i = 0; i < blocks; ++i) quantize_fp8_e4m3_block(in + 64 * i, scale + i, codes + 64 * i);

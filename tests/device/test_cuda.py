@@ -90,7 +90,10 @@ def test_ci_suite_diffs_clean(cuda_device, ci_goldens, args):
         kernels = document["kernels"]
         assert kernels["device"]["name"]
         assert {launch["path"] for launch in kernels["launches"]} == {"nvrtc"}
-        assert "--ftz=false" in kernels["nvrtc_options"] and "-ftz=true" not in kernels["nvrtc_options"]
+        assert kernels["kernels"]["build"]["profile"] == "strict"
+        for module in kernels["modules"].values():
+            assert "--ftz=false" in module["options"] and "-ftz=true" not in module["options"]
+            assert not any(module["ptx"]["own_lines"].values()), module["ptx"]
 
 
 def test_device_runs_are_deterministic(cuda_device, ci_goldens):

@@ -2,7 +2,8 @@
 
 CuPy's RawModule appends -ftz=true to every compile (which flushes the binary32
 subnormals the reference keeps), so the backend drives NVRTC itself; these tests
-pin the options it passes and the PTX checks it makes, without a GPU.
+pin the options each build passes, the PTX report it keeps and what --strict-ptx
+refuses, without a GPU.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import csa_conform.device.cuda as cuda
-from csa_conform.device.kernels import NVRTC_OPTIONS, KernelDirectory
+from csa_conform.device.kernels import LINE_INFO, STRICT_OPTIONS, KernelDirectory
 from csa_conform.errors import DeviceUnavailable
 
 CLEAN_PTX = ".version 8.0\n.visible .entry csa_ratio4_index_replicate(\n)\n{\n\tmul.rn.f32 \t%f1, %f2, %f3;\n}\n"
@@ -96,17 +97,35 @@ def test_modules_compile_without_flush_to_zero_for_the_device_arch(install):
     assert function.name == "csa_ratio4_index_replicate"
     name, options = nvrtc.compiled[0]
     assert name == "csa_ratio4_index_replicate.cu"
-    assert tuple(options) == NVRTC_OPTIONS + ("--gpu-architecture=compute_90",)
+    assert tuple(options) == STRICT_OPTIONS + ("--gpu-architecture=compute_90", LINE_INFO)
     assert "--ftz=false" in options and "-ftz=true" not in options and "--fmad=false" in options
     backend.function(module)
     assert len(nvrtc.compiled) == 1 and nvrtc.destroyed == 1
+    assert backend.builds["csa_ratio4_index_replicate"].options == tuple(options)
 
 
-@pytest.mark.parametrize("instruction", ["mul.rn.ftz.f32", "ex2.approx.f32", "fma.rn.f32", "mad.f32"])
-def test_ptx_that_would_break_bit_exactness_is_refused(install, instruction):
-    backend = install(FakeNvrtc(ptx=CLEAN_PTX.replace("mul.rn.f32", instruction)))
-    with pytest.raises(DeviceUnavailable, match="NVRTC emitted"):
-        backend.function(KernelDirectory().module("csa_ratio4_index_replicate"))
+def test_production_build_passes_only_the_architecture(install, tmp_path):
+    """The CUDA provider's runtime: NVRTC with --gpu-architecture alone (line info adds no instruction)."""
+    nvrtc = FakeNvrtc()
+    backend = install(nvrtc)
+    backend.function(KernelDirectory(build="production").module("csa_ratio4_index_replicate"))
+    backend.function(KernelDirectory(build="production", nvrtc_options=("-DX=1",)).module("csa_ratio4_attention"))
+    assert [options for _, options in nvrtc.compiled] == [
+        ["--gpu-architecture=compute_90", LINE_INFO], ["-DX=1", "--gpu-architecture=compute_90", LINE_INFO],
+    ]
+
+
+@pytest.mark.parametrize("instruction, category", [
+    ("mul.rn.ftz.f32", "ftz"), ("ex2.approx.f32", "approx"), ("fma.rn.f32", "fma.f32"), ("mad.f32", "fma.f32"),
+])
+def test_flagged_ptx_is_reported_and_refused_only_under_strict_ptx(install, instruction, category):
+    ptx = CLEAN_PTX.replace("mul.rn.f32", instruction)
+    backend = install(FakeNvrtc(ptx=ptx))
+    backend.function(KernelDirectory().module("csa_ratio4_index_replicate"))
+    report = backend.builds["csa_ratio4_index_replicate"].ptx
+    assert report.flagged == [category] and report.total(category) == 1
+    with pytest.raises(DeviceUnavailable, match=f"NVRTC emitted {category} .*--strict-ptx"):
+        backend.function(KernelDirectory(strict_ptx=True).module("csa_ratio4_index_replicate"))
 
 
 def test_compile_errors_carry_the_nvrtc_log(install):

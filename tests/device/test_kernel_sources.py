@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from csa_conform.device.kernels import MODULES, NVCC_OPTIONS, NVRTC_OPTIONS, PRELUDE, KernelDirectory
+from csa_conform.device.kernels import MODULES, NVCC_OPTIONS, PRELUDE, STRICT_OPTIONS, KernelDirectory
 from csa_conform.errors import DeviceUnavailable
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
@@ -84,8 +84,8 @@ def test_missing_directory_and_missing_module_are_environment_errors(tmp_path):
 
 
 def test_compile_options_forbid_contraction_and_approximation():
-    assert NVCC_OPTIONS == NVRTC_OPTIONS
-    assert {"--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"} <= set(NVRTC_OPTIONS)
+    assert NVCC_OPTIONS == STRICT_OPTIONS
+    assert {"--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"} <= set(STRICT_OPTIONS)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")

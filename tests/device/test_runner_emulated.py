@@ -118,7 +118,8 @@ def test_launches_follow_the_seed_shapes_and_are_recorded(device_goldens):
         assert (launch.entry, launch.source_sha256) == (source.entry, source.sha256)
     record = runner.provenance.to_dict()
     assert record["device"]["name"] == "host emulation (g++)"
-    assert record["nvrtc_options"] and "--fmad=false" in record["nvrtc_options"]
+    assert all("--fmad=false" in module["options"] for module in record["modules"].values())
+    assert set(expected) <= set(record["modules"]) and record["kernels"]["build"]["profile"] == "strict"
     assert record["launches"][0]["scratch"] == {"record_capacity": total // 4}
 
 

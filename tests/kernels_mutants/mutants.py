@@ -28,8 +28,10 @@ class Mutant:
     why: str
 
     def apply(self, source: Path, target: Path) -> Path:
-        """Copy kernel directory ``source`` to ``target`` with this patch applied."""
+        """Copy kernel directory ``source`` to ``target`` with this patch applied, judged strict as the
+        built-in kernels are (its manifest says so)."""
         shutil.copytree(source, target)
+        (target / "csa-kernels.toml").write_text('build = "strict"\n', encoding="utf-8")
         path = target / self.file
         text = path.read_text(encoding="utf-8")
         if text.count(self.old) != 1:

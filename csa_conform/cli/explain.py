@@ -1,0 +1,83 @@
+"""`csa-conform explain` (and `diff --explain`): the numeric cause of every divergence.
+
+Presentation only: localization, hypotheses and provenance live in csa_conform.explain.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.diff import DiffOptions, control_banner, run_header, select_cases
+from csa_conform.cli.explanations import explanation_lines, explanations_section
+from csa_conform.cli.options import (
+    DEFAULT_FILE,
+    case_selection,
+    device_options,
+    effective_force_host,
+    golden_file,
+    output_options,
+    stage_option,
+)
+from csa_conform.device.conformance import check_case
+from csa_conform.device.modes import Mode
+from csa_conform.exitcodes import ExitCode
+from csa_conform.explain import explain_report
+from csa_conform.goldens import GoldenFile
+from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+
+
+@click.command("explain")
+@golden_file(DEFAULT_FILE)
+@stage_option
+@case_selection()
+@device_options
+@output_options
+@boundary
+def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect, as_json, quiet):
+    """Name the numeric cause of every divergence: each divergent stage is localized by an isolated
+    re-run and re-computed on the host with one ingredient swapped (a libm function correctly rounded
+    or the device's own, FMA contraction, flush-to-zero, the block scale's log2f) until one reproduces
+    the device payload bit for bit.
+
+    Exit status: 0 no divergence, 1 divergences (explained or not), 2 usage, 4 environment
+    (125 with --git-bisect).
+
+    \b
+    Examples:
+      csa-conform explain --kernels ./my-kernels --build production
+      csa-conform explain goldens/ci.h5 --case 'random.r4-*' --stage 7:attention --json > explain.json
+      csa-conform explain --nvrtc-option=-DCSA_LIBM_PLATFORM -q
+    """
+    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build)
+    chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
+    entries, explanations = [], []
+    with GoldenFile(file) as golden:
+        cases = select_cases(golden, case_glob)
+        golden_ref = golden_reference(file, golden.schema_version)
+        for case in progress(cases, len(cases), "explain", str, quiet or as_json):
+            started = time.perf_counter()
+            report = check_case(golden, case, chained, stages, ulp)
+            if not report.passed:
+                explanations += explain_report(golden, report, isolated, stages, ulp)
+            entries.append(device_case_entry(report, lambda stage, case=case: options.command(case, stage),
+                                             time.perf_counter() - started))
+    code = ExitCode.OK if all(entry["passed"] for entry in entries) else ExitCode.DIVERGED
+    control = control_run(chained.provenance)
+    if control:
+        click.secho(control_banner(options), err=True, fg="yellow", bold=True)
+    if as_json:
+        emit_json(results_document(
+            "explain", argv(), entries, exit_code=code, golden=golden_ref,
+            kernels=kernel_provenance(chained.provenance), control=control,
+            options={**options.describe(), "stages": list(stages)}, extra=explanations_section(explanations),
+        ))
+        return code
+    if not quiet:
+        for line in run_header("explain", chained, options, stages):
+            click.echo(line)
+    for line in explanation_lines(explanations):
+        click.echo(line)
+    return code

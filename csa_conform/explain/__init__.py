@@ -1,0 +1,309 @@
+"""`explain`: the numeric cause of every divergence a device run shows.
+
+Each divergent (case, step, stage) is first localized: the case is replayed
+isolated, so a stage is judged on the oracle's inputs and upstream noise is
+excluded (a stage that diverges only chained inherits it). For each isolated
+divergence the stage is re-run on the host with the inputs the kernel read,
+once per hypothesis (csa_conform.explain.hypotheses), and a hypothesis
+explains it when it reproduces the device payload bit for bit. Singles are
+tried first, then combinations of two, three and four distinct ingredients
+among the closest, and the smallest reproducing one is reported. The first divergent element
+gets its provenance (csa_conform.explain.element).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from csa_conform.contract import validate_step
+from csa_conform.device.conformance import CaseReport, check_case, compare_step, replay
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.modes import STAGES, Mode
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.errors import ContractError, DeviceUnavailable
+from csa_conform.explain.element import element_provenance
+from csa_conform.explain.hypotheses import STAGE_LIBM, Hypothesis, stage_hypotheses
+from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
+from csa_conform.goldens import GoldenFile
+from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
+
+EXPLAINED = "explained"
+UNEXPLAINED = "unexplained"
+INHERITED = "inherited"
+COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
+MOST_COMBINED = 4  # of at most this many ingredients
+
+__all__ = ["EXPLAINED", "INHERITED", "UNEXPLAINED", "Explanation", "Trial", "explain_case", "explain_report"]
+
+
+@dataclass
+class Trial:
+    """One hypothesis re-run: how far its payload is from the device's, and what its swap changed."""
+
+    key: str
+    name: str
+    mismatches: int
+    elements: int
+    changed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    rejected: str | None = None
+
+    @property
+    def reproduces(self) -> bool:
+        return self.rejected is None and self.mismatches == 0
+
+    def effect(self) -> str:
+        """'15 of 39,168 expf arguments round differently' and the like."""
+        parts = []
+        for what, (changed, seen) in self.changed.items():
+            if what == "subnormal":
+                parts.append(f"{changed:,} of {seen:,} binary32 inputs and results are subnormal and flush to zero")
+                continue
+            unit = "operations" if what.startswith("fused") else "arguments"
+            parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
+        return "; ".join(parts) or "changes no argument"
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name, "mismatches": self.mismatches, "elements": self.elements,
+                "reproduces": self.reproduces, "rejected": self.rejected,
+                "changed": {what: {"changed": c, "seen": s} for what, (c, s) in self.changed.items()}}
+
+
+@dataclass
+class Explanation:
+    """The verdict on one divergent (case, step, stage)."""
+
+    case: str
+    step: int
+    stage: str
+    verdict: str
+    summary: list[str] = field(default_factory=list)
+    cause: Trial | None = None
+    closest: Trial | None = None
+    trials: list[Trial] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    first: dict | None = None
+    note: str = ""
+
+    def headline(self) -> str:
+        where = f"{self.case} step {self.step} {self.stage}"
+        if self.verdict == EXPLAINED and self.cause is not None:
+            return (f"{where}: explained: {self.cause.name} — {self.cause.effect()}; "
+                    f"reproduces {self.tensors()} bit for bit")
+        if self.verdict == INHERITED:
+            return f"{where}: inherited: {self.note}"
+        closest = "no hypothesis applies to this stage" if self.closest is None else (
+            f"closest: {self.closest.name}, {self.closest.mismatches:,} of {self.closest.elements:,} elements "
+            "still differ")
+        return f"{where}: unexplained{': ' + self.note if self.note else ''} ({closest})"
+
+    def tensors(self) -> str:
+        return ", ".join(line.split(":", 1)[0].split("/", 1)[-1] for line in self.summary) or "the payload"
+
+    def lines(self) -> list[str]:
+        lines = [self.headline()]
+        lines.extend(f"  {line}" for line in self.summary)
+        for key, reason in self.skipped.items():
+            lines.append(f"  skipped {key}: {reason}")
+        if self.first:
+            lines.append("  first divergent element: " + _describe(self.first))
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"case": self.case, "step": self.step, "stage": self.stage, "verdict": self.verdict,
+                "headline": self.headline(), "divergence": self.summary, "note": self.note,
+                "cause": None if self.cause is None else self.cause.to_dict(),
+                "closest": None if self.closest is None else self.closest.to_dict(),
+                "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
+                "first_element": self.first}
+
+
+def _value(value) -> str:
+    """binary32 values as their shortest binary32 repr, everything else as is."""
+    return str(np.float32(value)) if isinstance(value, float) else str(value)
+
+
+def _describe(first: dict) -> str:
+    parts = []
+    for key, value in first.items():
+        if key == "candidates":
+            value = "; ".join(f"{c['kind']} {c['id']} score {_value(c['score'])} weight {_value(c['weight'])}"
+                              for c in value)
+            parts.append(f"top candidates [{value}]")
+        elif key == "block":
+            parts.append("block " + ", ".join(f"{k} {_value(v)}" for k, v in value.items()))
+        else:
+            parts.append(f"{key} {_value(value)}")
+    return "; ".join(parts)
+
+
+def _trial(hypothesis: Hypothesis, stage: str, g, inputs, upstream, target) -> Trial:
+    tallies: dict[str, Tally] = {}
+    try:
+        with using(hypothesis.numerics(tallies)):
+            payload = run_stage(stage, g, inputs, upstream)
+    except ContractError as error:
+        return Trial(hypothesis.key, hypothesis.name, -1, 0, rejected=str(error))
+    differing, total = mismatches(payload, target)
+    changed = {what: (tally.changed, tally.seen) for what, tally in tallies.items()}
+    return Trial(hypothesis.key, hypothesis.name, differing, total, changed)
+
+
+def _ingredient(hypothesis: Hypothesis) -> str:
+    """What a single hypothesis swaps: one libm function, the block scale, a fusion kind, or ftz."""
+    if hypothesis.libm:
+        return hypothesis.libm[0][0]
+    if hypothesis.block_scale is not None:
+        return "block scale"
+    if hypothesis.fused:
+        return "pairs" if hypothesis.fused & set(PAIR_FUSIONS) else "accumulate"
+    return "ftz"
+
+
+def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> Iterator[list[Hypothesis]]:
+    """Groups of 2..MOST_COMBINED distinct ingredients, smallest first, from the COMBINED_FROM ingredients
+    whose best single comes closest; an ingredient contributes each of its variants that tie for best."""
+    best: dict[str, list[tuple[Hypothesis, int]]] = {}
+    for hypothesis, trial in zip(singles, trials):
+        if trial.rejected is not None or not any(changed for changed, _ in trial.changed.values()):
+            continue
+        variants = best.setdefault(_ingredient(hypothesis), [])
+        if not variants or trial.mismatches < variants[0][1]:
+            variants[:] = [(hypothesis, trial.mismatches)]
+        elif trial.mismatches == variants[0][1]:
+            variants.append((hypothesis, trial.mismatches))
+    ranked = sorted(best.values(), key=lambda variants: variants[0][1])[:COMBINED_FROM]
+    for size in range(2, MOST_COMBINED + 1):
+        group = []
+        for ingredients in itertools.combinations(ranked, size):
+            for choice in itertools.product(*ingredients):
+                group.append([hypothesis for hypothesis, _ in choice])
+        yield group
+
+
+def _search(stage: str, g, inputs, upstream, target, device_libm) -> tuple[Trial | None, Trial | None, list[Trial]]:
+    """(cause, closest, every trial): singles, then the smallest combinations of the closest ingredients
+    (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together)."""
+    singles = stage_hypotheses(stage, device_libm)
+    trials = [_trial(hypothesis, stage, g, inputs, upstream, target) for hypothesis in singles]
+    reproducing = [trial for trial in trials if trial.reproduces]
+    for group in _combinations(singles, trials) if not reproducing else ():
+        for members in group:
+            combined = members[0]
+            for other in members[1:]:
+                combined = combined.combine(other)
+            trials.append(_trial(combined, stage, g, inputs, upstream, target))
+        reproducing = [trial for trial in trials if trial.reproduces]
+        if reproducing:
+            break
+    measured = [trial for trial in trials if trial.rejected is None]
+    closest = min(measured, key=lambda trial: trial.mismatches) if measured else None
+    cause = min(reproducing, key=lambda trial: sum(changed for changed, _ in trial.changed.values()),
+                default=None) if reproducing else None
+    return cause, closest, trials
+
+
+def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
+    first = next((diff for diff in diffs if diff.first is not None), None)
+    if first is None:
+        return None
+    coords = tuple(int(i) for i in np.unravel_index(first.first["index"], first.shape))
+    trace: dict = {}
+    try:
+        with using(Numerics(trace=trace)):
+            run_stage(stage, g, inputs, expected)
+    except ContractError:
+        trace = {}
+    return {"tensor": first.tensor, "coords": first.first["coords"],
+            **element_provenance(stage, first.tensor, coords, g, inputs, expected, trace)}
+
+
+def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, diffs,
+                 device_libm: Callable[[str], Callable] | None, skipped: dict[str, str]) -> Explanation:
+    """Explain one isolated divergence of `stage` (its failing `diffs`)."""
+    explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
+                              skipped=dict(skipped) if STAGE_LIBM.get(stage) else {})
+    target = actual[stage]
+    upstream = consumed_upstream(stage, expected, actual)
+    own = UPSTREAM_IN_LAUNCH.get(stage)
+    if own in actual and mismatches(actual[own], expected[own])[0]:
+        inherited = _trial(Hypothesis("reference", "the reference's arithmetic"), stage, g, inputs, upstream, target)
+        if inherited.reproduces:
+            explanation.verdict = INHERITED
+            explanation.note = (f"the same launch computed {own} itself and it diverged; from the device's {own} "
+                                "the reference's arithmetic reproduces this stage bit for bit")
+            explanation.trials = [inherited]
+            return explanation
+    cause, closest, trials = _search(stage, g, inputs, upstream, target, device_libm)
+    explanation.trials, explanation.closest = trials, closest
+    if cause is not None:
+        explanation.verdict, explanation.cause = EXPLAINED, cause
+    elif not trials:
+        explanation.note = "an integer stage: no arithmetic ingredient to swap"
+    explanation.first = _first_element(stage, diffs, g, inputs, expected)
+    return explanation
+
+
+def _device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None, str | None]:
+    """CUDA's libm on this run's device (compiled with the run's build), or why it is unavailable."""
+    try:
+        backend = runner.backend()
+    except DeviceUnavailable as error:
+        return None, f"no CUDA device: {error}"
+    probe = getattr(backend, "evaluate_libm", None)
+    if probe is None:
+        return None, (f"{backend.info().name} has no CUDA libm to evaluate; its stand-in for the platform libm "
+                      "is correctly rounded, which the correctly-rounded hypotheses cover")
+    build = runner.kernels.build
+
+    def function(name: str) -> Callable:
+        return lambda *args: probe(name, args, build)
+    return function, None
+
+
+def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
+                 stages: Sequence[str] = STAGES, ulp: int = 0) -> list[Explanation]:
+    """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
+    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp)
+    return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
+                          stages, ulp)
+
+
+def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGES,
+                   ulp: int = 0) -> list[Explanation]:
+    """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay."""
+    case = chained.case
+    info = golden.case_info(case)
+    explanations: list[Explanation] = []
+    device_libm = None
+    skipped: dict[str, str] = {}
+    for outcome in replay(golden, case, runner):
+        if outcome.actual is None:
+            continue
+        failing = [diff for diff in compare_step(outcome, stages, ulp) if not diff.passed]
+        if not failing:
+            continue
+        if device_libm is None and not skipped:
+            device_libm, reason = _device_libm(runner)
+            if reason:
+                skipped = {"device libm": reason}
+        step = golden.read_step(case, outcome.index)
+        g = validate_step(info.attrs, step.inputs, info.output_names)
+        for stage in STAGES:
+            diffs = [diff for diff in failing if diff.stage == stage]
+            if diffs:
+                explanations.append(explain_step(case, outcome.index, stage, g, step.inputs, outcome.expected,
+                                                 outcome.actual.stages, diffs, device_libm, skipped))
+    localized = {explanation.stage for explanation in explanations}
+    for verdict in chained.diverged():
+        if verdict.stage not in localized:
+            explanations.append(Explanation(
+                case, verdict.step if verdict.step is not None else -1, verdict.stage, INHERITED,
+                [diff.summary() for diff in verdict.diffs],
+                note="diverges only chained: the isolated re-run, on the oracle's inputs, is bit-exact, so the "
+                     "difference comes from device stages upstream or from earlier steps"))
+    return explanations
+

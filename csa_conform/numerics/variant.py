@@ -1,0 +1,201 @@
+"""Numerics variants: the oracle's arithmetic with one ingredient swapped.
+
+The oracle computes the CPU reference's arithmetic: glibc's binary32 libm,
+every a*b+c rounded twice, subnormals kept. A kernel that differs usually
+differs in exactly one of those ingredients: another libm (correctly rounded,
+or CUDA's), fused multiply-adds (--fmad=true), flush-to-zero. A ``Numerics``
+names one such combination; the oracle's stage code asks ``active()`` for its
+libm functions, its accumulations and its a*b±c*d pairs, so ``explain`` can
+re-run a stage under a variant (``with using(variant): ...``) and see whether
+it reproduces a device payload bit for bit. REFERENCE, the default, is the
+reference itself and costs nothing extra.
+
+The active variant is process-wide rather than per thread, because the oracle
+spreads query chunks over worker threads that must all see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+
+from csa_conform.numerics import libm
+
+LIBM = ("expf", "sinf", "cosf", "powf", "log2f")
+GLIBC: Mapping[str, Callable] = {name: getattr(libm, name) for name in LIBM}
+
+ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
+PAIRS_FIRST = "pairs-first"  # a*b ± c*d -> fma(a, b, ±c*d)
+PAIRS_SECOND = "pairs-second"  # a*b ± c*d -> fma(±c, d, a*b)
+SUMS_FIRST = "sums-first"  # only a*b + c*d -> fma(a, b, c*d) (NVCC has been seen to fuse sums, not differences)
+SUMS_SECOND = "sums-second"  # only a*b + c*d -> fma(c, d, a*b)
+PAIR_FUSIONS = (PAIRS_FIRST, PAIRS_SECOND, SUMS_FIRST, SUMS_SECOND)
+
+_SMALLEST_NORMAL = np.float32(2.0**-126)
+
+
+def fmaf(a, b, c) -> np.ndarray:
+    """Binary32 a*b+c with one rounding: the exact product in float64, an exact two-sum with c,
+    rounded to odd in float64 (which a later rounding to binary32 cannot double-round)."""
+    a, b, c = (np.asarray(value, dtype=np.float64) for value in (a, b, c))
+    with np.errstate(all="ignore"):
+        product = a * b
+        total = product + c
+        virtual = total - product
+        error = (product - (total - virtual)) + (c - virtual)
+        bits = total.view(np.int64)
+        nudge = (error != 0) & ((bits & 1) == 0) & np.isfinite(total)
+        away = (error > 0) == (total > 0)
+        odd = (bits + np.where(away, 1, -1) * nudge).view(np.float64)
+        return np.where(np.isfinite(total), odd, total).astype(np.float32)
+
+
+def flush(x) -> np.ndarray:
+    """Subnormal binary32 values to a zero of the same sign (what --ftz=true does to inputs and results)."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(np.abs(x) < _SMALLEST_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+@dataclass
+class Tally:
+    """How many arguments (or operations) a swapped ingredient changed, of how many it saw."""
+
+    changed: int = 0
+    seen: int = 0
+
+    def add(self, reference: np.ndarray, swapped: np.ndarray) -> None:
+        reference, swapped = np.asarray(reference), np.asarray(swapped)
+        self.seen += reference.size
+        self.changed += int(np.count_nonzero(reference.view(np.uint32) != swapped.view(np.uint32)))
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """One combination of ingredients; ``libm`` maps a function name to its replacement."""
+
+    libm: Mapping[str, Callable] = field(default_factory=dict)
+    block_scale_log2f: Callable | None = None
+    fused: frozenset[str] = frozenset()
+    ftz: bool = False
+    tallies: dict[str, Tally] | None = None
+    trace: dict[str, list] | None = None
+
+    @property
+    def is_reference(self) -> bool:
+        return not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
+
+    def _count(self, name: str, reference, swapped) -> None:
+        if self.tallies is not None:
+            self.tallies.setdefault(name, Tally()).add(reference, swapped)
+
+    def _flush(self, x) -> np.ndarray:
+        """flush() when this variant flushes, counting the values it zeroes."""
+        if not self.ftz:
+            return np.asarray(x, dtype=np.float32)
+        x = np.asarray(x, dtype=np.float32)
+        flushed = flush(x)
+        self._count("subnormal", x, flushed)
+        return flushed
+
+    def _libm(self, name: str, *args) -> np.ndarray:
+        args = tuple(self._flush(arg) for arg in args) if self.ftz else args
+        reference = GLIBC[name](*args)
+        result = reference
+        if name in self.libm:
+            result = np.asarray(self.libm[name](*args), dtype=np.float32)
+            self._count(name, reference, result)
+        return self._flush(result) if self.ftz else result
+
+    def expf(self, x):
+        return self._libm("expf", x)
+
+    def sinf(self, x):
+        return self._libm("sinf", x)
+
+    def cosf(self, x):
+        return self._libm("cosf", x)
+
+    def powf(self, x, y):
+        return self._libm("powf", x, y)
+
+    def log2f(self, x):
+        return self._libm("log2f", x)
+
+    def block_scale_log2(self, x):
+        """The log2f the E8M0 block scale takes (ceil(log2f(amax / max_code)))."""
+        if self.block_scale_log2f is None:
+            return self.log2f(x)
+        reference = GLIBC["log2f"](x)
+        result = np.asarray(self.block_scale_log2f(x), dtype=np.float32)
+        self._count("block-scale log2f", reference, result)
+        return result
+
+    def accumulate(self, acc: np.ndarray, a, b, product: np.ndarray | None = None) -> None:
+        """acc += a*b in place: two roundings (the reference) or one (fused)."""
+        if self.is_reference:
+            if product is None:
+                acc += a * b
+            else:
+                np.multiply(a, b, out=product)
+                np.add(acc, product, out=acc)
+            return
+        a, b = (self._flush(v) if self.ftz else v for v in (a, b))
+        with np.errstate(over="ignore", invalid="ignore"):
+            separate = acc + self._flush(a * b) if self.ftz else acc + a * b
+        if ACCUMULATE in self.fused:
+            fused = fmaf(a, b, acc)
+            self._count("fused accumulation", separate, fused)
+            separate = fused
+        acc[...] = self._flush(separate) if self.ftz else separate
+
+    def pair(self, a, b, c, d, sign: int = 1) -> np.ndarray:
+        """a*b + sign*c*d: both products rounded (the reference) or one of them fused into the sum."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            first, second = a * b, c * d
+            if self.ftz:
+                first, second = self._flush(first), self._flush(second)
+            result = first + second if sign > 0 else first - second
+            which = self._pair_fusion(sign)
+            if which is not None:
+                fused = fmaf(a, b, sign * second) if which == "first" else fmaf(np.float32(sign) * c, d, first)
+                self._count("fused pairs", result, fused)
+                result = fused
+        return self._flush(result) if self.ftz else np.asarray(result, dtype=np.float32)
+
+    def _pair_fusion(self, sign: int) -> str | None:
+        """Which product of a*b + sign*c*d this variant fuses ('first', 'second' or None)."""
+        if PAIRS_FIRST in self.fused or (sign > 0 and SUMS_FIRST in self.fused):
+            return "first"
+        if PAIRS_SECOND in self.fused or (sign > 0 and SUMS_SECOND in self.fused):
+            return "second"
+        return None
+
+    def dequantized(self, values: np.ndarray) -> np.ndarray:
+        return self._flush(values) if self.ftz else values
+
+    def record(self, key: str, value) -> None:
+        """Keep an intermediate for an explanation's provenance (only while tracing)."""
+        if self.trace is not None:
+            self.trace.setdefault(key, []).append(np.array(value, copy=True))
+
+
+REFERENCE = Numerics()
+_active = REFERENCE
+
+
+def active() -> Numerics:
+    return _active
+
+
+@contextlib.contextmanager
+def using(variant: Numerics) -> Iterator[Numerics]:
+    """Run the oracle under `variant` inside the block (process-wide; not reentrant across threads)."""
+    global _active
+    previous, _active = _active, variant
+    try:
+        yield variant
+    finally:
+        _active = previous
