@@ -53,9 +53,14 @@ def resolve_engine(choice: str | None = None) -> Engine:
 
 
 def use_engine(choice: str | None) -> Engine:
-    """Resolve `choice` and make it the default for this process and the worker processes it starts."""
+    """Resolve `choice` and, when one was given, make it the default for this process and its workers.
+
+    Without a choice nothing is written: workers resolve the same default themselves, and a
+    process that runs several commands (a test session) keeps its own environment.
+    """
     engine = resolve_engine(choice)
-    os.environ[ENGINE_VARIABLE] = engine.name
+    if choice is not None:
+        os.environ[ENGINE_VARIABLE] = engine.name
     return engine
 
 

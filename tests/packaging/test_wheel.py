@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from csa_conform.oracle.engine import ENGINE_VARIABLE
+
 ROOT = Path(__file__).resolve().parents[2]
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
                                     ".pytest_cache", ".hypothesis", "*.pyc")
@@ -37,7 +39,7 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) -> 
 def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """bin/ of a fresh venv holding only the wheel and its dependencies, and an environment without the checkout."""
     base = tmp_path_factory.mktemp("wheel")
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV", ENGINE_VARIABLE)}
     source = base / "source"
     shutil.copytree(ROOT, source, ignore=NOT_SOURCE)
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(base / "dist"), str(source)],
