@@ -45,6 +45,7 @@ MISSING_TENSOR = "missing-tensor"
 CORRUPT_DATASET = "corrupt-dataset"
 REJECTION_MISMATCH = "rejection-mismatch"
 STEP_REJECTED = "step-rejected"
+NON_DETERMINISTIC = "non-deterministic"
 ERROR = "error"
 
 
@@ -191,6 +192,11 @@ def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) ->
         stage = failure["stage"] if failure["stage"] in report.stages else "all"
         steps[failure["step"]] = step_entry(failure["step"], failure=failure_entry(
             STEP_REJECTED, failure["message"], reproduce(stage), stage=failure["stage"]))
+    for finding in report.nondeterministic:
+        details = {key: value for key, value in finding.items() if key not in ("step", "message")}
+        step = steps.setdefault(finding["step"], step_entry(finding["step"]))
+        step.setdefault("nondeterministic", []).append(
+            failure_entry(NON_DETERMINISTIC, finding["message"], reproduce(finding["stages"][0]), **details))
     for verdict in report.diverged():
         if verdict.diffs:
             step = steps.setdefault(verdict.step, step_entry(verdict.step))

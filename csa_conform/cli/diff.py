@@ -18,13 +18,21 @@ from csa_conform.cli.common import argv, boundary, emit_json, print_table, progr
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
+    device_depth_options,
     device_options,
     effective_force_host,
     golden_file,
     output_options,
     stage_option,
 )
-from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
+from csa_conform.device.conformance import (
+    DIVERGED,
+    IDENTICAL,
+    NONDETERMINISTIC,
+    NOT_APPLICABLE,
+    CaseReport,
+    check_case,
+)
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
@@ -44,6 +52,7 @@ class DiffOptions:
     force_host: frozenset[str]
     kernels: str | None
     ulp: int
+    repeat: int = 1
 
     @property
     def forced(self) -> str:
@@ -61,16 +70,18 @@ class DiffOptions:
             words += ["--kernels", self.kernels]
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
+        if self.repeat > 1:
+            words += ["--repeat", str(self.repeat)]
         return shlex.join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
         kernels = KernelDirectory(self.kernels) if self.kernels else KernelDirectory()
-        return DeviceRunner(kernels, mode=mode or self.mode, force_host=self.force_host)
+        return DeviceRunner(kernels, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat)
 
     def describe(self) -> dict:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
-                "kernels": self.kernels, "ulp": self.ulp}
+                "kernels": self.kernels, "ulp": self.ulp, "repeat": self.repeat}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -100,6 +111,8 @@ def _cell(report: CaseReport, stage: str) -> str:
         return "-"
     if verdict.status == DIVERGED:
         return "DIFF"
+    if verdict.status == NONDETERMINISTIC:
+        return "NDET"
     if verdict.status == IDENTICAL:
         return "ok" if verdict.placement == "device" else "ok(host)"
     return "."
@@ -115,6 +128,9 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
         failure = report.failure
         lines.append(f"{report.case} step {failure['step']}: the run stopped at {failure['stage']}: "
                      f"{failure['message']}")
+    for finding in report.nondeterministic:
+        lines.append(f"{report.case} step {finding['step']}: {finding['message']}")
+        lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
     for verdict in report.diverged():
         lines.append(f"{report.case} / {verdict.stage} (step {verdict.step}, {verdict.placement}):")
         if verdict.message:
@@ -156,7 +172,7 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
-    styles = {"DIFF": "bold red", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
+    styles = {"DIFF": "bold red", "NDET": "bold magenta", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:
@@ -172,11 +188,13 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
 
 
 def _summary(reports: list[CaseReport]) -> str:
-    diverged = sum(not report.passed for report in reports)
+    failed = sum(not report.passed for report in reports)
+    unstable = sum(bool(report.nondeterministic) for report in reports)
     compared = sum(report.compared_steps for report in reports)
     rejected = sum(len(report.rejected_steps) for report in reports)
     return (f"{len(reports)} cases, {compared} steps compared, {rejected} oracle-rejected steps skipped: "
-            f"{len(reports) - diverged} conformant, {diverged} diverged")
+            f"{len(reports) - failed} conformant, {failed - unstable} diverged"
+            + (f", {unstable} non-deterministic" if unstable else ""))
 
 
 def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:
@@ -221,9 +239,10 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
               "reads the oracle's payloads.")
 @case_selection()
 @device_options
+@device_depth_options
 @output_options
 @boundary
-def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, as_json, quiet):
+def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, as_json, quiet):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -237,7 +256,7 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, as
       csa-conform diff --force-host all -q            # control run: no kernel launched
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp)
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp, repeat)
     timed_reports, runner, golden_ref = run_diff(options, stages, case_glob, quiet or as_json)
     reports = [report for report, _ in timed_reports]
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED

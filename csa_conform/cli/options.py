@@ -2,7 +2,8 @@
 
 ``golden_file`` + ``case_selection`` pick what to check, ``stage_option``
 which stages (any spelling the registry knows), ``device_options`` how the
-device run is set up, ``output_options`` how results are shown.
+device run is set up, ``device_depth_options`` what more than one eager run
+checks (specs/device-depth.md), ``output_options`` how results are shown.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ device_options = _compose(
     click.option("--git-bisect", is_flag=True,
                  help="Exit 125 (git bisect run: skip) when this commit cannot be judged: no device, kernels "
                  "that do not compile, goldens missing, unreadable or of another schema."),
+)
+
+device_depth_options = _compose(
+    click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
+                 help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run; "
+                 "any byte that differs between runs is a non-deterministic finding (exit 1)."),
 )
 
 output_options = _compose(

@@ -16,6 +16,10 @@ from csa_conform.errors import DeviceUnavailable
 
 _COMPILED: dict[str, object] = {}
 
+# What an uninitialised buffer holds: a fixed non-zero byte, so a plain run is reproducible and
+# a kernel that reads scratch it never wrote does not pass by the luck of zeroed memory.
+POISON = 0xA5
+
 # PTX that would break bit-exactness: flushed subnormals, approximations, fused binary32.
 FORBIDDEN_PTX = (".ftz", ".approx", "fma.rn.f32", "mad.f32", "mad.rn.f32")
 
@@ -118,7 +122,13 @@ class CudaBackend:
         return self.cp.asarray(np.ascontiguousarray(array))
 
     def empty(self, shape, dtype):
-        return self.cp.empty(shape, dtype=dtype)
+        return self.poisoned(shape, dtype, POISON)
+
+    def poisoned(self, shape, dtype, pattern: int):
+        """A buffer whose every byte is ``pattern``, filled on the device."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return self.cp.full(count * dtype.itemsize, pattern, dtype=self.cp.uint8).view(dtype).reshape(shape)
 
     def full(self, shape, value, dtype):
         return self.cp.full(shape, value, dtype=dtype)

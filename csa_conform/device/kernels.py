@@ -11,6 +11,7 @@ no contraction of a*b+c into an fma.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,17 @@ class ModuleSource:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The entry's parameter names in ABI order, so a finding names ``argument 7 (total_ptr)``;
+        empty when the signature cannot be read (names are then left out, never guessed)."""
+        found = re.search(r'extern\s+"C"\s+__global__\s+void\s+' + re.escape(self.entry) + r"\s*\(([^)]*)\)",
+                          self.source)
+        if found is None:
+            return ()
+        names = [re.findall(r"[A-Za-z_]\w*", parameter) for parameter in found.group(1).split(",")]
+        return tuple(words[-1] if words else "" for words in names)
 
 
 class KernelDirectory:

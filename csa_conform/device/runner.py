@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract import validate_step
+from csa_conform.device.determinism import PoisonedScratch
 from csa_conform.device.kernels import NVRTC_OPTIONS, KernelDirectory
 from csa_conform.device.modes import Mode, StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
@@ -28,7 +29,8 @@ __all__ = ["DeviceRunner", "DeviceStepResult"]
 
 
 class DeviceRunner:
-    """Runs steps on one kernel directory under one mode and force-host set."""
+    """Runs steps on one kernel directory under one mode and force-host set; ``repeat`` > 1 runs
+    every launch that many times on poisoned scratch (csa_conform.device.determinism)."""
 
     def __init__(
         self,
@@ -37,12 +39,14 @@ class DeviceRunner:
         mode: Mode | str = Mode.CHAINED,
         force_host: frozenset[str] | set[str] = frozenset(),
         backend_factory: Callable[[], object] | None = None,
+        repeat: int = 1,
     ):
         self.kernels = kernels if kernels is not None else KernelDirectory()
         self.mode = Mode(mode)
         self.force_host = frozenset(force_host)
         self._backend_factory = backend_factory
         self._backend = None
+        self.repeat = repeat
         self.provenance = RunProvenance(None, self.kernels.fingerprint(), NVRTC_OPTIONS)
 
     def backend(self):
@@ -52,9 +56,10 @@ class DeviceRunner:
                 from csa_conform.device.cuda import CudaBackend
 
                 self._backend_factory = CudaBackend
-            self._backend = self._backend_factory()
-            self.provenance.device = self._backend.info()
-            self.provenance.nvrtc_options = tuple(getattr(self._backend, "compile_options", NVRTC_OPTIONS))
+            backend = self._backend_factory()
+            self.provenance.device = backend.info()
+            self.provenance.nvrtc_options = tuple(getattr(backend, "compile_options", NVRTC_OPTIONS))
+            self._backend = PoisonedScratch(backend) if self.repeat > 1 else backend
         return self._backend
 
     def plan(self, ratio: int) -> StepPlan:
@@ -86,4 +91,4 @@ class DeviceRunner:
         for name, value in (past or {}).items():
             tensors.put(name, value)
         return StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
-                       reference or {}, case, step).execute()
+                       reference or {}, case, step, self.repeat).execute()

@@ -91,9 +91,12 @@ class HostEmulationBackend:
         return EmulatedArray(np.array(array, copy=True))
 
     def empty(self, shape, dtype):
-        """Uninitialised like device memory: 0xA5 bytes, so an unwritten element shows up."""
+        """Uninitialised like the CUDA backend's device memory: 0xA5 bytes."""
+        return self.poisoned(shape, dtype, 0xA5)
+
+    def poisoned(self, shape, dtype, pattern: int):
         array = np.empty(shape, dtype=dtype)
-        array.reshape(-1).view(np.uint8)[:] = 0xA5
+        array.reshape(-1).view(np.uint8)[:] = pattern
         return EmulatedArray(array)
 
     def full(self, shape, value, dtype):

@@ -7,6 +7,10 @@ it computes itself, and a bug in the prelude's shared compressor walk or
 attention row reaches every module built on it, which is why some sets have
 more than one stage).
 ``cases`` picks golden cases that exercise the patched code.
+
+A mutant whose ``caught_by`` is not ``diff`` is a bug a plain eager diff
+cannot see; only that mode of ``diff`` (specs/device-depth.md) may catch it,
+at the stages in ``isolated``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Mutant:
     isolated: frozenset[str]
     cases: str
     why: str
+    caught_by: str = "diff"
 
     def apply(self, source: Path, target: Path) -> Path:
         """Copy kernel directory ``source`` to ``target`` with this patch applied."""
@@ -179,4 +184,17 @@ MUTANTS = (
         "boundaries.r4-*",
         "a selected record 0 is treated like a -1 padding slot",
     ),
+    Mutant(
+        "output_blends_unwritten_contents",
+        "block_quant.cuh",
+        "        a.output[(long long)r.row * a.dim + d] = accumulated;",
+        "        a.output[(long long)r.row * a.dim + d] = accumulated + 0.0f * a.output[(long long)r.row * a.dim + d];",
+        "candidate_assembly",
+        frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
+        "boundaries.r4-*",
+        "Y reads its own never-written buffer at weight zero: exact while the garbage is finite, NaN once it is not",
+        caught_by="repeat",
+    ),
 )
+
+DIFF_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by == "diff")

@@ -1,5 +1,6 @@
 """Planted bugs must be caught by `diff`, first at their own stage, and in isolated mode only
-where the mutated launch computes. Emulated on the host here; on a GPU with -m cuda."""
+where the mutated launch computes; a bug meant for one mode of `diff` (--repeat, ...) only by
+that mode. Emulated on the host here; on a GPU with -m cuda."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from csa_conform.device.kernels import MODULES, PRELUDE
 from csa_conform.device.modes import STAGES
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
-from mutants import MUTANTS
+from mutants import DIFF_MUTANTS, MUTANTS
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -44,17 +45,23 @@ def test_patch_applies_exactly_once(mutant, tmp_path):
     assert (patched / mutant.file).read_text() != text
 
 
-def _divergences(path: Path, kernels: Path, mode: str, pattern: str) -> list[list[str]]:
-    runner = DeviceRunner(KernelDirectory(kernels), mode=mode)
+def _flagged(path: Path, kernels: Path, mode: str, pattern: str, status: str = "diverged",
+             **depth) -> list[list[str]]:
+    """Per case, the stages whose verdict is ``status`` (``depth``: DeviceRunner's mode options)."""
+    runner = DeviceRunner(KernelDirectory(kernels), mode=mode, **depth)
     with GoldenFile(path) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, pattern)]
         assert cases, f"no golden case matches {pattern}"
         reports = [check_case(golden, case, runner, STAGES) for case in cases]
-    return [[stage for stage in STAGES if report.stages[stage].status == "diverged"] for report in reports]
+    return [[stage for stage in STAGES if report.stages[stage].status == status] for report in reports]
+
+
+def _divergences(path: Path, kernels: Path, mode: str, pattern: str) -> list[list[str]]:
+    return _flagged(path, kernels, mode, pattern)
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+@pytest.mark.parametrize("mutant", DIFF_MUTANTS, ids=lambda mutant: mutant.name)
 def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_goldens, tmp_path):
     kernels = mutant.apply(KERNELS, tmp_path / "kernels")
     chained = [stages for stages in _divergences(device_goldens, kernels, "chained", mutant.cases) if stages]
@@ -64,8 +71,33 @@ def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_gold
     assert set().union(*map(set, isolated)) == mutant.isolated
 
 
+# How each mode of diff is asked for, and the verdict it gives (csa_conform.device.conformance).
+MODES = {"repeat": ({"repeat": 3}, "non-deterministic")}
+MODE_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by != "diff")
+
+
+def test_every_mode_has_a_mutant_only_it_catches():
+    assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES)
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("mutant", MODE_MUTANTS, ids=lambda mutant: mutant.name)
+def test_mode_mutant_is_caught_by_its_mode_only_on_the_host_emulation(mutant, device_goldens, tmp_path):
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    for mode in ("chained", "isolated"):
+        assert not any(_divergences(device_goldens, kernels, mode, mutant.cases)), f"plain {mode} diff caught it"
+    depth, status = MODES[mutant.caught_by]
+    flagged = [stages for stages in _flagged(device_goldens, kernels, "chained", mutant.cases, status, **depth)
+               if stages]
+    assert flagged, f"{mutant.name} was not caught by {mutant.caught_by}"
+    assert {stages[0] for stages in flagged} == {mutant.stage}
+    assert set().union(*map(set, flagged)) == mutant.isolated
+    clean = _flagged(device_goldens, KERNELS, "chained", mutant.cases, status, **depth)
+    assert not any(clean), f"the built-in kernels are flagged {status}"
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+@pytest.mark.parametrize("mutant", DIFF_MUTANTS, ids=lambda mutant: mutant.name)
 def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_device):
     if not CI_GOLDENS.exists():
         pytest.fail(f"{CI_GOLDENS} is missing (csa-conform generate --suite ci -o goldens/ci.h5)")
