@@ -236,6 +236,7 @@ def kernel_provenance(provenance) -> dict:
 
     One record per launch (case x step x stage) is what made an all-host
     document 610 KB; a report needs what ran and from which source, not when.
+    Sorted, so shards and device workers merge into the unsharded run's list.
     """
     described = provenance.to_dict()
     counted: dict[tuple, dict] = {}
@@ -246,7 +247,7 @@ def kernel_provenance(provenance) -> dict:
             **({"entry": launch.entry, "source_sha256": launch.source_sha256} if launch.entry else {}),
         })
         found["count"] += 1
-    described["launches"] = list(counted.values())
+    described["launches"] = [counted[key] for key in sorted(counted)]
     return described
 
 

@@ -6,11 +6,13 @@ Presentation only: the replay and comparison live in csa_conform.device.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import click
 
@@ -21,6 +23,7 @@ from csa_conform.cli.options import (
     device_depth_options,
     device_options,
     effective_force_host,
+    effective_shard,
     golden_file,
     output_options,
     stage_option,
@@ -33,12 +36,15 @@ from csa_conform.device.conformance import (
     CaseReport,
     check_case,
 )
+from csa_conform.device.devices import resolve_devices, spread
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
+from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
+from csa_conform.shards import Shard
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.stages import BY_NAME
 
@@ -197,9 +203,9 @@ def _summary(reports: list[CaseReport]) -> str:
             + (f", {unstable} non-deterministic" if unstable else ""))
 
 
-def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:
-    kernels = runner.provenance.kernels
-    device = runner.provenance.device
+def _header(provenance: RunProvenance, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:
+    kernels = provenance.kernels
+    device = provenance.device
     where = "host only (no device launch)" if device is None else (
         f"{device.name} (sm {device.compute_capability}, CUDA runtime {device.cuda_runtime}, "
         f"driver {device.cuda_driver}, NVRTC {device.nvrtc})"
@@ -212,23 +218,42 @@ def _header(runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...])
     ]
 
 
-def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False):
-    """The reports of every selected case with their times, the runner, and the golden file's reference."""
+def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
+           ulp: int) -> tuple[CaseReport, float]:
+    started = time.perf_counter()
+    report = check_case(golden, case, runner, stages, ulp)
+    return report, time.perf_counter() - started
+
+
+def check_cases(options: DiffOptions, stages: tuple[str, ...], cases: Sequence[str]):
+    """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
+    runner = options.runner()
+    with GoldenFile(options.file) as golden:
+        return [_timed(golden, case, runner, stages, options.ulp) for case in cases], runner.provenance
+
+
+def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False,
+             shard: Shard | None = None, devices: tuple[int, ...] | None | bool = False):
+    """The reports of every selected case (of this shard) with their times, the run's provenance, and the
+    golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
         cases = select_cases(golden, case_glob)
         golden_ref = golden_reference(options.file, golden.provenance.get("schema_version"))
+    if shard is not None:
+        cases = shard.select(cases)
+    if devices is not False:
+        timed_reports, provenance = spread(resolve_devices(devices), functools.partial(check_cases, options, stages),
+                                           cases)
+        return timed_reports, provenance, golden_ref
 
-        def timed(case: str) -> tuple[CaseReport, float]:
-            started = time.perf_counter()
-            report = check_case(golden, case, runner, stages, options.ulp)
-            return report, time.perf_counter() - started
+    def describe(done: tuple[CaseReport, float]) -> str:
+        return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
 
-        def describe(done: tuple[CaseReport, float]) -> str:
-            return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
-
-        timed_reports = list(progress(map(timed, cases), len(cases), "diff", describe, quiet))
-    return timed_reports, runner, golden_ref
+    with GoldenFile(options.file) as golden:
+        timed = (_timed(golden, case, runner, stages, options.ulp) for case in cases)
+        timed_reports = list(progress(timed, len(cases), "diff", describe, quiet))
+    return timed_reports, runner.provenance, golden_ref
 
 
 @click.command("diff")
@@ -242,7 +267,8 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @device_depth_options
 @output_options
 @boundary
-def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, as_json, quiet):
+def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, shard, devices, as_json,
+         quiet):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -257,22 +283,23 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, re
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp, repeat)
-    timed_reports, runner, golden_ref = run_diff(options, stages, case_glob, quiet or as_json)
+    shard = effective_shard(shard)
+    timed_reports, provenance, golden_ref = run_diff(options, stages, case_glob, quiet or as_json, shard, devices)
     reports = [report for report, _ in timed_reports]
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
-    control = control_run(runner.provenance)
-    if control:
+    control = control_run(provenance)
+    if control and reports:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
     if as_json:
         emit_json(results_document(
             "diff", argv(),
             [device_case_entry(report, lambda stage, case=report.case: options.command(case, stage), seconds)
              for report, seconds in timed_reports],
-            exit_code=code, golden=golden_ref, kernels=kernel_provenance(runner.provenance), control=control,
-            options={**options.describe(), "stages": list(stages)},
+            exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
+            options={**options.describe(), "stages": list(stages), **({"shard": str(shard)} if shard else {})},
         ))
-    elif sys.stdout.isatty() and not quiet:
-        render_rich(reports, stages, _header(runner, options, stages), options)
+    elif sys.stdout.isatty() and not quiet and reports:
+        render_rich(reports, stages, _header(provenance, options, stages), options)
     else:
-        render_plain(reports, stages, _header(runner, options, stages), options, quiet)
+        render_plain(reports, stages, _header(provenance, options, stages), options, quiet)
     return code

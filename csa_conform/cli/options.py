@@ -12,9 +12,11 @@ from typing import Callable
 
 import click
 
+from csa_conform.device.devices import parse_devices
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
 from csa_conform.errors import UsageError
 from csa_conform.resources import ci_goldens
+from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
 from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
@@ -94,10 +96,34 @@ device_options = _compose(
                  "that do not compile, goldens missing, unreadable or of another schema."),
 )
 
+def effective_shard(option: str | None) -> Shard | None:
+    """--shard K/N, else the CI's parallel-job variables (csa_conform.shards); 1/1 is no shard."""
+    try:
+        shard = parse_shard(option) if option is not None else shard_from_environment()
+    except UsageError as error:
+        raise click.BadParameter(str(error), param_hint="--shard") from None
+    return None if shard is None or shard.total == 1 else shard
+
+
+def _devices(context, param, value):
+    if value is None:
+        return False
+    try:
+        return parse_devices(value)
+    except UsageError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 device_depth_options = _compose(
     click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
                  help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run; "
                  "any byte that differs between runs is a non-deterministic finding (exit 1)."),
+    click.option("--shard", default=None, metavar="K/N",
+                 help=f"Run only shard K of N (cases split round robin); default from {SHARD_ENV}=K/N or "
+                 f"{NODE_INDEX_ENV}/{NODE_TOTAL_ENV}. `report` merges the shards' documents."),
+    click.option("--devices", default=None, metavar="0,1,…|all", callback=_devices,
+                 help="Spread the cases over these GPUs of this host, one worker process each; the results "
+                 "are those of one GPU."),
 )
 
 output_options = _compose(
