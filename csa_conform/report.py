@@ -29,7 +29,7 @@ def _failures(case: dict) -> list[dict]:
             failure = step["failure"]
             found.append({**failure, "message": f"{where}: {failure['message']}"})
         found.extend({**finding, "message": f"{where}: {finding['message']}"}
-                     for finding in step.get("nondeterministic", []))
+                     for finding in step.get("findings", []))
         for stage in step.get("stages", []):
             found.extend(
                 {"type": tensor["type"], "message": f"{where} {tensor['message']}", "reproduce": stage["reproduce"]}

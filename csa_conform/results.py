@@ -46,6 +46,7 @@ CORRUPT_DATASET = "corrupt-dataset"
 REJECTION_MISMATCH = "rejection-mismatch"
 STEP_REJECTED = "step-rejected"
 NON_DETERMINISTIC = "non-deterministic"
+REPLAY_MISMATCH = "replay-mismatch"
 ERROR = "error"
 
 
@@ -192,11 +193,11 @@ def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) ->
         stage = failure["stage"] if failure["stage"] in report.stages else "all"
         steps[failure["step"]] = step_entry(failure["step"], failure=failure_entry(
             STEP_REJECTED, failure["message"], reproduce(stage), stage=failure["stage"]))
-    for finding in report.nondeterministic:
-        details = {key: value for key, value in finding.items() if key not in ("step", "message")}
+    for finding in report.findings:
+        details = {key: value for key, value in finding.items() if key not in ("type", "step", "message")}
         step = steps.setdefault(finding["step"], step_entry(finding["step"]))
-        step.setdefault("nondeterministic", []).append(
-            failure_entry(NON_DETERMINISTIC, finding["message"], reproduce(finding["stages"][0]), **details))
+        step.setdefault("findings", []).append(
+            failure_entry(finding["type"], finding["message"], reproduce(finding["stages"][0]), **details))
     for verdict in report.diverged():
         if verdict.diffs:
             step = steps.setdefault(verdict.step, step_entry(verdict.step))

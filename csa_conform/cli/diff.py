@@ -32,6 +32,7 @@ from csa_conform.device.conformance import (
     DIVERGED,
     IDENTICAL,
     NONDETERMINISTIC,
+    REPLAY_MISMATCH,
     NOT_APPLICABLE,
     CaseReport,
     check_case,
@@ -119,6 +120,8 @@ def _cell(report: CaseReport, stage: str) -> str:
         return "DIFF"
     if verdict.status == NONDETERMINISTIC:
         return "NDET"
+    if verdict.status == REPLAY_MISMATCH:
+        return "GRAPH"
     if verdict.status == IDENTICAL:
         return "ok" if verdict.placement == "device" else "ok(host)"
     return "."
@@ -134,7 +137,7 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
         failure = report.failure
         lines.append(f"{report.case} step {failure['step']}: the run stopped at {failure['stage']}: "
                      f"{failure['message']}")
-    for finding in report.nondeterministic:
+    for finding in report.findings:
         lines.append(f"{report.case} step {finding['step']}: {finding['message']}")
         lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
     for verdict in report.diverged():
@@ -178,7 +181,7 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
-    styles = {"DIFF": "bold red", "NDET": "bold magenta", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
+    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:
@@ -194,13 +197,17 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
 
 
 def _summary(reports: list[CaseReport]) -> str:
+    """Counts of cases; a case with a finding of --repeat or --replay counts under the first one's kind."""
     failed = sum(not report.passed for report in reports)
-    unstable = sum(bool(report.nondeterministic) for report in reports)
+    kinds: dict[str, int] = {}
+    for report in reports:
+        if report.findings:
+            kinds[report.findings[0]["type"]] = kinds.get(report.findings[0]["type"], 0) + 1
     compared = sum(report.compared_steps for report in reports)
     rejected = sum(len(report.rejected_steps) for report in reports)
     return (f"{len(reports)} cases, {compared} steps compared, {rejected} oracle-rejected steps skipped: "
-            f"{len(reports) - failed} conformant, {failed - unstable} diverged"
-            + (f", {unstable} non-deterministic" if unstable else ""))
+            f"{len(reports) - failed} conformant, {failed - sum(kinds.values())} diverged"
+            + "".join(f", {count} {kind}" for kind, count in kinds.items()))
 
 
 def _header(provenance: RunProvenance, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:

@@ -15,7 +15,7 @@ Any byte that differs between runs is a finding of its own kind,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -78,6 +78,7 @@ def poisoned(backend, shape, dtype, pattern: int):
 class Nondeterminism:
     """One buffer of one launch whose bytes differ between runs."""
 
+    kind: ClassVar[str] = "non-deterministic"
     entry: str
     module: str
     stages: tuple[str, ...]

@@ -16,7 +16,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
-from csa_conform.device.determinism import Nondeterminism, repeat_launch
+from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import DEVICE, Mode, StepPlan
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
@@ -33,7 +33,7 @@ class DeviceStepResult(StepResult):
 
     present: dict[str, object] = field(default_factory=dict)
     launches: list[LaunchRecord] = field(default_factory=list)
-    nondeterministic: list[Nondeterminism] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # what a mode of diff found (.kind, .stages, .message)
 
 
 class StepRun:
@@ -58,7 +58,7 @@ class StepRun:
         self.repeat = repeat
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
-        self.nondeterministic: list[Nondeterminism] = []
+        self.findings: list = []
 
     # --- what a stage reads (launches.LaunchSite, stages.StageInputs) ---------------------
 
@@ -114,7 +114,7 @@ class StepRun:
         function = backend.function(source)
         grid3, block3 = (int(grid), 1, 1), (int(block), 1, 1)
         if self.repeat > 1:
-            self.nondeterministic += repeat_launch(
+            self.findings += repeat_launch(
                 backend, lambda arguments: backend.launch(source.entry, function, grid3, block3, arguments), args,
                 self.repeat, entry=source.entry, module=launch.module, stages=launch.stages,
                 parameters=source.parameters)
@@ -143,7 +143,7 @@ class StepRun:
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
         return DeviceStepResult(outputs=stages["writeback"], stages=stages, present=present, launches=self.launches,
-                                nondeterministic=self.nondeterministic)
+                                findings=self.findings)
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""

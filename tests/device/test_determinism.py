@@ -139,7 +139,7 @@ def test_a_read_of_never_written_memory_is_its_own_verdict(device_goldens, tmp_p
     jsonschema.validate(document, schema())
     case = document["cases"][0]
     assert case["verdicts"]["sparse_sink_softmax_attention"] == "non-deterministic"
-    finding = case["steps"][0]["nondeterministic"][0]
+    finding = case["steps"][0]["findings"][0]
     assert finding["type"] == "non-deterministic" and finding["name"] == "output" and finding["argument"] == 6
     assert finding["first_bits"] != finding["other_bits"] and "--repeat 3" in finding["reproduce"]
     (tmp_path / "ndet.json").write_text(result.stdout)
