@@ -60,6 +60,7 @@ class DiffOptions:
     kernels: str | None
     ulp: int
     repeat: int = 1
+    replay: str | None = None
 
     @property
     def forced(self) -> str:
@@ -79,16 +80,20 @@ class DiffOptions:
             words += ["--ulp", str(self.ulp)]
         if self.repeat > 1:
             words += ["--repeat", str(self.repeat)]
+        if self.replay:
+            words += ["--replay", self.replay]
         return shlex.join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
         kernels = KernelDirectory(self.kernels) if self.kernels else KernelDirectory()
-        return DeviceRunner(kernels, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat)
+        return DeviceRunner(kernels, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat,
+                            replay=self.replay)
 
     def describe(self) -> dict:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
-                "kernels": self.kernels, "ulp": self.ulp, "repeat": self.repeat}
+                "kernels": self.kernels, "ulp": self.ulp, "repeat": self.repeat,
+                "replay": self.replay}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -274,8 +279,8 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @device_depth_options
 @output_options
 @boundary
-def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, shard, devices, as_json,
-         quiet):
+def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, replay, shard, devices,
+         as_json, quiet):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -289,7 +294,7 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, re
       csa-conform diff --force-host all -q            # control run: no kernel launched
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp, repeat)
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp, repeat, replay)
     shard = effective_shard(shard)
     timed_reports, provenance, golden_ref = run_diff(options, stages, case_glob, quiet or as_json, shard, devices)
     reports = [report for report, _ in timed_reports]

@@ -118,6 +118,9 @@ device_depth_options = _compose(
     click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
                  help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run; "
                  "any byte that differs between runs is a non-deterministic finding (exit 1)."),
+    click.option("--replay", type=click.Choice(["graph"]), default=None,
+                 help="Also replay every step's launches on a CUDA graph captured once per stream, inputs updated "
+                 "in place; bytes that differ from the eager run are a replay-mismatch (exit 1)."),
     click.option("--shard", default=None, metavar="K/N",
                  help=f"Run only shard K of N (cases split round robin); default from {SHARD_ENV}=K/N or "
                  f"{NODE_INDEX_ENV}/{NODE_TOTAL_ENV}. `report` merges the shards' documents."),

@@ -8,6 +8,8 @@ Modules go through NVRTC directly (not RawModule, whose compile forces
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from csa_conform.device.kernels import NVRTC_OPTIONS, ModuleSource
@@ -117,6 +119,39 @@ class CudaBackend:
             self.cp.cuda.runtime.deviceSynchronize()
         except Exception as error:
             raise DeviceUnavailable(f"launch of {entry} (grid {grid}, block {block}) failed: {error}") from None
+
+    def copy_into(self, target, source) -> None:
+        """Update a buffer in place (a graph's input), from another device buffer."""
+        target[...] = source
+
+    def capture(self, launches) -> Callable[[], None]:
+        """The launches captured into a CUDA graph on a stream of their own; the result replays it.
+
+        Every module is loaded and every buffer allocated already (the eager step
+        did both), so the capture records kernels only; a replay waits for the
+        in-place input updates on the default stream and for itself.
+        """
+        stream = self.cp.cuda.Stream(non_blocking=True)
+        try:
+            with stream:
+                stream.begin_capture()
+                try:
+                    for launch in launches:
+                        launch.function(launch.grid, launch.block, launch.args)
+                finally:
+                    graph = stream.end_capture()
+        except Exception as error:
+            raise DeviceUnavailable(f"CUDA graph capture failed: {error}") from None
+
+        def replay() -> None:
+            try:
+                self.cp.cuda.runtime.deviceSynchronize()
+                graph.launch(stream)
+                stream.synchronize()
+            except Exception as error:
+                raise DeviceUnavailable(f"CUDA graph replay failed: {error}") from None
+
+        return replay
 
     def upload(self, array: np.ndarray):
         return self.cp.asarray(np.ascontiguousarray(array))

@@ -85,6 +85,10 @@ def spread(devices: Sequence[int], work: Work, cases: Sequence[str]) -> tuple[li
     merged.device = next((provenance.device for provenance in provenances if provenance.device), None)
     merged.nvrtc_options = next((provenance.nvrtc_options for provenance in provenances if provenance.device),
                                 merged.nvrtc_options)
+    replays = [provenance.replay for provenance in provenances if provenance.replay]
+    if replays:
+        merged.replay = {**replays[0], **{key: sum(replay[key] for replay in replays)
+                                          for key in ("captures", "replayed_steps")}}
     merged.launches = [launch for case in interleave(shards) for provenance in provenances
                        for launch in provenance.for_case(case)]
     return reports, merged

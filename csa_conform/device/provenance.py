@@ -60,6 +60,7 @@ class RunProvenance:
     kernels: dict
     nvrtc_options: tuple[str, ...]
     launches: list[LaunchRecord] = field(default_factory=list)
+    replay: dict | None = None  # --replay: {"mode": "graph", "captures", "replayed_steps"}
 
     def record(self, launch: LaunchRecord) -> None:
         self.launches.append(launch)
@@ -73,4 +74,5 @@ class RunProvenance:
             "kernels": self.kernels,
             "nvrtc_options": list(self.nvrtc_options),
             "launches": [launch.to_dict() for launch in self.launches],
+            **({"replay": self.replay} if self.replay is not None else {}),
         }

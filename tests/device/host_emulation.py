@@ -79,6 +79,8 @@ class HostEmulationBackend:
                 converted.append(ctypes.c_void_p(arg.array.ctypes.data))
             elif isinstance(arg, np.float32):
                 converted.append(ctypes.c_float(float(arg)))
+            elif isinstance(arg, np.int64):
+                converted.append(ctypes.c_longlong(int(arg)))
             else:
                 converted.append(ctypes.c_int(int(arg)))
         for block_index in range(grid[0]):
@@ -86,6 +88,9 @@ class HostEmulationBackend:
                 library.csa_host_set_thread(block_index, thread, block[0])
                 kernel(*converted)
         self.launches += 1
+
+    def copy_into(self, target, source) -> None:
+        target.array[...] = source.array
 
     def upload(self, array):
         return EmulatedArray(np.array(array, copy=True))

@@ -10,7 +10,9 @@ more than one stage).
 
 A mutant whose ``caught_by`` is not ``diff`` is a bug a plain eager diff
 cannot see; only that mode of ``diff`` (specs/device-depth.md) may catch it,
-at the stages in ``isolated``.
+at the stages in ``isolated``. A bug that changes the ABI has a host half too:
+``host`` names a patch of the runner's launch (``HOST_PATCHES``), applied with
+pytest's monkeypatch for the duration of the test.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class Mutant:
     cases: str
     why: str
     caught_by: str = "diff"
+    host: str = ""
 
     def apply(self, source: Path, target: Path) -> Path:
         """Copy kernel directory ``source`` to ``target`` with this patch applied."""
@@ -195,6 +200,40 @@ MUTANTS = (
         "Y reads its own never-written buffer at weight zero: exact while the garbage is finite, NaN once it is not",
         caught_by="repeat",
     ),
+    Mutant(
+        "r128_decode_length_by_value",
+        "csa_ratio128_compression.cu",
+        "    int past_row_records, int cache_row_records, int cache_fp8, const long long* total_ptr)\n{\n",
+        "    int past_row_records, int cache_row_records, int cache_fp8, long long total_value)\n{\n"
+        "    const long long* total_ptr = &total_value;\n",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r128-resumed-247-*",
+        "the decode compressor takes the sequence length by value: right eagerly, frozen in a replayed graph "
+        "(the new token lands in the captured step's carry slot)",
+        caught_by="replay",
+        host="r128_compression_total_by_value",
+    ),
 )
 
 DIFF_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by == "diff")
+
+
+def _r128_compression_total_by_value(monkeypatch) -> None:
+    """The ratio-128 compressor launch passes total_sequence_length by value, read on the host."""
+    from csa_conform.device import launches
+
+    compress = launches.compress
+
+    def by_value(run, launch):
+        if run.g.ratio == 128:
+            run.total = lambda: np.int64(int(run.t.host("total_sequence_length")))
+        try:
+            compress(run, launch)
+        finally:
+            run.__dict__.pop("total", None)
+
+    monkeypatch.setattr(launches, "compress", by_value)
+
+
+HOST_PATCHES = {"r128_compression_total_by_value": _r128_compression_total_by_value}

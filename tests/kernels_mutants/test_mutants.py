@@ -19,7 +19,7 @@ from csa_conform.device.kernels import MODULES, PRELUDE
 from csa_conform.device.modes import STAGES
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
-from mutants import DIFF_MUTANTS, MUTANTS
+from mutants import DIFF_MUTANTS, HOST_PATCHES, MUTANTS
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -72,28 +72,40 @@ def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_gold
 
 
 # How each mode of diff is asked for, and the verdict it gives (csa_conform.device.conformance).
-MODES = {"repeat": ({"repeat": 3}, "non-deterministic")}
+MODES = {"repeat": ({"repeat": 3}, "non-deterministic"), "replay": ({"replay": "graph"}, "replay-mismatch")}
 MODE_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by != "diff")
 
 
 def test_every_mode_has_a_mutant_only_it_catches():
     assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES)
+    assert all(mutant.host in HOST_PATCHES for mutant in MUTANTS if mutant.host)
 
 
 @pytest.mark.usefixtures("emulated_cuda")
 @pytest.mark.parametrize("mutant", MODE_MUTANTS, ids=lambda mutant: mutant.name)
-def test_mode_mutant_is_caught_by_its_mode_only_on_the_host_emulation(mutant, device_goldens, tmp_path):
+def test_mode_mutant_is_caught_by_its_mode_only_on_the_host_emulation(mutant, device_goldens, tmp_path, monkeypatch):
     kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    if mutant.host:
+        HOST_PATCHES[mutant.host](monkeypatch)
     for mode in ("chained", "isolated"):
         assert not any(_divergences(device_goldens, kernels, mode, mutant.cases)), f"plain {mode} diff caught it"
-    depth, status = MODES[mutant.caught_by]
-    flagged = [stages for stages in _flagged(device_goldens, kernels, "chained", mutant.cases, status, **depth)
-               if stages]
-    assert flagged, f"{mutant.name} was not caught by {mutant.caught_by}"
-    assert {stages[0] for stages in flagged} == {mutant.stage}
-    assert set().union(*map(set, flagged)) == mutant.isolated
-    clean = _flagged(device_goldens, KERNELS, "chained", mutant.cases, status, **depth)
-    assert not any(clean), f"the built-in kernels are flagged {status}"
+    for name, (depth, status) in MODES.items():
+        flagged = [stages for stages in _flagged(device_goldens, kernels, "chained", mutant.cases, status, **depth)
+                   if stages]
+        if name != mutant.caught_by:
+            assert not flagged, f"{mutant.name} was caught by {name}, not only by {mutant.caught_by}"
+            continue
+        assert flagged, f"{mutant.name} was not caught by {mutant.caught_by}"
+        assert {stages[0] for stages in flagged} == {mutant.stage}
+        assert set().union(*map(set, flagged)) == mutant.isolated
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_the_builtin_kernels_pass_every_mode_on_the_host_emulation(mode, device_goldens):
+    depth, status = MODES[mode]
+    assert not any(_flagged(device_goldens, KERNELS, "chained", "*", status, **depth))
+    assert not any(_divergences(device_goldens, KERNELS, "chained", "*"))
 
 
 @pytest.mark.cuda
