@@ -16,7 +16,7 @@ import json
 import xml.etree.ElementTree as ElementTree
 
 from csa_conform.errors import UsageError
-from csa_conform.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION, results_document
+from csa_conform.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION, SANITIZER, results_document
 from csa_conform.shards import SHARD_OPTION, interleave, parse_shard, without_shard
 
 
@@ -80,6 +80,13 @@ def junit_xml(documents: list[dict]) -> str:
                 failure.text = "\n".join(
                     f"[{entry['type']}] {entry['message']}\n  reproduce: {entry['reproduce']}" for entry in failures
                 )
+        for document in members:
+            if document.get("sanitizer"):
+                failed_run = _sanitizer_case(suite, command, document["sanitizer"])
+                suite.set("tests", str(int(suite.get("tests")) + 1))
+                suite.set("failures", str(int(suite.get("failures")) + failed_run))
+                totals["tests"] += 1
+                totals["failures"] += failed_run
         for document in errors:
             # The run itself failed (exit code 2 or 4): one failing test case says why.
             testcase = ElementTree.SubElement(suite, "testcase", classname=f"{command}.run", name="run", time="0.000")
@@ -93,6 +100,19 @@ def junit_xml(documents: list[dict]) -> str:
     suites.set("time", _seconds(totals["time"]))
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _sanitizer_case(suite, command: str, sanitized: dict) -> int:
+    """compute-sanitizer's report names kernels, not cases: one test case per sanitized run (1 if it failed)."""
+    testcase = ElementTree.SubElement(suite, "testcase", classname=f"{command}.sanitizer", name=sanitized["tool"],
+                                      time="0.000")
+    findings = sanitized["findings"]
+    if not findings and not sanitized["error_count"]:
+        return 0
+    message = findings[0]["summary"] if findings else f"{sanitized['error_count']} errors"
+    failure = ElementTree.SubElement(testcase, "failure", type=SANITIZER, message=message)
+    failure.text = "\n".join([finding["summary"] for finding in findings] + [f"reproduce: {sanitized['reproduce']}"])
+    return 1
 
 
 def merged_summary(documents: list[dict]) -> dict:

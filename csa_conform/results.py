@@ -47,6 +47,7 @@ REJECTION_MISMATCH = "rejection-mismatch"
 STEP_REJECTED = "step-rejected"
 NON_DETERMINISTIC = "non-deterministic"
 REPLAY_MISMATCH = "replay-mismatch"
+SANITIZER = "sanitizer"
 ERROR = "error"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import json
 import os
 import shlex
 import sys
@@ -42,11 +43,12 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.errors import UsageError
+from csa_conform.device.sanitizer import SANITIZER, run_sanitized
+from csa_conform.errors import DeviceUnavailable, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
-from csa_conform.shards import Shard
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.shards import Shard
 from csa_conform.stages import BY_NAME
 
 
@@ -230,6 +232,42 @@ def _header(provenance: RunProvenance, options: DiffOptions, stages: tuple[str, 
     ]
 
 
+def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], case_glob: str | None,
+                   shard: Shard | None, as_json: bool) -> ExitCode:
+    """The diff re-run under compute-sanitizer: its document plus the sanitizer's findings."""
+    words = [options.file, "--stage", "all" if stages == STAGES else ",".join(stages), "--mode", options.mode.value,
+             "--shard", str(shard or "1/1")]
+    words += ["--case", case_glob] if case_glob else []
+    words += ["--force-host", options.forced] if options.force_host else []
+    words += ["--kernels", options.kernels] if options.kernels else []
+    words += ["--ulp", str(options.ulp), "--repeat", str(options.repeat)]
+    words += ["--replay", options.replay] if options.replay else []
+    run = run_sanitized(tool, words)
+    try:
+        document = json.loads(run.stdout)
+    except json.JSONDecodeError:
+        reason = (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
+        raise DeviceUnavailable(f"the diff under {shlex.join(run.command[:3])} printed no results: {reason}") from None
+    findings = [finding.to_dict() for finding in run.findings]
+    code = ExitCode.DIVERGED if findings or run.error_count else ExitCode(document["exit_code"])
+    document.update(argv=argv(), passed=document["passed"] and code == ExitCode.OK, exit_code=int(code))
+    document["options"]["sanitize"] = tool
+    reproduce = shlex.join([SANITIZER, "--tool", tool, "csa-conform", "diff", *words])
+    document["sanitizer"] = {"tool": tool, "reproduce": reproduce, "error_count": run.error_count,
+                             "findings": findings}
+    if as_json:
+        emit_json(document)
+        return code
+    summary = document["summary"]
+    click.echo(f"csa-conform diff under {SANITIZER} --tool {tool}: {summary['cases']} cases, "
+               f"{summary['failed']} failed; {tool} reported {run.error_count or 0} errors")
+    for finding in run.findings:
+        click.echo(f"  {finding.summary()}")
+    if findings:
+        click.echo(f"  reproduce: {reproduce}")
+    return code
+
+
 def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
            ulp: int) -> tuple[CaseReport, float]:
     started = time.perf_counter()
@@ -279,8 +317,8 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @device_depth_options
 @output_options
 @boundary
-def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, replay, shard, devices,
-         as_json, quiet):
+def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, repeat, replay, sanitize, shard,
+         devices, as_json, quiet):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -296,6 +334,10 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, re
     """
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp, repeat, replay)
     shard = effective_shard(shard)
+    if sanitize:
+        if devices is not False:
+            raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
+        return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json)
     timed_reports, provenance, golden_ref = run_diff(options, stages, case_glob, quiet or as_json, shard, devices)
     reports = [report for report, _ in timed_reports]
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED

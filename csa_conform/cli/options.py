@@ -14,6 +14,7 @@ import click
 
 from csa_conform.device.devices import parse_devices
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
+from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.resources import ci_goldens
 from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
@@ -121,6 +122,9 @@ device_depth_options = _compose(
     click.option("--replay", type=click.Choice(["graph"]), default=None,
                  help="Also replay every step's launches on a CUDA graph captured once per stream, inputs updated "
                  "in place; bytes that differ from the eager run are a replay-mismatch (exit 1)."),
+    click.option("--sanitize", type=click.Choice(SANITIZER_TOOLS), default=None,
+                 help="Run the diff under NVIDIA compute-sanitizer with this tool; any error it reports is a "
+                 "finding (exit 1); exit 4 when compute-sanitizer is not installed."),
     click.option("--shard", default=None, metavar="K/N",
                  help=f"Run only shard K of N (cases split round robin); default from {SHARD_ENV}=K/N or "
                  f"{NODE_INDEX_ENV}/{NODE_TOTAL_ENV}. `report` merges the shards' documents."),

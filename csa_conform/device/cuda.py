@@ -8,15 +8,18 @@ Modules go through NVRTC directly (not RawModule, whose compile forces
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import numpy as np
 
 from csa_conform.device.kernels import NVRTC_OPTIONS, ModuleSource
 from csa_conform.device.provenance import DeviceInfo
+from csa_conform.device.sanitizer import INITCHECK, SANITIZER_ENV
 from csa_conform.errors import DeviceUnavailable
 
 _COMPILED: dict[str, object] = {}
+initialised = False  # whether this process has a CUDA context (a fork of it could not use CUDA)
 
 # What an uninitialised buffer holds: a fixed non-zero byte, so a plain run is reproducible and
 # a kernel that reads scratch it never wrote does not pass by the luck of zeroed memory.
@@ -48,6 +51,11 @@ class CudaBackend:
             raise DeviceUnavailable(f"no usable CUDA device: {error}") from None
         if count < 1:
             raise DeviceUnavailable("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
+        global initialised
+        initialised = True
+        self.sanitizer = os.environ.get(SANITIZER_ENV, "")
+        if self.sanitizer:
+            cupy.cuda.set_allocator(None)  # every buffer its own allocation, as compute-sanitizer must see it
         self.cp = cupy
 
     def info(self) -> DeviceInfo:
@@ -157,6 +165,8 @@ class CudaBackend:
         return self.cp.asarray(np.ascontiguousarray(array))
 
     def empty(self, shape, dtype):
+        if self.sanitizer == INITCHECK:
+            return self.cp.empty(shape, dtype=dtype)  # left uninitialised for initcheck to watch
         return self.poisoned(shape, dtype, POISON)
 
     def poisoned(self, shape, dtype, pattern: int):

@@ -7,7 +7,8 @@ parent merges the reports in case order and the launch records case by case,
 so the results document is the one a single GPU writes, timings aside.
 Workers are forked, which keeps what the parent set up; the parent itself
 never initialises CUDA (for ``all`` it counts the GPUs in a child process),
-because a CUDA context does not survive a fork.
+because a CUDA context does not survive a fork. A process that already has
+one (a test session that used the device) spawns its workers instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
+from csa_conform.device import cuda
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.errors import DeviceUnavailable, UsageError
 from csa_conform.shards import Shard, interleave
@@ -77,7 +79,8 @@ def spread(devices: Sequence[int], work: Work, cases: Sequence[str]) -> tuple[li
     """``work(cases)`` split over one forked worker per device; reports and launches merged in case order."""
     visible = [visible_device(ordinal) for ordinal in devices]
     shards = [Shard(index + 1, len(devices)).select(cases) for index in range(len(devices))]
-    with ProcessPoolExecutor(max_workers=len(devices), mp_context=multiprocessing.get_context("fork")) as pool:
+    context = multiprocessing.get_context("spawn" if cuda.initialised else "fork")
+    with ProcessPoolExecutor(max_workers=len(devices), mp_context=context) as pool:
         done = list(pool.map(_worker, visible, [work] * len(devices), shards))
     reports = interleave([reports for reports, _ in done])
     provenances = [provenance for _, provenance in done]

@@ -45,11 +45,25 @@ def build_prelude(build_dir: Path, kernels: KernelDirectory | None = None) -> ct
     return _build(source, "host_prelude.cpp", build_dir)
 
 
+# Bytes after every emulated buffer: a kernel writing past the end (what compute-sanitizer's memcheck
+# reports on a GPU) lands here instead of in the host heap.
+GUARD_BYTES = 64
+
+
+def _guarded(shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    base = np.empty(count * dtype.itemsize + GUARD_BYTES, np.uint8)
+    return base[: count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 class EmulatedArray:
-    """A 'device' buffer: host memory the runner cannot mistake for a host tensor."""
+    """A 'device' buffer: host memory the runner cannot mistake for a host tensor, with a guard after it."""
 
     def __init__(self, array: np.ndarray):
-        self.array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        self.array = _guarded(array.shape, array.dtype)
+        self.array[...] = array
 
     shape = property(lambda self: self.array.shape)
     ndim = property(lambda self: self.array.ndim)
@@ -93,7 +107,7 @@ class HostEmulationBackend:
         target.array[...] = source.array
 
     def upload(self, array):
-        return EmulatedArray(np.array(array, copy=True))
+        return EmulatedArray(array)
 
     def empty(self, shape, dtype):
         """Uninitialised like the CUDA backend's device memory: 0xA5 bytes."""

@@ -179,3 +179,12 @@ def test_devices_are_counted_within_the_visible_ones(monkeypatch):
 def test_bad_device_lists_are_usage_errors(device_goldens, spec):
     result = CliRunner().invoke(diff, [str(device_goldens), "--devices", spec])
     assert result.exit_code == ExitCode.USAGE and "is not 'all' or distinct device ordinals" in result.output
+
+
+def test_a_process_with_a_cuda_context_spawns_its_workers(device_goldens, monkeypatch):
+    """A fork cannot use its parent's CUDA context, so after the device was used workers are spawned
+    (and get the work by pickling; an all-host run needs no device to show it)."""
+    monkeypatch.setattr(cuda, "initialised", True)
+    _, single = _run(device_goldens, "--force-host", "all")
+    _, spawned = _run(device_goldens, "--force-host", "all", "--devices", "0,1")
+    assert _untimed(spawned) == _untimed(single)

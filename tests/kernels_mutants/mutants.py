@@ -10,7 +10,8 @@ more than one stage).
 
 A mutant whose ``caught_by`` is not ``diff`` is a bug a plain eager diff
 cannot see; only that mode of ``diff`` (specs/device-depth.md) may catch it,
-at the stages in ``isolated``. A bug that changes the ABI has a host half too:
+at the stages in ``isolated``, and of compute-sanitizer's tools only ``sanitizer``
+(initcheck is made to see reads of memory never written). A bug that changes the ABI has a host half too:
 ``host`` names a patch of the runner's launch (``HOST_PATCHES``), applied with
 pytest's monkeypatch for the duration of the test.
 """
@@ -36,6 +37,7 @@ class Mutant:
     why: str
     caught_by: str = "diff"
     host: str = ""
+    sanitizer: str = ""  # the compute-sanitizer tool that reports it, if any
 
     def apply(self, source: Path, target: Path) -> Path:
         """Copy kernel directory ``source`` to ``target`` with this patch applied."""
@@ -199,6 +201,7 @@ MUTANTS = (
         "boundaries.r4-*",
         "Y reads its own never-written buffer at weight zero: exact while the garbage is finite, NaN once it is not",
         caught_by="repeat",
+        sanitizer="initcheck",
     ),
     Mutant(
         "r128_decode_length_by_value",
@@ -213,6 +216,19 @@ MUTANTS = (
         "(the new token lands in the captured step's carry slot)",
         caught_by="replay",
         host="r128_compression_total_by_value",
+    ),
+    Mutant(
+        "index_scores_written_past_the_scratch",
+        "csa_ratio4_index_select.cu",
+        "        record_scores[record_id] = weighted;\n    }\n",
+        "        record_scores[record_id] = weighted;\n    }\n"
+        "    if (row == batch * sequence - 1) record_scores[record_capacity] = 0.0f;\n",
+        "index_scoring",
+        frozenset({"index_scoring"}),
+        "boundaries.r4-*",
+        "the last row writes one score past the end of the score scratch, which nothing reads back",
+        caught_by="sanitize",
+        sanitizer="memcheck",
     ),
 )
 

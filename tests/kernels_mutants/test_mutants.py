@@ -74,10 +74,11 @@ def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_gold
 # How each mode of diff is asked for, and the verdict it gives (csa_conform.device.conformance).
 MODES = {"repeat": ({"repeat": 3}, "non-deterministic"), "replay": ({"replay": "graph"}, "replay-mismatch")}
 MODE_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by != "diff")
+SANITIZE = "sanitize"  # compute-sanitizer needs a GPU: here only "no other mode catches it" is checked
 
 
 def test_every_mode_has_a_mutant_only_it_catches():
-    assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES)
+    assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES) | {SANITIZE}
     assert all(mutant.host in HOST_PATCHES for mutant in MUTANTS if mutant.host)
 
 
@@ -92,7 +93,7 @@ def test_mode_mutant_is_caught_by_its_mode_only_on_the_host_emulation(mutant, de
     for name, (depth, status) in MODES.items():
         flagged = [stages for stages in _flagged(device_goldens, kernels, "chained", mutant.cases, status, **depth)
                    if stages]
-        if name != mutant.caught_by:
+        if name != mutant.caught_by:  # a sanitizer-only mutant must pass every mode the emulation has
             assert not flagged, f"{mutant.name} was caught by {name}, not only by {mutant.caught_by}"
             continue
         assert flagged, f"{mutant.name} was not caught by {mutant.caught_by}"
@@ -124,4 +125,49 @@ def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_devi
         verdicts[mode] = [[s for s in STAGES if case["verdicts"][s] == "diverged"] for case in cases]
     assert {stages[0] for stages in verdicts["chained"] if stages} == {mutant.stage}
     assert set().union(*map(set, verdicts["isolated"])) == mutant.isolated
+    shutil.rmtree(kernels)
+
+
+def _sanitizer_or_skip() -> None:
+    from csa_conform.device.sanitizer import find_sanitizer
+    from csa_conform.errors import DeviceUnavailable
+
+    try:
+        find_sanitizer()
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mutant", MODE_MUTANTS, ids=lambda mutant: mutant.name)
+def test_mode_mutant_is_caught_by_its_mode_only_on_the_device(mutant, tmp_path, cuda_device, monkeypatch):
+    if not CI_GOLDENS.exists():
+        pytest.fail(f"{CI_GOLDENS} is missing (csa-conform generate --suite ci -o goldens/ci.h5)")
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    if mutant.host:
+        HOST_PATCHES[mutant.host](monkeypatch)
+    base = [str(CI_GOLDENS), "--kernels", str(kernels), "--case", mutant.cases, "--json"]
+
+    def run(*flags):
+        result = CliRunner().invoke(diff, base + list(flags))
+        assert result.exit_code in (ExitCode.OK, ExitCode.DIVERGED), result.output[-2000:]
+        return result.exit_code, json.loads(result.stdout)
+
+    for mode in ("chained", "isolated"):
+        assert run("--mode", mode)[0] == ExitCode.OK, f"plain {mode} diff caught {mutant.name}"
+    for name, flags in (("repeat", ["--repeat", "5"]), ("replay", ["--replay", "graph"])):
+        code, document = run(*flags)
+        if name != mutant.caught_by:
+            assert code == ExitCode.OK, f"{mutant.name} was caught by {name}"
+            continue
+        status = MODES[name][1]
+        flagged = [[s for s in STAGES if case["verdicts"][s] == status] for case in document["cases"]]
+        assert code == ExitCode.DIVERGED and set().union(*map(set, flagged)) == mutant.isolated
+    if mutant.host:
+        return  # the sanitizer's child process runs the kernel directory as it is, without the host half
+    _sanitizer_or_skip()
+    for tool in ("memcheck", "initcheck"):
+        code, document = run("--sanitize", tool)
+        findings = document["sanitizer"]["findings"]
+        assert (code == ExitCode.DIVERGED) == (tool == mutant.sanitizer), (tool, findings[:3])
     shutil.rmtree(kernels)
