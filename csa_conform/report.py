@@ -2,11 +2,12 @@
 
 The shards of one run (documents whose ``options`` name a ``shard``) first
 merge back into the document the unsharded run writes (csa_conform.shards).
-Documents of the same command on the same golden file merge into one test suite; each case is one test case, with its time,
-and a failing case carries one ``failure`` whose ``type`` is its first
-failure's and whose message names the tensor, the first differing element
-and the expected and actual values. The text lists every failure and the
-command that reproduces it. The XML follows the common JUnit schema
+Documents of the same command on the same golden file merge into one test
+suite; each case is one test case, with its time, and a failing case
+carries one ``failure`` whose ``type`` is its first failure's and whose
+message names the tensor, the first differing element and the expected and
+actual values. The text lists every failure and the command that
+reproduces it. The XML follows the common JUnit schema
 (tests/cli/junit.xsd checks it).
 """
 

@@ -188,7 +188,8 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
-    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
+    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "ok": "green",
+              "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:

@@ -112,4 +112,3 @@ class DeviceRunner:
 
     def _launch_parameters(self) -> dict[str, tuple[str, ...]]:
         return {entry: self.kernels.module(module).parameters for module, entry in MODULES.items()}
-

@@ -79,7 +79,8 @@ class SanitizerFinding:
 
 
 def kernel_name(location: str) -> str:
-    """The kernel in an ``at`` line: 'kernel+0x50', 'kernel(int*)+0x50 in f.cu:14' or '0x3c8 in f.cu:17:kernel(int*)'."""
+    """The kernel of an ``at`` line, in any of the spellings compute-sanitizer and cuda-memcheck used:
+    'kernel+0x50', 'kernel(int*)+0x50 in f.cu:14' or '0x3c8 in f.cu:17:void kernel(int*)'."""
     location = location.strip()
     if location.startswith("0x") and " in " in location:
         location = location.split(" in ", 1)[1].rsplit(":", 1)[-1]
