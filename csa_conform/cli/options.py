@@ -14,6 +14,7 @@ import click
 
 from csa_conform.device.devices import parse_devices
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
+from csa_conform.device.replay import REPLAY_MODES
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.resources import ci_goldens
@@ -119,7 +120,7 @@ device_depth_options = _compose(
     click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
                  help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run; "
                  "any byte that differs between runs is a non-deterministic finding (exit 1)."),
-    click.option("--replay", type=click.Choice(["graph"]), default=None,
+    click.option("--replay", type=click.Choice(REPLAY_MODES), default=None,
                  help="Also replay every step's launches on a CUDA graph captured once per stream, inputs updated "
                  "in place; bytes that differ from the eager run are a replay-mismatch (exit 1)."),
     click.option("--sanitize", type=click.Choice(SANITIZER_TOOLS), default=None,

@@ -25,7 +25,7 @@ from typing import Callable, ClassVar, Mapping
 import numpy as np
 
 GRAPH = "graph"
-REPLAY_MODES = (GRAPH,)
+REPLAY_MODES = (GRAPH,)  # what --replay takes
 
 
 @dataclass

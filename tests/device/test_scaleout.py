@@ -150,6 +150,7 @@ def fake_devices(monkeypatch, emulation_backend, tmp_path):
         return emulation_backend
 
     monkeypatch.setattr(cuda, "CudaBackend", backend)
+    monkeypatch.setattr(cuda, "initialised", False)  # as in a fresh process (other tests build backends)
     monkeypatch.delenv(devices.VISIBLE_ENV, raising=False)
     return log
 
