@@ -202,4 +202,8 @@ def _merge_kernels(described: list[dict | None]) -> dict | None:
             key = (launch["path"], launch["module"], launch.get("entry", ""), launch.get("source_sha256", ""))
             counted.setdefault(key, {**launch, "count": 0})["count"] += launch["count"]
     merged["launches"] = [counted[key] for key in sorted(counted)]
+    replays = [kernels["replay"] for kernels in present if kernels.get("replay")]
+    if replays:
+        merged["replay"] = {**replays[0], **{key: sum(replay[key] for replay in replays)
+                                             for key in ("captures", "replayed_steps")}}
     return merged

@@ -98,6 +98,8 @@ class DeviceRunner:
         plan = self.plan(geometry.ratio)
         if plan.mode is Mode.ISOLATED and reference is None:
             raise UsageError("isolated mode needs the oracle's stage payloads for the step")
+        if self.replayer is not None and self._backend is not None:
+            self._backend.take_step()  # what a step that raised left recorded is no step to replay
         tensors = StepTensors(self.backend)
         for name, value in inputs.items():
             tensors.put(name, value)

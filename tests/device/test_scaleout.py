@@ -90,12 +90,13 @@ def sink_kernels(tmp_path):
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_merged_shards_are_the_unsharded_run(device_goldens, sink_kernels, tmp_path):
-    code, whole = _run(device_goldens, "--kernels", sink_kernels)
+@pytest.mark.parametrize("mode", [[], ["--replay", "graph"]], ids=["eager", "replay"])
+def test_merged_shards_are_the_unsharded_run(device_goldens, sink_kernels, tmp_path, mode):
+    code, whole = _run(device_goldens, "--kernels", sink_kernels, *mode)
     assert code == ExitCode.DIVERGED and 0 < whole["summary"]["failed"] < whole["summary"]["cases"]
     paths = []
     for index in (1, 2, 3):
-        _, shard = _run(device_goldens, "--kernels", sink_kernels, "--shard", f"{index}/3")
+        _, shard = _run(device_goldens, "--kernels", sink_kernels, "--shard", f"{index}/3", *mode)
         assert shard["options"]["shard"] == f"{index}/3"
         assert [case["case"] for case in shard["cases"]] == [case["case"] for case in whole["cases"]][index - 1::3]
         paths.append(tmp_path / f"shard-{index}.json")
@@ -155,14 +156,15 @@ def fake_devices(monkeypatch, emulation_backend, tmp_path):
     return log
 
 
-@pytest.mark.parametrize("spec", ["0,1", "all"])
+@pytest.mark.parametrize("spec, mode", [("0,1", []), ("all", []), ("0,1", ["--replay", "graph"])],
+                         ids=["0,1", "all", "0,1-replay"])
 def test_devices_spread_cases_over_worker_processes_and_merge_to_one_devices_result(
-        device_goldens, sink_kernels, fake_devices, monkeypatch, spec):
+        device_goldens, sink_kernels, fake_devices, monkeypatch, spec, mode):
     monkeypatch.setattr(devices, "device_count", lambda: 2)
-    _, single = _run(device_goldens, "--kernels", sink_kernels)
+    _, single = _run(device_goldens, "--kernels", sink_kernels, *mode)
     assert [path.name for path in fake_devices.iterdir()] == [str(os.getpid())]
     (fake_devices / str(os.getpid())).unlink()
-    _, spread = _run(device_goldens, "--kernels", sink_kernels, "--devices", spec)
+    _, spread = _run(device_goldens, "--kernels", sink_kernels, "--devices", spec, *mode)
     workers = {path.name: path.read_text() for path in fake_devices.iterdir()}
     assert len(workers) == 2 and str(os.getpid()) not in workers
     assert sorted(workers.values()) == ["0", "1"]
