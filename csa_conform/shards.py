@@ -18,7 +18,7 @@ not set. ``--shard`` overrides both; ``--shard 1/1`` runs everything.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence, TypeVar
 
 from csa_conform.errors import UsageError
@@ -35,6 +35,7 @@ SHARD_OPTION = "shard"
 class Shard:
     index: int  # 1-based, as CI systems count
     total: int
+    origin: str = field(default="--shard", compare=False)  # the option or the variables it came from
 
     def __str__(self) -> str:
         return f"{self.index}/{self.total}"
@@ -48,7 +49,7 @@ def parse_shard(text: str, origin: str = "--shard") -> Shard:
     index, slash, total = str(text).strip().partition("/")
     if not slash or not index.isdigit() or not total.isdigit() or not 1 <= int(index) <= int(total):
         raise UsageError(f"{origin}: {text!r} is not a shard K/N with 1 <= K <= N")
-    return Shard(int(index), int(total))
+    return Shard(int(index), int(total), origin)
 
 
 def shard_from_environment(environ: Mapping[str, str] | None = None) -> Shard | None:

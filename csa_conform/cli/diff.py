@@ -335,6 +335,8 @@ def diff(file, stages, mode, case_glob, force_host, kernels, ulp, git_bisect, re
     """
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), kernels, ulp, repeat, replay)
     shard = effective_shard(shard)
+    if shard is not None and shard.origin != "--shard":
+        click.echo(f"diff: running shard {shard} of the cases ({shard.origin}; --shard 1/1 runs all)", err=True)
     if sanitize:
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")

@@ -130,6 +130,9 @@ def test_report_refuses_shards_that_do_not_make_one_run(device_goldens, tmp_path
 
 @pytest.mark.usefixtures("emulated_cuda")
 def test_ci_variables_pick_the_shard_and_one_of_one_is_everything(device_goldens):
+    result = CliRunner().invoke(diff, [str(device_goldens), "--force-host", "all", "-q"],
+                                env={"CI_NODE_INDEX": "2", "CI_NODE_TOTAL": "3"})
+    assert "running shard 2/3 of the cases (CI_NODE_INDEX/CI_NODE_TOTAL; --shard 1/1 runs all)" in result.stderr
     _, gitlab = _run(device_goldens, "--force-host", "all", env={"CI_NODE_INDEX": "2", "CI_NODE_TOTAL": "3"})
     _, option = _run(device_goldens, "--force-host", "all", "--shard", "2/3")
     assert _untimed(gitlab) == _untimed(option) and gitlab["options"]["shard"] == "2/3"
