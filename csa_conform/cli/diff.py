@@ -228,7 +228,9 @@ def _header(provenance: RunProvenance, options: DiffOptions, stages: tuple[str, 
     forced = options.forced or "none"
     return [
         f"csa-conform diff {options.file}: mode {options.mode.value}, stages "
-        f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}",
+        f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}"
+        + (f", every launch run {options.repeat} times" if options.repeat > 1 else "")
+        + (f", replayed on a CUDA {options.replay}" if options.replay else ""),
         f"kernels {kernels['path']}{' (builtin)' if kernels['builtin'] else ''}; force-host {forced}; device {where}",
     ]
 

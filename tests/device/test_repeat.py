@@ -131,6 +131,7 @@ def test_a_read_of_never_written_memory_is_its_own_verdict(device_goldens, tmp_p
     table = CliRunner().invoke(diff, args)
     assert table.exit_code == ExitCode.DIVERGED
     assert "NDET" in table.output and "DIFF" not in table.output
+    assert "ulp 0, every launch run 3 times" in table.output
     assert "non-deterministic: 1 of 3 runs differ from run 1 in argument 6 (output) of csa_ratio4_sink_attention" \
         in table.output
     assert "--repeat 3" in table.output

@@ -118,6 +118,7 @@ def test_a_length_passed_by_value_is_caught_and_explained_by_replay_only(device_
     table = CliRunner().invoke(diff, args + ["--replay", "graph"])
     assert table.exit_code == ExitCode.DIVERGED
     assert "GRAPH" in table.output and "DIFF" not in table.output
+    assert "ulp 0, replayed on a CUDA graph" in table.output
     assert ("argument 14 of csa_ratio128_compress (total_value) is passed by value and was frozen at capture "
             "(step 1: 257, this step: 258)") in table.output
     document = json.loads(CliRunner().invoke(diff, args + ["--replay", "graph", "--json"]).stdout)
