@@ -1,19 +1,24 @@
 """CI artefacts from results documents: one JUnit XML and one merged JSON for any number of runs.
 
-Documents of the same command on the same golden file (the shards of one
-run) merge into one test suite; each case is one test case, with its time,
-and a failing case carries one ``failure`` whose ``type`` is its first
-failure's and whose message names the tensor, the first differing element
-and the expected and actual values. The text lists every failure and the
-command that reproduces it. The XML follows the common JUnit schema
+The shards of one run (documents whose ``options`` name a ``shard``) first
+merge back into the document the unsharded run writes (csa_conform.shards).
+Documents of the same command on the same golden file merge into one test
+suite; each case is one test case, with its time, and a failing case
+carries one ``failure`` whose ``type`` is its first failure's and whose
+message names the tensor, the first differing element and the expected and
+actual values. The text lists every failure and the command that
+reproduces it. The XML follows the common JUnit schema
 (tests/cli/junit.xsd checks it).
 """
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ElementTree
 
-from csa_conform.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION
+from csa_conform.errors import UsageError
+from csa_conform.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION, SANITIZER, results_document
+from csa_conform.shards import SHARD_OPTION, interleave, parse_shard, without_shard
 
 
 def _failures(case: dict) -> list[dict]:
@@ -24,6 +29,8 @@ def _failures(case: dict) -> list[dict]:
         if step.get("failure"):
             failure = step["failure"]
             found.append({**failure, "message": f"{where}: {failure['message']}"})
+        found.extend({**finding, "message": f"{where}: {finding['message']}"}
+                     for finding in step.get("findings", []))
         for stage in step.get("stages", []):
             found.extend(
                 {"type": tensor["type"], "message": f"{where} {tensor['message']}", "reproduce": stage["reproduce"]}
@@ -74,6 +81,13 @@ def junit_xml(documents: list[dict]) -> str:
                 failure.text = "\n".join(
                     f"[{entry['type']}] {entry['message']}\n  reproduce: {entry['reproduce']}" for entry in failures
                 )
+        for document in members:
+            if document.get("sanitizer"):
+                failed_run = _sanitizer_case(suite, command, document["sanitizer"])
+                suite.set("tests", str(int(suite.get("tests")) + 1))
+                suite.set("failures", str(int(suite.get("failures")) + failed_run))
+                totals["tests"] += 1
+                totals["failures"] += failed_run
         for document in errors:
             # The run itself failed (exit code 2 or 4): one failing test case says why.
             testcase = ElementTree.SubElement(suite, "testcase", classname=f"{command}.run", name="run", time="0.000")
@@ -89,6 +103,19 @@ def junit_xml(documents: list[dict]) -> str:
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def _sanitizer_case(suite, command: str, sanitized: dict) -> int:
+    """compute-sanitizer's report names kernels, not cases: one test case per sanitized run (1 if it failed)."""
+    testcase = ElementTree.SubElement(suite, "testcase", classname=f"{command}.sanitizer", name=sanitized["tool"],
+                                      time="0.000")
+    findings = sanitized["findings"]
+    if not findings and not sanitized["error_count"]:
+        return 0
+    message = findings[0]["summary"] if findings else f"{sanitized['error_count']} errors"
+    failure = ElementTree.SubElement(testcase, "failure", type=SANITIZER, message=message)
+    failure.text = "\n".join([finding["summary"] for finding in findings] + [f"reproduce: {sanitized['reproduce']}"])
+    return 1
+
+
 def merged_summary(documents: list[dict]) -> dict:
     """The JSON artefact: every run document plus a total."""
     cases = sum(document["summary"]["cases"] for document in documents)
@@ -101,3 +128,82 @@ def merged_summary(documents: list[dict]) -> dict:
         "summary": {"runs": len(documents), "cases": cases, "failed": failed, "errors": errors},
         "runs": documents,
     }
+
+
+def _shard_key(document: dict) -> tuple:
+    options = {key: value for key, value in document["options"].items() if key != SHARD_OPTION}
+    golden = document.get("golden") or {}
+    return document["command"], golden.get("path"), golden.get("sha256"), json.dumps(options, sort_keys=True)
+
+
+def merge_shards(documents: list[dict]) -> list[dict]:
+    """Every run's shards merged into one document (in the place of its first shard); others as given."""
+    groups: dict[tuple, list[dict]] = {}
+    order: list = []
+    for document in documents:
+        if SHARD_OPTION not in document.get("options", {}):
+            order.append(document)
+            continue
+        key = _shard_key(document)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(document)
+    return [item if isinstance(item, dict) else _merge(groups[item]) for item in order]
+
+
+def _merge(shards: list[dict]) -> dict:
+    first = shards[0]
+    parsed = [parse_shard(shard["options"][SHARD_OPTION], "options.shard") for shard in shards]
+    total = parsed[0].total
+    where = f"{first['command']} {(first.get('golden') or {}).get('path')}"
+    if any(shard.total != total for shard in parsed):
+        raise UsageError(f"shards of {where} disagree on the shard count: {', '.join(map(str, parsed))}")
+    indexes = sorted(shard.index for shard in parsed)
+    if indexes != list(range(1, total + 1)):
+        missing = sorted(set(range(1, total + 1)) - set(indexes))
+        repeated = sorted({index for index in indexes if indexes.count(index) > 1})
+        problem = "; ".join(filter(None, (
+            missing and f"missing {', '.join(f'{index}/{total}' for index in missing)}",
+            repeated and f"given twice {', '.join(f'{index}/{total}' for index in repeated)}",
+        )))
+        raise UsageError(f"shards of {where} do not add up to one run: {problem}")
+    ordered = [shard for _, shard in sorted(zip((p.index for p in parsed), shards), key=lambda pair: pair[0])]
+    controls = [shard["control_run"] for shard in ordered]
+    document = results_document(
+        first["command"], without_shard(first["argv"]), interleave([shard["cases"] for shard in ordered]),
+        exit_code=_exit_code([shard["exit_code"] for shard in ordered]),
+        golden=first["golden"],
+        kernels=_merge_kernels([shard["kernels"] for shard in ordered]),
+        control=None if None in controls else all(controls),
+        options={key: value for key, value in first["options"].items() if key != SHARD_OPTION},
+    )
+    document["tool"] = first["tool"]
+    return document
+
+
+def _exit_code(codes: list[int]) -> int:
+    """0 when every shard passed, 1 when some diverged, else the first shard's other failure."""
+    failed = [code for code in codes if code]
+    if not failed:
+        return 0
+    return next((code for code in failed if code != 1), 1)
+
+
+def _merge_kernels(described: list[dict | None]) -> dict | None:
+    present = [kernels for kernels in described if kernels is not None]
+    if not present:
+        return None
+    merged = dict(present[0])
+    merged["device"] = next((kernels["device"] for kernels in present if kernels.get("device")), None)
+    counted: dict[tuple, dict] = {}
+    for kernels in present:
+        for launch in kernels.get("launches", []):
+            key = (launch["path"], launch["module"], launch.get("entry", ""), launch.get("source_sha256", ""))
+            counted.setdefault(key, {**launch, "count": 0})["count"] += launch["count"]
+    merged["launches"] = [counted[key] for key in sorted(counted)]
+    replays = [kernels["replay"] for kernels in present if kernels.get("replay")]
+    if replays:
+        merged["replay"] = {**replays[0], **{key: sum(replay[key] for replay in replays)
+                                             for key in ("captures", "replayed_steps")}}
+    return merged

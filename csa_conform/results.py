@@ -48,6 +48,9 @@ MISSING_TENSOR = "missing-tensor"
 CORRUPT_DATASET = "corrupt-dataset"
 REJECTION_MISMATCH = "rejection-mismatch"
 STEP_REJECTED = "step-rejected"
+NON_DETERMINISTIC = "non-deterministic"
+REPLAY_MISMATCH = "replay-mismatch"
+SANITIZER = "sanitizer"
 ERROR = "error"
 
 
@@ -194,6 +197,11 @@ def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) ->
         stage = failure["stage"] if failure["stage"] in report.stages else "all"
         steps[failure["step"]] = step_entry(failure["step"], failure=failure_entry(
             STEP_REJECTED, failure["message"], reproduce(stage), stage=failure["stage"]))
+    for finding in report.findings:
+        details = {key: value for key, value in finding.items() if key not in ("type", "step", "message")}
+        step = steps.setdefault(finding["step"], step_entry(finding["step"]))
+        step.setdefault("findings", []).append(
+            failure_entry(finding["type"], finding["message"], reproduce(finding["stages"][0]), **details))
     for verdict in report.diverged():
         if verdict.diffs:
             step = steps.setdefault(verdict.step, step_entry(verdict.step))
@@ -233,6 +241,7 @@ def kernel_provenance(provenance) -> dict:
 
     One record per launch (case x step x stage) is what made an all-host
     document 610 KB; a report needs what ran and from which source, not when.
+    Sorted, so shards and device workers merge into the unsharded run's list.
     """
     described = provenance.to_dict()
     counted: dict[tuple, dict] = {}
@@ -243,7 +252,7 @@ def kernel_provenance(provenance) -> dict:
             **({"entry": launch.entry, "source_sha256": launch.source_sha256} if launch.entry else {}),
         })
         found["count"] += 1
-    described["launches"] = list(counted.values())
+    described["launches"] = [counted[key] for key in sorted(counted)]
     return described
 
 

@@ -6,11 +6,14 @@ Presentation only: the replay and comparison live in csa_conform.device.
 from __future__ import annotations
 
 import fnmatch
+import functools
+import json
 import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import click
 
@@ -20,20 +23,33 @@ from csa_conform.cli.options import (
     DEFAULT_FILE,
     BuildChoice,
     case_selection,
+    device_depth_options,
     device_options,
     effective_force_host,
+    effective_shard,
     golden_file,
     output_options,
     stage_option,
 )
-from csa_conform.device.conformance import DIVERGED, IDENTICAL, NOT_APPLICABLE, CaseReport, check_case
+from csa_conform.device.conformance import (
+    DIVERGED,
+    IDENTICAL,
+    NONDETERMINISTIC,
+    NOT_APPLICABLE,
+    REPLAY_MISMATCH,
+    CaseReport,
+    check_case,
+)
+from csa_conform.device.devices import resolve_devices, spread
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.errors import UsageError
+from csa_conform.device.sanitizer import SANITIZER, run_sanitized
+from csa_conform.errors import DeviceUnavailable, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.shards import Shard
 from csa_conform.stages import BY_NAME
 
 
@@ -46,6 +62,8 @@ class DiffOptions:
     force_host: frozenset[str]
     ulp: int
     build: BuildChoice = BuildChoice()
+    repeat: int = 1
+    replay: str | None = None
 
     @property
     def forced(self) -> str:
@@ -62,15 +80,20 @@ class DiffOptions:
         words += self.build.words()
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
+        if self.repeat > 1:
+            words += ["--repeat", str(self.repeat)]
+        if self.replay:
+            words += ["--replay", self.replay]
         return shlex.join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
-        return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host)
+        return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
+                            repeat=self.repeat, replay=self.replay)
 
     def describe(self) -> dict:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
-                **self.build.describe(), "ulp": self.ulp}
+                **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -100,6 +123,10 @@ def _cell(report: CaseReport, stage: str) -> str:
         return "-"
     if verdict.status == DIVERGED:
         return "DIFF"
+    if verdict.status == NONDETERMINISTIC:
+        return "NDET"
+    if verdict.status == REPLAY_MISMATCH:
+        return "GRAPH"
     if verdict.status == IDENTICAL:
         return "ok" if verdict.placement == "device" else "ok(host)"
     return "."
@@ -115,6 +142,9 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
         failure = report.failure
         lines.append(f"{report.case} step {failure['step']}: the run stopped at {failure['stage']}: "
                      f"{failure['message']}")
+    for finding in report.findings:
+        lines.append(f"{report.case} step {finding['step']}: {finding['message']}")
+        lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
     for verdict in report.diverged():
         lines.append(f"{report.case} / {verdict.stage} (step {verdict.step}, {verdict.placement}):")
         if verdict.message:
@@ -156,7 +186,8 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
-    styles = {"DIFF": "bold red", "ok": "green", "ok(host)": "cyan", "-": "dim", ".": "dim"}
+    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "ok": "green",
+              "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:
@@ -172,11 +203,17 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
 
 
 def _summary(reports: list[CaseReport]) -> str:
-    diverged = sum(not report.passed for report in reports)
+    """Counts of cases; a case with a finding of --repeat or --replay counts under the first one's kind."""
+    failed = sum(not report.passed for report in reports)
+    kinds: dict[str, int] = {}
+    for report in reports:
+        if report.findings:
+            kinds[report.findings[0]["type"]] = kinds.get(report.findings[0]["type"], 0) + 1
     compared = sum(report.compared_steps for report in reports)
     rejected = sum(len(report.rejected_steps) for report in reports)
     return (f"{len(reports)} cases, {compared} steps compared, {rejected} oracle-rejected steps skipped: "
-            f"{len(reports) - diverged} conformant, {diverged} diverged")
+            f"{len(reports) - failed} conformant, {failed - sum(kinds.values())} diverged"
+            + "".join(f", {count} {kind}" for kind, count in kinds.items()))
 
 
 def build_lines(provenance: RunProvenance) -> list[str]:
@@ -191,10 +228,11 @@ def build_lines(provenance: RunProvenance) -> list[str]:
     return lines
 
 
-def run_header(command: str, runner: DeviceRunner, options: DiffOptions, stages: tuple[str, ...]) -> list[str]:
+def run_header(command: str, provenance: RunProvenance, options: DiffOptions,
+               stages: tuple[str, ...]) -> list[str]:
     """What a device run's text output starts with: options, kernels, device, build and PTX."""
-    kernels = runner.provenance.kernels
-    device = runner.provenance.device
+    kernels = provenance.kernels
+    device = provenance.device
     where = "host only (no device launch)" if device is None else (
         f"{device.name} (sm {device.compute_capability}, CUDA runtime {device.cuda_runtime}, "
         f"driver {device.cuda_driver}, NVRTC {device.nvrtc})"
@@ -202,29 +240,86 @@ def run_header(command: str, runner: DeviceRunner, options: DiffOptions, stages:
     forced = options.forced or "none"
     return [
         f"csa-conform {command} {options.file}: mode {options.mode.value}, stages "
-        f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}",
+        f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}"
+        + (f", every launch run {options.repeat} times" if options.repeat > 1 else "")
+        + (f", replayed on a CUDA {options.replay}" if options.replay else ""),
         f"kernels {kernels['path']}{' (builtin)' if kernels['builtin'] else ''}; force-host {forced}; device {where}",
-        *build_lines(runner.provenance),
+        *build_lines(provenance),
     ]
 
 
-def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False):
-    """The reports of every selected case with their times, the runner, and the golden file's reference."""
+def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], case_glob: str | None,
+                   shard: Shard | None, as_json: bool) -> ExitCode:
+    """The diff re-run under compute-sanitizer: its document plus the sanitizer's findings."""
+    words = [options.file, "--stage", "all" if stages == STAGES else ",".join(stages), "--mode", options.mode.value,
+             "--shard", str(shard or "1/1")]
+    words += ["--case", case_glob] if case_glob else []
+    words += ["--force-host", options.forced] if options.force_host else []
+    words += options.build.words()
+    words += ["--ulp", str(options.ulp), "--repeat", str(options.repeat)]
+    words += ["--replay", options.replay] if options.replay else []
+    run = run_sanitized(tool, words)
+    try:
+        document = json.loads(run.stdout)
+    except json.JSONDecodeError:
+        reason = (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
+        raise DeviceUnavailable(f"the diff under {shlex.join(run.command[:3])} printed no results: {reason}") from None
+    findings = [finding.to_dict() for finding in run.findings]
+    code = ExitCode.DIVERGED if findings or run.error_count else ExitCode(document["exit_code"])
+    document.update(argv=argv(), passed=document["passed"] and code == ExitCode.OK, exit_code=int(code))
+    document["options"]["sanitize"] = tool
+    reproduce = shlex.join([SANITIZER, "--tool", tool, "csa-conform", "diff", *words])
+    document["sanitizer"] = {"tool": tool, "reproduce": reproduce, "error_count": run.error_count,
+                             "findings": findings}
+    if as_json:
+        emit_json(document)
+        return code
+    summary = document["summary"]
+    click.echo(f"csa-conform diff under {SANITIZER} --tool {tool}: {summary['cases']} cases, "
+               f"{summary['failed']} failed; {tool} reported {run.error_count or 0} errors")
+    for finding in run.findings:
+        click.echo(f"  {finding.summary()}")
+    if findings:
+        click.echo(f"  reproduce: {reproduce}")
+    return code
+
+
+def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
+           ulp: int) -> tuple[CaseReport, float]:
+    started = time.perf_counter()
+    report = check_case(golden, case, runner, stages, ulp)
+    return report, time.perf_counter() - started
+
+
+def check_cases(options: DiffOptions, stages: tuple[str, ...], cases: Sequence[str]):
+    """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
+    runner = options.runner()
+    with GoldenFile(options.file) as golden:
+        return [_timed(golden, case, runner, stages, options.ulp) for case in cases], runner.provenance
+
+
+def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False,
+             shard: Shard | None = None, devices: tuple[int, ...] | None | bool = False):
+    """The reports of every selected case (of this shard) with their times, the run's provenance, and the
+    golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
         cases = select_cases(golden, case_glob)
         golden_ref = golden_reference(options.file, golden.schema_version)
+    if shard is not None:
+        cases = shard.select(cases)
+    if devices is not False:
+        timed_reports, provenance = spread(resolve_devices(devices), functools.partial(check_cases, options, stages),
+                                           cases)
+        return timed_reports, provenance, golden_ref
 
-        def timed(case: str) -> tuple[CaseReport, float]:
-            started = time.perf_counter()
-            report = check_case(golden, case, runner, stages, options.ulp)
-            return report, time.perf_counter() - started
+    def describe(done: tuple[CaseReport, float]) -> str:
+        return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
 
-        def describe(done: tuple[CaseReport, float]) -> str:
-            return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
-
-        timed_reports = list(progress(map(timed, cases), len(cases), "diff", describe, quiet))
-    return timed_reports, runner, golden_ref
+    with GoldenFile(options.file) as golden:
+        timed = (_timed(golden, case, runner, stages, options.ulp) for case in cases)
+        timed_reports = list(progress(timed, len(cases), "diff", describe, quiet))
+    return timed_reports, runner.provenance, golden_ref
 
 
 @click.command("diff")
@@ -235,11 +330,13 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
               "reads the oracle's payloads.")
 @case_selection()
 @device_options
+@device_depth_options
 @output_options
 @click.option("--explain", "explain", is_flag=True,
               help="Name the numeric cause of every divergence (as csa-conform explain does).")
 @boundary
-def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, as_json, quiet, explain):
+def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, repeat, replay, sanitize, shard,
+         devices, as_json, quiet, explain):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -252,30 +349,39 @@ def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, as_j
       csa-conform diff goldens/ci.h5 --stage 5:select --mode isolated --case 'random.*'
       csa-conform diff --force-host all -q            # control run: no kernel launched
       csa-conform diff --kernels ./my-kernels --build production --explain
+      csa-conform diff --repeat 5 --shard 1/4
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build)
-    timed_reports, runner, golden_ref = run_diff(options, stages, case_glob, quiet or as_json)
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay)
+    shard = effective_shard(shard)
+    if shard is not None and shard.origin != "--shard":
+        click.echo(f"diff: running shard {shard} of the cases ({shard.origin}; --shard 1/1 runs all)", err=True)
+    if sanitize:
+        if devices is not False:
+            raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
+        return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json)
+    timed_reports, provenance, golden_ref = run_diff(options, stages, case_glob, quiet or as_json, shard, devices)
     reports = [report for report, _ in timed_reports]
     explanations = explain_reports(file, reports, options, stages) if explain else None
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
-    control = control_run(runner.provenance)
-    if control:
+    control = control_run(provenance)
+    if control and reports:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
     if as_json:
         emit_json(results_document(
             "diff", argv(),
             [device_case_entry(report, lambda stage, case=report.case: options.command(case, stage), seconds)
              for report, seconds in timed_reports],
-            exit_code=code, golden=golden_ref, kernels=kernel_provenance(runner.provenance), control=control,
-            options={**options.describe(), "stages": list(stages), "explain": explain},
+            exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
+            options={**options.describe(), "stages": list(stages), "explain": explain,
+                     **({"shard": str(shard)} if shard else {})},
             extra=None if explanations is None else explanations_section(explanations),
         ))
         return code
-    if sys.stdout.isatty() and not quiet:
-        render_rich(reports, stages, run_header("diff", runner, options, stages), options)
+    if sys.stdout.isatty() and not quiet and reports:
+        render_rich(reports, stages, run_header("diff", provenance, options, stages), options)
     else:
-        render_plain(reports, stages, run_header("diff", runner, options, stages), options, quiet)
+        render_plain(reports, stages, run_header("diff", provenance, options, stages), options, quiet)
     for line in explanation_lines(explanations) if explanations is not None else ():
         click.echo(line)
     return code

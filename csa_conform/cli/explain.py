@@ -76,7 +76,7 @@ def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect,
         ))
         return code
     if not quiet:
-        for line in run_header("explain", chained, options, stages):
+        for line in run_header("explain", chained.provenance, options, stages):
             click.echo(line)
     for line in explanation_lines(explanations):
         click.echo(line)

@@ -2,7 +2,8 @@
 
 ``golden_file`` + ``case_selection`` pick what to check, ``engine_option`` which oracle engine, ``stage_option``
 which stages (any spelling the registry knows), ``device_options`` how the
-device run is set up, ``output_options`` how results are shown.
+device run is set up, ``device_depth_options`` what more than one eager run
+checks (specs/device-depth.md), ``output_options`` how results are shown.
 
 ``device_options`` gives the command ``build``, a BuildChoice: `--kernels DIR`
 (default: the built-in kernels), `--build strict|production`, `--nvrtc-option
@@ -18,11 +19,15 @@ from typing import Callable
 
 import click
 
+from csa_conform.device.devices import parse_devices
 from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
+from csa_conform.device.replay import REPLAY_MODES
+from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
 from csa_conform.resources import ci_goldens
+from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
 from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
@@ -147,6 +152,42 @@ device_options = _compose(
     click.option("--git-bisect", is_flag=True,
                  help="Exit 125 (git bisect run: skip) when this commit cannot be judged: no device, kernels "
                  "that do not compile, goldens missing, unreadable or of another schema."),
+)
+
+def effective_shard(option: str | None) -> Shard | None:
+    """--shard K/N, else the CI's parallel-job variables (csa_conform.shards); 1/1 is no shard."""
+    try:
+        shard = parse_shard(option) if option is not None else shard_from_environment()
+    except UsageError as error:
+        raise click.BadParameter(str(error), param_hint="--shard") from None
+    return None if shard is None or shard.total == 1 else shard
+
+
+def _devices(context, param, value):
+    if value is None:
+        return False
+    try:
+        return parse_devices(value)
+    except UsageError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+device_depth_options = _compose(
+    click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
+                 help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run; "
+                 "any byte that differs between runs is a non-deterministic finding (exit 1)."),
+    click.option("--replay", type=click.Choice(REPLAY_MODES), default=None,
+                 help="Also replay every step's launches on a CUDA graph captured once per stream, inputs updated "
+                 "in place; bytes that differ from the eager run are a replay-mismatch (exit 1)."),
+    click.option("--sanitize", type=click.Choice(SANITIZER_TOOLS), default=None,
+                 help="Run the diff under NVIDIA compute-sanitizer with this tool; any error it reports is a "
+                 "finding (exit 1); exit 4 when compute-sanitizer is not installed."),
+    click.option("--shard", default=None, metavar="K/N",
+                 help=f"Run only shard K of N (cases split round robin); default from {SHARD_ENV}=K/N or "
+                 f"{NODE_INDEX_ENV}/{NODE_TOTAL_ENV}. `report` merges the shards' documents."),
+    click.option("--devices", default=None, metavar="0,1,…|all", callback=_devices,
+                 help="Spread the cases over these GPUs of this host, one worker process each; the results "
+                 "are those of one GPU."),
 )
 
 output_options = _compose(

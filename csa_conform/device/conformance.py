@@ -25,6 +25,8 @@ from csa_conform.stages import STATE_THREADING
 
 IDENTICAL = "identical"
 DIVERGED = "diverged"
+NONDETERMINISTIC = "non-deterministic"
+REPLAY_MISMATCH = "replay-mismatch"
 NOT_APPLICABLE = "n/a"
 NOT_COMPARED = "not compared"
 
@@ -63,10 +65,12 @@ class CaseReport:
     rejected_steps: list[int] = field(default_factory=list)
     failure: dict | None = None
     stages: dict[str, StageVerdict] = field(default_factory=dict)
+    findings: list[dict] = field(default_factory=list)  # --repeat and --replay: {"type", "step", "message", ...}
 
     @property
     def passed(self) -> bool:
-        return self.failure is None and all(verdict.status != DIVERGED for verdict in self.stages.values())
+        return (self.failure is None and not self.findings
+                and all(verdict.status != DIVERGED for verdict in self.stages.values()))
 
     def diverged(self) -> list[StageVerdict]:
         return [verdict for verdict in self.stages.values() if verdict.status == DIVERGED]
@@ -158,6 +162,12 @@ def check_case(
                 verdict.status, verdict.step, verdict.message = DIVERGED, outcome.index, outcome.failure
             break
         report.compared_steps += 1
+        for finding in outcome.actual.findings:
+            report.findings.append({"type": finding.kind, "step": outcome.index, **finding.to_dict(),
+                                    "message": finding.message})
+            for stage in finding.stages:
+                if stage in verdicts and verdicts[stage].status in (NOT_COMPARED, IDENTICAL):
+                    verdicts[stage].status, verdicts[stage].step = finding.kind, outcome.index
         by_stage: dict[str, list[TensorDiff]] = {}
         for diff in compare_step(outcome, [stage for stage in stages if stage in applicable], ulp):
             by_stage.setdefault(diff.stage, []).append(diff)

@@ -11,16 +11,24 @@ zero, approximate and fused binary32 instructions, library vs own lines).
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from csa_conform.device.kernels import Build, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
+from csa_conform.device.sanitizer import INITCHECK, SANITIZER_ENV
 from csa_conform.errors import DeviceUnavailable
 
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
+initialised = False  # whether this process has a CUDA context (a fork of it could not use CUDA)
+
+# What an uninitialised buffer holds: a fixed non-zero byte, so a plain run is reproducible and
+# a kernel that reads scratch it never wrote does not pass by the luck of zeroed memory.
+POISON = 0xA5
 
 # explain's probe: CUDA's own libm function on given binary32 arguments, one thread each.
 LIBM_PROBE = """extern "C" __global__ void csa_libm_probe(const float* x, const float* y, float* out, long long n)
@@ -59,6 +67,11 @@ class CudaBackend:
             raise DeviceUnavailable(f"no usable CUDA device: {error}") from None
         if count < 1:
             raise DeviceUnavailable("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
+        global initialised
+        initialised = True
+        self.sanitizer = os.environ.get(SANITIZER_ENV, "")
+        if self.sanitizer:
+            cupy.cuda.set_allocator(None)  # every buffer its own allocation, as compute-sanitizer must see it
         self.cp = cupy
         self.builds: dict[str, ModuleBuild] = {}
 
@@ -152,11 +165,52 @@ class CudaBackend:
         except Exception as error:
             raise DeviceUnavailable(f"launch of {entry} (grid {grid}, block {block}) failed: {error}") from None
 
+    def copy_into(self, target, source) -> None:
+        """Update a buffer in place (a graph's input), from another device buffer."""
+        target[...] = source
+
+    def capture(self, launches) -> Callable[[], None]:
+        """The launches captured into a CUDA graph on a stream of their own; the result replays it.
+
+        Every module is loaded and every buffer allocated already (the eager step
+        did both), so the capture records kernels only; a replay waits for the
+        in-place input updates on the default stream and for itself.
+        """
+        stream = self.cp.cuda.Stream(non_blocking=True)
+        try:
+            with stream:
+                stream.begin_capture()
+                try:
+                    for launch in launches:
+                        launch.function(launch.grid, launch.block, launch.args)
+                finally:
+                    graph = stream.end_capture()
+        except Exception as error:
+            raise DeviceUnavailable(f"CUDA graph capture failed: {error}") from None
+
+        def replay() -> None:
+            try:
+                self.cp.cuda.runtime.deviceSynchronize()
+                graph.launch(stream)
+                stream.synchronize()
+            except Exception as error:
+                raise DeviceUnavailable(f"CUDA graph replay failed: {error}") from None
+
+        return replay
+
     def upload(self, array: np.ndarray):
         return self.cp.asarray(np.ascontiguousarray(array))
 
     def empty(self, shape, dtype):
-        return self.cp.empty(shape, dtype=dtype)
+        if self.sanitizer == INITCHECK:
+            return self.cp.empty(shape, dtype=dtype)  # left uninitialised for initcheck to watch
+        return self.poisoned(shape, dtype, POISON)
+
+    def poisoned(self, shape, dtype, pattern: int):
+        """A buffer whose every byte is ``pattern``, filled on the device."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return self.cp.full(count * dtype.itemsize, pattern, dtype=self.cp.uint8).view(dtype).reshape(shape)
 
     def full(self, shape, value, dtype):
         return self.cp.full(shape, value, dtype=dtype)

@@ -18,6 +18,7 @@ directory by its manifest, else production.
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,17 @@ class ModuleSource:
         if line <= self.prelude_lines and self.prelude_path is not None:
             return f"{self.prelude_path.name}:{line}"
         return f"{self.path.name}:{line - self.prelude_lines}"
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The entry's parameter names in ABI order, so a finding names ``argument 7 (total_ptr)``;
+        empty when the signature cannot be read (names are then left out, never guessed)."""
+        found = re.search(r'extern\s+"C"\s+__global__\s+void\s+' + re.escape(self.entry) + r"\s*\(([^)]*)\)",
+                          self.source)
+        if found is None:
+            return ()
+        names = [re.findall(r"[A-Za-z_]\w*", parameter) for parameter in found.group(1).split(",")]
+        return tuple(words[-1] if words else "" for words in names)
 
 
 class KernelDirectory:

@@ -78,6 +78,7 @@ class RunProvenance:
     launches: list[LaunchRecord] = field(default_factory=list)
     modules: dict[str, ModuleBuild] = field(default_factory=dict)
     compiled: dict[str, ModuleBuild] = field(default_factory=dict)  # the backend's builds, by module
+    replay: dict | None = None  # --replay: {"mode": "graph", "captures", "replayed_steps"}
 
     def record(self, launch: LaunchRecord) -> None:
         """Keeps the launch and, once per run, the build of the module it launched."""
@@ -94,4 +95,5 @@ class RunProvenance:
             "kernels": self.kernels,
             "modules": {name: build.to_dict() for name, build in sorted(self.modules.items())},
             "launches": [launch.to_dict() for launch in self.launches],
+            **({"replay": self.replay} if self.replay is not None else {}),
         }

@@ -17,18 +17,26 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract import validate_step
-from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.determinism import PoisonedScratch
+from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.modes import Mode, StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
+from csa_conform.device.replay import LaunchRecorder, Replayer
 from csa_conform.device.step import DeviceStepResult, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
+from csa_conform.stages import LAUNCHES
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
 
+# entry -> the stages its launch computes, for naming what a replay mismatch affects
+LAUNCH_STAGES = {MODULES[launch.module]: launch.stages for launch in LAUNCHES}
+
 
 class DeviceRunner:
-    """Runs steps on one kernel directory under one mode and force-host set."""
+    """Runs steps on one kernel directory under one mode and force-host set; ``repeat`` > 1 runs
+    every launch that many times on poisoned scratch (csa_conform.device.determinism), ``replay``
+    ("graph") replays each step's launches on a captured graph (csa_conform.device.replay)."""
 
     def __init__(
         self,
@@ -37,12 +45,18 @@ class DeviceRunner:
         mode: Mode | str = Mode.CHAINED,
         force_host: frozenset[str] | set[str] = frozenset(),
         backend_factory: Callable[[], object] | None = None,
+        repeat: int = 1,
+        replay: str | None = None,
     ):
         self.kernels = kernels if kernels is not None else KernelDirectory()
         self.mode = Mode(mode)
         self.force_host = frozenset(force_host)
         self._backend_factory = backend_factory
         self._backend = None
+        if repeat > 1 and replay:
+            raise UsageError("--repeat and --replay check different things: run them separately")
+        self.repeat = repeat
+        self.replayer = Replayer(self._launch_parameters, LAUNCH_STAGES) if replay else None
         self.provenance = RunProvenance(None, self.kernels.fingerprint())
 
     def backend(self):
@@ -52,9 +66,13 @@ class DeviceRunner:
                 from csa_conform.device.cuda import CudaBackend
 
                 self._backend_factory = CudaBackend
-            self._backend = self._backend_factory()
-            self.provenance.device = self._backend.info()
-            self.provenance.compiled = self._backend.builds
+            backend = self._backend_factory()
+            self.provenance.device = backend.info()
+            self.provenance.compiled = backend.builds
+            if self.replayer is not None:
+                self.provenance.replay = self.replayer.describe()
+                backend = LaunchRecorder(backend)
+            self._backend = PoisonedScratch(backend) if self.repeat > 1 else backend
         return self._backend
 
     def plan(self, ratio: int) -> StepPlan:
@@ -80,10 +98,19 @@ class DeviceRunner:
         plan = self.plan(geometry.ratio)
         if plan.mode is Mode.ISOLATED and reference is None:
             raise UsageError("isolated mode needs the oracle's stage payloads for the step")
+        if self.replayer is not None and self._backend is not None:
+            self._backend.take_step()  # what a step that raised left recorded is no step to replay
         tensors = StepTensors(self.backend)
         for name, value in inputs.items():
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
-        return StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
-                       reference or {}, case, step).execute()
+        result = StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
+                         reference or {}, case, step, self.repeat).execute()
+        if self.replayer is not None and self._backend is not None:
+            result.findings += self.replayer.step(self._backend, case, step)
+            self.provenance.replay = self.replayer.describe()
+        return result
+
+    def _launch_parameters(self) -> dict[str, tuple[str, ...]]:
+        return {entry: self.kernels.module(module).parameters for module, entry in MODULES.items()}

@@ -16,6 +16,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
+from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import DEVICE, Mode, StepPlan
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
@@ -33,17 +34,19 @@ class DeviceStepResult(StepResult):
 
     present: dict[str, object] = field(default_factory=dict)
     launches: list[LaunchRecord] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # what a mode of diff found (.kind, .stages, .message)
 
 
 class StepRun:
     """The launches and host stages of one step, in pipeline order.
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
+    ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism).
     """
 
     def __init__(self, backend: Callable[[], object], kernels: KernelDirectory, provenance: RunProvenance,
                  geometry: StepGeometry, plan: StepPlan, tensors: StepTensors,
-                 reference: Mapping[str, Mapping[str, np.ndarray]], case: str, step: int):
+                 reference: Mapping[str, Mapping[str, np.ndarray]], case: str, step: int, repeat: int = 1):
         self.backend = backend
         self.kernels = kernels
         self.provenance = provenance
@@ -53,8 +56,10 @@ class StepRun:
         self.reference = reference
         self.case = case
         self.step = step
+        self.repeat = repeat
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
+        self.findings: list = []
 
     # --- what a stage reads (launches.LaunchSite, stages.StageInputs) ---------------------
 
@@ -114,7 +119,13 @@ class StepRun:
         source = self.kernels.module(launch.module)
         function = backend.function(source)
         grid3, block3 = (int(grid), 1, 1), (int(block), 1, 1)
-        backend.launch(source.entry, function, grid3, block3, args)
+        if self.repeat > 1:
+            self.findings += repeat_launch(
+                backend, lambda arguments: backend.launch(source.entry, function, grid3, block3, arguments), args,
+                self.repeat, entry=source.entry, module=launch.module, stages=launch.stages,
+                parameters=source.parameters)
+        else:
+            backend.launch(source.entry, function, grid3, block3, args)
         self.record(LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256,
                                  grid3, block3, scratch))
 
@@ -137,7 +148,8 @@ class StepRun:
                 self.host_stage(stage)
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
-        return DeviceStepResult(outputs=stages["writeback"], stages=stages, present=present, launches=self.launches)
+        return DeviceStepResult(outputs=stages["writeback"], stages=stages, present=present, launches=self.launches,
+                                findings=self.findings)
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""

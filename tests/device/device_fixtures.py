@@ -13,9 +13,11 @@ from csa_conform.oracle import run_step
 from host_emulation import GXX, HostEmulationBackend
 
 # Both ratios, f32 and FP8 caches, multi-step streams with batch 2, a bias that masks whole
-# rows, a 5-output node and a step the oracle rejects (the first case matching each pattern).
+# rows, a 5-output node, a step the oracle rejects (the first case matching each pattern) and
+# a decode step a replayed graph can serve (same extents as the step before it).
 DEVICE_CASE_PATTERNS = (
     "boundaries.r128-*",
+    "boundaries.r128-resumed-247-*",
     "boundaries.r4-bias*",
     "boundaries.r4-chunks-*",
     "boundaries.r4-prefill-5",

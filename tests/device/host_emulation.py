@@ -70,11 +70,25 @@ def build_prelude(build_dir: Path, kernels: KernelDirectory | None = None) -> ct
     return _build(source, "host_prelude.cpp", build_dir)
 
 
+# Bytes after every emulated buffer: a kernel writing past the end (what compute-sanitizer's memcheck
+# reports on a GPU) lands here instead of in the host heap.
+GUARD_BYTES = 64
+
+
+def _guarded(shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    base = np.empty(count * dtype.itemsize + GUARD_BYTES, np.uint8)
+    return base[: count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 class EmulatedArray:
-    """A 'device' buffer: host memory the runner cannot mistake for a host tensor."""
+    """A 'device' buffer: host memory the runner cannot mistake for a host tensor, with a guard after it."""
 
     def __init__(self, array: np.ndarray):
-        self.array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        self.array = _guarded(array.shape, array.dtype)
+        self.array[...] = array
 
     shape = property(lambda self: self.array.shape)
     ndim = property(lambda self: self.array.ndim)
@@ -108,6 +122,8 @@ class HostEmulationBackend:
                 converted.append(ctypes.c_void_p(arg.array.ctypes.data))
             elif isinstance(arg, np.float32):
                 converted.append(ctypes.c_float(float(arg)))
+            elif isinstance(arg, np.int64):
+                converted.append(ctypes.c_longlong(int(arg)))
             else:
                 converted.append(ctypes.c_int(int(arg)))
         library.csa_host_flush_subnormals.restype = ctypes.c_uint
@@ -121,13 +137,19 @@ class HostEmulationBackend:
             library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
         self.launches += 1
 
+    def copy_into(self, target, source) -> None:
+        target.array[...] = source.array
+
     def upload(self, array):
-        return EmulatedArray(np.array(array, copy=True))
+        return EmulatedArray(array)
 
     def empty(self, shape, dtype):
-        """Uninitialised like device memory: 0xA5 bytes, so an unwritten element shows up."""
+        """Uninitialised like the CUDA backend's device memory: 0xA5 bytes."""
+        return self.poisoned(shape, dtype, 0xA5)
+
+    def poisoned(self, shape, dtype, pattern: int):
         array = np.empty(shape, dtype=dtype)
-        array.reshape(-1).view(np.uint8)[:] = 0xA5
+        array.reshape(-1).view(np.uint8)[:] = pattern
         return EmulatedArray(array)
 
     def full(self, shape, value, dtype):

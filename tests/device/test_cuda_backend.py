@@ -11,10 +11,12 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import csa_conform.device.cuda as cuda
 from csa_conform.device.kernels import LINE_INFO, STRICT_OPTIONS, KernelDirectory
+from csa_conform.device.sanitizer import SANITIZER_ENV
 from csa_conform.errors import DeviceUnavailable
 
 CLEAN_PTX = ".version 8.0\n.visible .entry csa_ratio4_index_replicate(\n)\n{\n\tmul.rn.f32 \t%f1, %f2, %f3;\n}\n"
@@ -81,6 +83,7 @@ def fake_cupy(nvrtc: FakeNvrtc, devices: int = 1):
 @pytest.fixture
 def install(monkeypatch):
     monkeypatch.setattr(cuda, "_COMPILED", {})
+    monkeypatch.setattr(cuda, "initialised", False)
 
     def with_nvrtc(nvrtc: FakeNvrtc, devices: int = 1):
         monkeypatch.setitem(sys.modules, "cupy", fake_cupy(nvrtc, devices))
@@ -147,3 +150,24 @@ def test_device_info(install):
     assert (info.name, info.compute_capability, info.cuda_runtime, info.cuda_driver, info.nvrtc) == (
         "Fake H200", "9.0", 13020, 13000, "13.0"
     )
+
+
+@pytest.mark.parametrize("tool, poisoned, pool", [("", True, True), ("memcheck", True, False),
+                                                  ("initcheck", False, False)])
+def test_uninitialised_buffers_hold_0xa5_but_not_under_initcheck(monkeypatch, tool, poisoned, pool):
+    """A stand-in CuPy made of NumPy: what empty() fills, and whether the memory pool stays, per tool."""
+    fills, allocators = [], []
+    fake = fake_cupy(FakeNvrtc())
+    fake.empty, fake.uint8 = np.empty, np.uint8
+    fake.full = lambda shape, value, dtype: fills.append(value) or np.full(shape, value, dtype=dtype)
+    fake.cuda.set_allocator = allocators.append
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(cuda, "initialised", False)
+    monkeypatch.setenv(SANITIZER_ENV, tool)
+    buffer = cuda.CudaBackend().empty((2, 3), np.float32)
+    assert (buffer.shape, buffer.dtype) == ((2, 3), np.float32)
+    assert (allocators == []) is pool
+    if poisoned:
+        assert fills == [0xA5] and set(buffer.view(np.uint8).reshape(-1).tolist()) == {0xA5}
+    else:
+        assert fills == []

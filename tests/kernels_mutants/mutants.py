@@ -7,6 +7,13 @@ it computes itself, and a bug in the prelude's shared compressor walk or
 attention row reaches every module built on it, which is why some sets have
 more than one stage).
 ``cases`` picks golden cases that exercise the patched code.
+
+A mutant whose ``caught_by`` is not ``diff`` is a bug a plain eager diff
+cannot see; only that mode of ``diff`` (specs/device-depth.md) may catch it,
+at the stages in ``isolated``, and of compute-sanitizer's tools only ``sanitizer``
+(initcheck is made to see reads of memory never written). A bug that changes the ABI has a host half too:
+``host`` names a patch of the runner's launch (``HOST_PATCHES``), applied with
+pytest's monkeypatch for the duration of the test.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,9 @@ class Mutant:
     isolated: frozenset[str]
     cases: str
     why: str
+    caught_by: str = "diff"
+    host: str = ""
+    sanitizer: str = ""  # the compute-sanitizer tool that reports it, if any
 
     def apply(self, source: Path, target: Path) -> Path:
         """Copy kernel directory ``source`` to ``target`` with this patch applied, judged strict as the
@@ -181,4 +193,65 @@ MUTANTS = (
         "boundaries.r4-*",
         "a selected record 0 is treated like a -1 padding slot",
     ),
+    Mutant(
+        "output_blends_unwritten_contents",
+        "block_quant.cuh",
+        "        a.output[(long long)r.row * a.dim + d] = accumulated;",
+        "        a.output[(long long)r.row * a.dim + d] = accumulated + 0.0f * a.output[(long long)r.row * a.dim + d];",
+        "candidate_assembly",
+        frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
+        "boundaries.r4-*",
+        "Y reads its own never-written buffer at weight zero: exact while the garbage is finite, NaN once it is not",
+        caught_by="repeat",
+        sanitizer="initcheck",
+    ),
+    Mutant(
+        "r128_decode_length_by_value",
+        "csa_ratio128_compression.cu",
+        "    int past_row_records, int cache_row_records, int cache_fp8, const long long* total_ptr)\n{\n",
+        "    int past_row_records, int cache_row_records, int cache_fp8, long long total_value)\n{\n"
+        "    const long long* total_ptr = &total_value;\n",
+        "compression_update",
+        frozenset({"compression_update"}),
+        "boundaries.r128-resumed-247-*",
+        "the decode compressor takes the sequence length by value: right eagerly, frozen in a replayed graph "
+        "(the new token lands in the captured step's carry slot)",
+        caught_by="replay",
+        host="r128_compression_total_by_value",
+    ),
+    Mutant(
+        "index_scores_written_past_the_scratch",
+        "csa_ratio4_index_select.cu",
+        "        record_scores[record_id] = weighted;\n    }\n",
+        "        record_scores[record_id] = weighted;\n    }\n"
+        "    if (row == batch * sequence - 1) record_scores[record_capacity] = 0.0f;\n",
+        "index_scoring",
+        frozenset({"index_scoring"}),
+        "boundaries.r4-*",
+        "the last row writes one score past the end of the score scratch, which nothing reads back",
+        caught_by="sanitize",
+        sanitizer="memcheck",
+    ),
 )
+
+DIFF_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by == "diff")
+
+
+def _r128_compression_total_by_value(monkeypatch) -> None:
+    """The ratio-128 compressor launch passes total_sequence_length by value, read on the host."""
+    from csa_conform.device import launches
+
+    compress = launches.compress
+
+    def by_value(run, launch):
+        if run.g.ratio == 128:
+            run.total = lambda: np.int64(int(run.t.host("total_sequence_length")))
+        try:
+            compress(run, launch)
+        finally:
+            run.__dict__.pop("total", None)
+
+    monkeypatch.setattr(launches, "compress", by_value)
+
+
+HOST_PATCHES = {"r128_compression_total_by_value": _r128_compression_total_by_value}

@@ -1,5 +1,6 @@
 """Planted bugs must be caught by `diff`, first at their own stage, and in isolated mode only
-where the mutated launch computes. Emulated on the host here; on a GPU with -m cuda."""
+where the mutated launch computes; a bug meant for one mode of `diff` (--repeat, ...) only by
+that mode. Emulated on the host here; on a GPU with -m cuda."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from csa_conform.device.kernels import MODULES, PRELUDE
 from csa_conform.device.modes import STAGES
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
-from mutants import MUTANTS
+from mutants import DIFF_MUTANTS, HOST_PATCHES, MUTANTS
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -44,17 +45,23 @@ def test_patch_applies_exactly_once(mutant, tmp_path):
     assert (patched / mutant.file).read_text() != text
 
 
-def _divergences(path: Path, kernels: Path, mode: str, pattern: str) -> list[list[str]]:
-    runner = DeviceRunner(KernelDirectory(kernels), mode=mode)
+def _flagged(path: Path, kernels: Path, mode: str, pattern: str, status: str = "diverged",
+             **depth) -> list[list[str]]:
+    """Per case, the stages whose verdict is ``status`` (``depth``: DeviceRunner's mode options)."""
+    runner = DeviceRunner(KernelDirectory(kernels, build="strict"), mode=mode, **depth)
     with GoldenFile(path) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, pattern)]
         assert cases, f"no golden case matches {pattern}"
         reports = [check_case(golden, case, runner, STAGES) for case in cases]
-    return [[stage for stage in STAGES if report.stages[stage].status == "diverged"] for report in reports]
+    return [[stage for stage in STAGES if report.stages[stage].status == status] for report in reports]
+
+
+def _divergences(path: Path, kernels: Path, mode: str, pattern: str) -> list[list[str]]:
+    return _flagged(path, kernels, mode, pattern)
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+@pytest.mark.parametrize("mutant", DIFF_MUTANTS, ids=lambda mutant: mutant.name)
 def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_goldens, tmp_path):
     kernels = mutant.apply(KERNELS, tmp_path / "kernels")
     chained = [stages for stages in _divergences(device_goldens, kernels, "chained", mutant.cases) if stages]
@@ -64,8 +71,46 @@ def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_gold
     assert set().union(*map(set, isolated)) == mutant.isolated
 
 
+# How each mode of diff is asked for, and the verdict it gives (csa_conform.device.conformance).
+MODES = {"repeat": ({"repeat": 3}, "non-deterministic"), "replay": ({"replay": "graph"}, "replay-mismatch")}
+MODE_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by != "diff")
+SANITIZE = "sanitize"  # compute-sanitizer needs a GPU: here only "no other mode catches it" is checked
+
+
+def test_every_mode_has_a_mutant_only_it_catches():
+    assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES) | {SANITIZE}
+    assert all(mutant.host in HOST_PATCHES for mutant in MUTANTS if mutant.host)
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("mutant", MODE_MUTANTS, ids=lambda mutant: mutant.name)
+def test_mode_mutant_is_caught_by_its_mode_only_on_the_host_emulation(mutant, device_goldens, tmp_path, monkeypatch):
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    if mutant.host:
+        HOST_PATCHES[mutant.host](monkeypatch)
+    for mode in ("chained", "isolated"):
+        assert not any(_divergences(device_goldens, kernels, mode, mutant.cases)), f"plain {mode} diff caught it"
+    for name, (depth, status) in MODES.items():
+        flagged = [stages for stages in _flagged(device_goldens, kernels, "chained", mutant.cases, status, **depth)
+                   if stages]
+        if name != mutant.caught_by:  # a sanitizer-only mutant must pass every mode the emulation has
+            assert not flagged, f"{mutant.name} was caught by {name}, not only by {mutant.caught_by}"
+            continue
+        assert flagged, f"{mutant.name} was not caught by {mutant.caught_by}"
+        assert {stages[0] for stages in flagged} == {mutant.stage}
+        assert set().union(*map(set, flagged)) == mutant.isolated
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_the_builtin_kernels_pass_every_mode_on_the_host_emulation(mode, device_goldens):
+    depth, status = MODES[mode]
+    assert not any(_flagged(device_goldens, KERNELS, "chained", "*", status, **depth))
+    assert not any(_divergences(device_goldens, KERNELS, "chained", "*"))
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
+@pytest.mark.parametrize("mutant", DIFF_MUTANTS, ids=lambda mutant: mutant.name)
 def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_device):
     if not CI_GOLDENS.exists():
         pytest.fail(f"{CI_GOLDENS} is missing (csa-conform generate --suite ci -o goldens/ci.h5)")
@@ -80,4 +125,49 @@ def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_devi
         verdicts[mode] = [[s for s in STAGES if case["verdicts"][s] == "diverged"] for case in cases]
     assert {stages[0] for stages in verdicts["chained"] if stages} == {mutant.stage}
     assert set().union(*map(set, verdicts["isolated"])) == mutant.isolated
+    shutil.rmtree(kernels)
+
+
+def _sanitizer_or_skip() -> None:
+    from csa_conform.device.sanitizer import find_sanitizer
+    from csa_conform.errors import DeviceUnavailable
+
+    try:
+        find_sanitizer()
+    except DeviceUnavailable as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mutant", MODE_MUTANTS, ids=lambda mutant: mutant.name)
+def test_mode_mutant_is_caught_by_its_mode_only_on_the_device(mutant, tmp_path, cuda_device, monkeypatch):
+    if not CI_GOLDENS.exists():
+        pytest.fail(f"{CI_GOLDENS} is missing (csa-conform generate --suite ci -o goldens/ci.h5)")
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    if mutant.host:
+        HOST_PATCHES[mutant.host](monkeypatch)
+    base = [str(CI_GOLDENS), "--kernels", str(kernels), "--case", mutant.cases, "--json"]
+
+    def run(*flags):
+        result = CliRunner().invoke(diff, base + list(flags))
+        assert result.exit_code in (ExitCode.OK, ExitCode.DIVERGED), result.output[-2000:]
+        return result.exit_code, json.loads(result.stdout)
+
+    for mode in ("chained", "isolated"):
+        assert run("--mode", mode)[0] == ExitCode.OK, f"plain {mode} diff caught {mutant.name}"
+    for name, flags in (("repeat", ["--repeat", "5"]), ("replay", ["--replay", "graph"])):
+        code, document = run(*flags)
+        if name != mutant.caught_by:
+            assert code == ExitCode.OK, f"{mutant.name} was caught by {name}"
+            continue
+        status = MODES[name][1]
+        flagged = [[s for s in STAGES if case["verdicts"][s] == status] for case in document["cases"]]
+        assert code == ExitCode.DIVERGED and set().union(*map(set, flagged)) == mutant.isolated
+    if mutant.host:
+        return  # the sanitizer's child process runs the kernel directory as it is, without the host half
+    _sanitizer_or_skip()
+    for tool in ("memcheck", "initcheck"):
+        code, document = run("--sanitize", tool)
+        findings = document["sanitizer"]["findings"]
+        assert (code == ExitCode.DIVERGED) == (tool == mutant.sanitizer), (tool, findings[:3])
     shutil.rmtree(kernels)

@@ -1,0 +1,98 @@
+"""``diff --devices 0,1,…|all``: the cases of one run spread over the GPUs of one host.
+
+One worker process per GPU, each seeing only its GPU (CUDA_VISIBLE_DEVICES is
+set in the worker before anything there touches CUDA), runs its share of the
+cases (round robin, as csa_conform.shards splits them over machines). The
+parent merges the reports in case order and the launch records case by case,
+so the results document is the one a single GPU writes, timings aside.
+Workers are forked, which keeps what the parent set up; the parent itself
+never initialises CUDA (for ``all`` it counts the GPUs in a child process),
+because a CUDA context does not survive a fork. A process that already has
+one (a test session that used the device) spawns its workers instead.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from csa_conform.device import cuda
+from csa_conform.device.provenance import RunProvenance
+from csa_conform.errors import DeviceUnavailable, UsageError
+from csa_conform.shards import Shard, interleave
+
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+ALL = "all"
+
+Report = TypeVar("Report")
+Work = Callable[[Sequence[str]], tuple[list[Report], RunProvenance]]
+
+
+def parse_devices(text: str) -> tuple[int, ...] | None:
+    """'0,1,…' (distinct ordinals) or 'all' (None: every GPU the host shows)."""
+    text = str(text).strip()
+    if text == ALL:
+        return None
+    words = [word.strip() for word in text.split(",")]
+    if not words or not all(word.isdigit() for word in words) or len(set(words)) != len(words):
+        raise UsageError(f"--devices: {text!r} is not 'all' or distinct device ordinals like 0,1")
+    return tuple(int(word) for word in words)
+
+
+def device_count() -> int:
+    """GPUs visible to this process, counted in a child so this one stays free of CUDA."""
+    probe = "import cupy; print(cupy.cuda.runtime.getDeviceCount())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DeviceUnavailable(f"--devices all: cannot count the CUDA devices ({reason})")
+    return int(done.stdout.strip())
+
+
+def resolve_devices(devices: tuple[int, ...] | None) -> tuple[int, ...]:
+    chosen = tuple(range(device_count())) if devices is None else devices
+    if not chosen:
+        raise DeviceUnavailable("--devices all: no CUDA device is visible")
+    return chosen
+
+
+def visible_device(ordinal: int) -> str:
+    """The CUDA_VISIBLE_DEVICES entry of ordinal (counted within the parent's own CUDA_VISIBLE_DEVICES)."""
+    inherited = [entry.strip() for entry in os.environ.get(VISIBLE_ENV, "").split(",") if entry.strip()]
+    if not inherited:
+        return str(ordinal)
+    if ordinal >= len(inherited):
+        raise UsageError(f"--devices: device {ordinal} is not among {VISIBLE_ENV}={os.environ[VISIBLE_ENV]}")
+    return inherited[ordinal]
+
+
+def _worker(visible: str, work: Work, cases: Sequence[str]):
+    os.environ[VISIBLE_ENV] = visible
+    return work(cases)
+
+
+def spread(devices: Sequence[int], work: Work, cases: Sequence[str]) -> tuple[list[Report], RunProvenance]:
+    """``work(cases)`` split over one forked worker per device; reports and launches merged in case order."""
+    visible = [visible_device(ordinal) for ordinal in devices]
+    shards = [Shard(index + 1, len(devices)).select(cases) for index in range(len(devices))]
+    context = multiprocessing.get_context("spawn" if cuda.initialised else "fork")
+    with ProcessPoolExecutor(max_workers=len(devices), mp_context=context) as pool:
+        done = list(pool.map(_worker, visible, [work] * len(devices), shards))
+    reports = interleave([reports for reports, _ in done])
+    provenances = [provenance for _, provenance in done]
+    merged = provenances[0]
+    merged.device = next((provenance.device for provenance in provenances if provenance.device), None)
+    for provenance in provenances[1:]:
+        for module, build in provenance.modules.items():
+            merged.modules.setdefault(module, build)  # each worker compiled with the same options
+    replays = [provenance.replay for provenance in provenances if provenance.replay]
+    if replays:
+        merged.replay = {**replays[0], **{key: sum(replay[key] for replay in replays)
+                                          for key in ("captures", "replayed_steps")}}
+    merged.launches = [launch for case in interleave(shards) for provenance in provenances
+                       for launch in provenance.for_case(case)]
+    return reports, merged

@@ -1,0 +1,249 @@
+"""``diff --replay graph``: each stream's launches captured once into a CUDA graph and replayed.
+
+Production decodes replay a captured graph: the kernels, grids, device
+buffers and every by-value argument are frozen at capture, and each step only
+rewrites the inputs in place. A kernel that reads a length by value, or a
+buffer the graph does not own, is right eagerly and wrong under replay. Here
+every step still runs eagerly (its payloads are compared with the oracle as
+always); then the step's launch sequence is replayed on a graph: captured
+from the first step of the stream (every module loaded and every buffer
+allocated before capture, the graph owning copies of them), re-captured only
+when a step's launches no longer fit it (other kernels, grids or buffer
+extents: the kernels size scratch by the step). Before each replay the step's
+inputs are copied into the graph's buffers in place and the buffers the ABI
+pre-fills are filled again; afterwards every buffer a launch writes is
+compared byte for byte with what the eager run wrote. A difference is a
+``replay-mismatch`` naming the launch and buffer, explained by the by-value
+arguments that differ between the capture step and this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, ClassVar, Mapping
+
+import numpy as np
+
+GRAPH = "graph"
+REPLAY_MODES = (GRAPH,)  # what --replay takes
+
+
+@dataclass
+class RecordedLaunch:
+    """One eager launch as a graph would capture it."""
+
+    entry: str
+    function: object
+    grid: tuple
+    block: tuple
+    args: tuple
+    written: frozenset[int]  # positions of the buffers allocated for this step (outputs and scratch)
+
+
+@dataclass
+class _Fresh:
+    buffer: object
+    fill: object = None  # the ABI's pre-fill, None when uninitialised
+
+
+class LaunchRecorder:
+    """A backend that records the launches of the current step and the buffers it allocates."""
+
+    def __init__(self, backend):
+        self.inner = backend
+        self.launches: list[RecordedLaunch] = []
+        self._fresh: dict[int, _Fresh] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def empty(self, shape, dtype):
+        buffer = self.inner.empty(shape, dtype)
+        self._fresh[id(buffer)] = _Fresh(buffer)
+        return buffer
+
+    def full(self, shape, value, dtype):
+        buffer = self.inner.full(shape, value, dtype)
+        self._fresh[id(buffer)] = _Fresh(buffer, value)
+        return buffer
+
+    def launch(self, entry, function, grid, block, args) -> None:
+        self.inner.launch(entry, function, grid, block, args)
+        written = frozenset(position for position, arg in enumerate(args) if id(arg) in self._fresh)
+        self.launches.append(RecordedLaunch(entry, function, grid, block, tuple(args), written))
+
+    def take_step(self) -> tuple[list[RecordedLaunch], dict[int, _Fresh]]:
+        step, fresh = self.launches, self._fresh
+        self.launches, self._fresh = [], {}
+        return step, fresh
+
+
+def _is_buffer(arg) -> bool:
+    return not (np.isscalar(arg) or isinstance(arg, np.generic))
+
+
+def _shape(arg) -> tuple:
+    return (tuple(int(extent) for extent in arg.shape), str(arg.dtype)) if _is_buffer(arg) else ("value",)
+
+
+def fits(graph: list[RecordedLaunch], step: list[RecordedLaunch]) -> bool:
+    """Whether a graph captured from ``graph`` can serve ``step``: same kernels, shapes and buffers."""
+    return len(graph) == len(step) and all(
+        (old.entry, old.grid, old.block, tuple(map(_shape, old.args)))
+        == (new.entry, new.grid, new.block, tuple(map(_shape, new.args)))
+        for old, new in zip(graph, step)
+    )
+
+
+@dataclass(frozen=True)
+class ReplayMismatch:
+    """A buffer a replayed launch wrote other bytes into than the eager run of the same step."""
+
+    kind: ClassVar[str] = "replay-mismatch"
+    entry: str
+    stages: tuple[str, ...]
+    argument: int
+    name: str
+    element: int
+    eager_bits: str
+    replay_bits: str
+    captured_step: int
+    frozen: tuple[dict, ...] = field(default=())
+
+    @property
+    def message(self) -> str:
+        name = f" ({self.name})" if self.name else ""
+        text = (f"replay differs from eager in argument {self.argument}{name} of {self.entry}, first at element "
+                f"{self.element}: eager {self.eager_bits}, replay {self.replay_bits}")
+        if not self.frozen:
+            return text + f"; no by-value argument changed since the capture at step {self.captured_step}"
+        explained = "; ".join(
+            f"argument {value['argument']} of {value['entry']}"
+            + (f" ({value['name']})" if value["name"] else "")
+            + f" is passed by value and was frozen at capture (step {self.captured_step}: {value['captured']}, "
+            f"this step: {value['current']})"
+            for value in self.frozen
+        )
+        return f"{text}; {explained}"
+
+    def to_dict(self) -> dict:
+        record = asdict(self)
+        record["stages"] = list(self.stages)
+        record["frozen"] = list(self.frozen)
+        return record
+
+
+class Graph:
+    """A captured launch sequence on buffers of its own; ``replay()`` runs it as captured."""
+
+    def __init__(self, backend, step: list[RecordedLaunch], fresh: Mapping[int, _Fresh], index: int):
+        self.step_index = index
+        own: dict[int, object] = {}
+        for launch in step:
+            for arg in launch.args:
+                if _is_buffer(arg) and id(arg) not in own:
+                    own[id(arg)] = backend.upload(backend.download(arg))
+        self.fills = {id(own[key]): item.fill for key, item in fresh.items() if key in own and item.fill is not None}
+        self.launches = [
+            RecordedLaunch(launch.entry, launch.function, launch.grid, launch.block,
+                           tuple(own.get(id(arg), arg) if _is_buffer(arg) else arg for arg in launch.args),
+                           launch.written)
+            for launch in step
+        ]
+        capture = getattr(backend, "capture", None)
+        self._run: Callable[[], None] = capture(self.launches) if capture else self._reissue(backend)
+
+    def _reissue(self, backend) -> Callable[[], None]:
+        """What a graph does, for a backend without one: the same launches with the captured arguments."""
+        def run():
+            for launch in self.launches:
+                backend.launch(launch.entry, launch.function, launch.grid, launch.block, launch.args)
+        return run
+
+    def replay(self) -> None:
+        self._run()
+
+
+class Replayer:
+    """The graph of the stream being run and what replaying each step found."""
+
+    def __init__(self, parameters: Callable[[], Mapping[str, tuple[str, ...]]],
+                 stages: Mapping[str, tuple[str, ...]]):
+        self._parameters = parameters  # entry -> parameter names, read from the kernel sources when first needed
+        self.stages = stages
+        self.case: str | None = None
+        self.graph: Graph | None = None
+        self.captures = 0
+        self.replayed_steps = 0
+
+    def step(self, backend: LaunchRecorder, case: str, index: int) -> list[ReplayMismatch]:
+        launches, fresh = backend.take_step()
+        if not launches:
+            return []
+        if case != self.case or self.graph is None or not fits(self.graph.launches, launches):
+            self.case = case
+            self.graph = Graph(backend.inner, launches, fresh, index)
+            self.captures += 1
+            return []
+        graph = self.graph
+        inner = backend.inner
+        for old, new in zip(graph.launches, launches):
+            for position, (mine, theirs) in enumerate(zip(old.args, new.args)):
+                if not _is_buffer(mine) or position in new.written:
+                    continue
+                inner.copy_into(mine, theirs)
+        for old in graph.launches:
+            for position in old.written:
+                fill = graph.fills.get(id(old.args[position]))
+                if fill is not None:
+                    inner.copy_into(old.args[position], inner.full(old.args[position].shape, fill,
+                                                                   old.args[position].dtype))
+        graph.replay()
+        self.replayed_steps += 1
+        return self._compare(inner, graph, launches)
+
+    def _compare(self, inner, graph: Graph, launches: list[RecordedLaunch]) -> list[ReplayMismatch]:
+        frozen = tuple(
+            {"entry": new.entry, "argument": position, "name": self._name(new.entry, position),
+             "captured": _plain(old.args[position]), "current": _plain(new.args[position])}
+            for old, new in zip(graph.launches, launches)
+            for position in range(len(new.args))
+            if not _is_buffer(new.args[position]) and _plain(old.args[position]) != _plain(new.args[position])
+        )
+        found, compared = [], set()
+        for old, new in zip(graph.launches, launches):
+            for position in sorted(new.written):
+                if id(old.args[position]) in compared:
+                    continue
+                compared.add(id(old.args[position]))
+                replayed = _bits(inner.download(old.args[position]))
+                eager = _bits(inner.download(new.args[position]))
+                differ = np.flatnonzero(replayed != eager)
+                if differ.size:
+                    element = int(differ[0])
+                    width = 2 * eager.dtype.itemsize
+                    found.append(ReplayMismatch(
+                        new.entry, self.stages.get(new.entry, ()), position, self._name(new.entry, position),
+                        element, f"0x{int(eager[element]):0{width}x}", f"0x{int(replayed[element]):0{width}x}",
+                        graph.step_index, frozen,
+                    ))
+        return found
+
+    def _name(self, entry: str, position: int) -> str:
+        if callable(self._parameters):
+            self._parameters = self._parameters()
+        names = self._parameters.get(entry, ())
+        return names[position] if position < len(names) else ""
+
+    def describe(self) -> dict:
+        return {"mode": GRAPH, "captures": self.captures, "replayed_steps": self.replayed_steps}
+
+
+def _plain(value):
+    value = np.asarray(value)[()]
+    return float(value) if isinstance(value, np.floating) else int(value)
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array).reshape(-1)
+    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[array.dtype.itemsize])
