@@ -29,6 +29,7 @@ initialised = False  # whether this process has a CUDA context (a fork of it cou
 # What an uninitialised buffer holds: a fixed non-zero byte, so a plain run is reproducible and
 # a kernel that reads scratch it never wrote does not pass by the luck of zeroed memory.
 POISON = 0xA5
+GUARD_BYTES = 256
 
 # explain's probe: CUDA's own libm function on given binary32 arguments, one thread each.
 LIBM_PROBE = """extern "C" __global__ void csa_libm_probe(const float* x, const float* y, float* out, long long n)
@@ -203,17 +204,32 @@ class CudaBackend:
 
     def empty(self, shape, dtype):
         if self.sanitizer == INITCHECK:
-            return self.cp.empty(shape, dtype=dtype)  # left uninitialised for initcheck to watch
+            return self._guarded(shape, dtype)  # left uninitialised for initcheck to watch
         return self.poisoned(shape, dtype, POISON)
 
     def poisoned(self, shape, dtype, pattern: int):
         """A buffer whose every byte is ``pattern``, filled on the device."""
-        dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        return self.cp.full(count * dtype.itemsize, pattern, dtype=self.cp.uint8).view(dtype).reshape(shape)
+        buffer = self._guarded(shape, dtype)
+        buffer.view(self.cp.uint8).fill(pattern)
+        return buffer
 
     def full(self, shape, value, dtype):
-        return self.cp.full(shape, value, dtype=dtype)
+        buffer = self._guarded(shape, dtype)
+        buffer.fill(value)
+        return buffer
+
+    def _guarded(self, shape, dtype):
+        """A buffer a kernel writes, followed by GUARD_BYTES of its own allocation.
+
+        A write just past the end (an off-by-one kernel) lands there instead of in
+        another buffer or unmapped memory, where it would kill the CUDA context for
+        the rest of the run. Under compute-sanitizer every buffer is exactly its
+        size, so memcheck reports that write.
+        """
+        dtype = np.dtype(dtype)
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        raw = self.cp.empty(size + (0 if self.sanitizer else GUARD_BYTES), dtype=self.cp.uint8)
+        return raw[:size].view(dtype).reshape(shape)
 
     def download(self, array) -> np.ndarray:
         return self.cp.asnumpy(array)

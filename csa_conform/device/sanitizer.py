@@ -46,7 +46,9 @@ _KINDS = (
 _AT = re.compile(r"^at (?P<at>.+)$")
 _THREAD = re.compile(r"by thread \((?P<thread>[\d, ]+)\) in block \((?P<block>[\d, ]+)\)")
 _ADDRESS = re.compile(r"^(?:Address|Access at) (?P<address>0x[0-9a-fA-F]+)\s*(?P<detail>.*)$")
-_SUMMARY = re.compile(r"ERROR SUMMARY: (?P<count>\d+) errors?")
+# memcheck, initcheck and synccheck end with an ERROR SUMMARY; racecheck with its own line.
+_SUMMARY = re.compile(r"ERROR SUMMARY: (?P<count>\d+) errors?"
+                      r"|RACECHECK SUMMARY: \d+ hazards? displayed \((?P<errors>\d+) errors?")
 _HAZARDS = re.compile(r"\[(?P<count>\d+) hazards?\]")
 
 
@@ -89,7 +91,7 @@ def kernel_name(location: str) -> str:
 
 
 def parse_report(text: str, tool: str) -> tuple[list[SanitizerFinding], int | None]:
-    """Findings in report order, and the ERROR SUMMARY count (None when the report has none)."""
+    """Findings in report order, and the summary's error count (None when the report has none)."""
     findings: list[SanitizerFinding] = []
     count = None
     current: SanitizerFinding | None = None
@@ -100,7 +102,7 @@ def parse_report(text: str, tool: str) -> tuple[list[SanitizerFinding], int | No
         content, indented = matched.group("text"), bool(matched.group("indent"))
         summary = _SUMMARY.search(content)
         if summary:
-            count = int(summary.group("count"))
+            count = int(summary.group("count") or summary.group("errors"))
             current = None
             continue
         if not content or content in ("COMPUTE-SANITIZER", "CUDA-MEMCHECK"):

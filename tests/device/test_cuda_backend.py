@@ -152,22 +152,24 @@ def test_device_info(install):
     )
 
 
-@pytest.mark.parametrize("tool, poisoned, pool", [("", True, True), ("memcheck", True, False),
-                                                  ("initcheck", False, False)])
-def test_uninitialised_buffers_hold_0xa5_but_not_under_initcheck(monkeypatch, tool, poisoned, pool):
-    """A stand-in CuPy made of NumPy: what empty() fills, and whether the memory pool stays, per tool."""
-    fills, allocators = [], []
+@pytest.mark.parametrize("tool, poisoned, pool, guard", [("", True, True, cuda.GUARD_BYTES), ("memcheck", True, False, 0),
+                                                         ("initcheck", False, False, 0)])
+def test_uninitialised_buffers_hold_0xa5_but_not_under_initcheck(monkeypatch, tool, poisoned, pool, guard):
+    """A stand-in CuPy made of NumPy: what a buffer holds, whether the memory pool stays, and the guard
+    after each buffer (none under compute-sanitizer, whose memcheck must see a write past the end)."""
+    allocations, allocators = [], []
     fake = fake_cupy(FakeNvrtc())
-    fake.empty, fake.uint8 = np.empty, np.uint8
-    fake.full = lambda shape, value, dtype: fills.append(value) or np.full(shape, value, dtype=dtype)
+    fake.empty = lambda size, dtype: allocations.append(size) or np.zeros(size, dtype=dtype)
+    fake.uint8 = np.uint8
     fake.cuda.set_allocator = allocators.append
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(cuda, "initialised", False)
     monkeypatch.setenv(SANITIZER_ENV, tool)
-    buffer = cuda.CudaBackend().empty((2, 3), np.float32)
+    backend = cuda.CudaBackend()
+    buffer = backend.empty((2, 3), np.float32)
     assert (buffer.shape, buffer.dtype) == ((2, 3), np.float32)
+    assert allocations == [2 * 3 * 4 + guard]
     assert (allocators == []) is pool
-    if poisoned:
-        assert fills == [0xA5] and set(buffer.view(np.uint8).reshape(-1).tolist()) == {0xA5}
-    else:
-        assert fills == []
+    assert set(buffer.view(np.uint8).reshape(-1).tolist()) == ({0xA5} if poisoned else {0})
+    filled = backend.full((5,), -np.inf, np.float32)
+    assert allocations[-1] == 5 * 4 + guard and filled.tolist() == [-np.inf] * 5

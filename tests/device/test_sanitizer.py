@@ -108,7 +108,8 @@ def test_the_older_location_format_names_the_kernel_too():
 
 def test_racecheck_initcheck_and_synccheck_reports():
     [race], count = parse_report(RACECHECK, "racecheck")
-    assert (race.kind, race.kernel, count) == ("race", "csa_ratio4_sink_attention", None)
+    assert (race.kind, race.kernel, count) == ("race", "csa_ratio4_sink_attention", 1)
+    assert parse_report("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n", "racecheck") == ([], 0)
     assert "and Read access at csa_ratio4_sink_attention+0x9e0" in race.detail and "[248 hazards]" in race.detail
     [uninitialized], _ = parse_report(INITCHECK, "initcheck")
     assert (uninitialized.kind, uninitialized.kernel, uninitialized.thread, uninitialized.block,
