@@ -3,7 +3,8 @@
 In an isolated run every kernel reads the oracle's upstream payloads, except
 from stages computed earlier in its own fused launch (index select: stages
 3-5; attention: 6-7), which it computes itself; UPSTREAM_IN_LAUNCH names
-those, so the re-run reads the device's payload there.
+those, so the re-run reads the device's payload there. Both the re-run and
+that table come from the stage registry (csa_conform.stages).
 """
 
 from __future__ import annotations
@@ -12,62 +13,58 @@ from typing import Mapping
 
 import numpy as np
 
-from csa_conform.contract import StepGeometry, attention_bias
+from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
-from csa_conform.oracle.candidate_assembly import candidate_assembly
-from csa_conform.oracle.compression_update import compression_update
-from csa_conform.oracle.index_key_update import index_key_update
-from csa_conform.oracle.index_query_finalize import index_query_finalize
-from csa_conform.oracle.index_scoring import causal_mask, index_scoring
-from csa_conform.oracle.selection import selection
-from csa_conform.oracle.sparse_sink_softmax_attention import sparse_sink_softmax_attention
+from csa_conform.oracle.engine import Engine, resolve_engine
+from csa_conform.oracle.rows import RowFailure
+from csa_conform.stages import BY_NAME, LAUNCHES
 
 Payloads = Mapping[str, Mapping[str, np.ndarray]]
 
 # stage -> the upstream stage it reads that the same fused launch computes on the device
 UPSTREAM_IN_LAUNCH = {
-    "index_scoring": "index_query_finalize",
-    "selection": "index_scoring",
-    "sparse_sink_softmax_attention": "candidate_assembly",
-}
-
-_SOURCES = {
-    "compression_update": ("compressor_kv", "compressor_gate", "compressor_ape", "compressor_norm",
-                           "past_compressed_kv", "past_compression_carry"),
-    "index_key_update": ("index_compressor_kv", "index_compressor_gate", "index_compressor_ape",
-                         "index_compressor_norm", "past_index_key", "past_index_carry"),
+    stage: earlier
+    for launch in LAUNCHES
+    for position, stage in enumerate(launch.stages)
+    for earlier in launch.stages[:position]
+    if earlier in BY_NAME[stage].reads
 }
 
 
-def _accepted(payload, failure):
-    if failure is not None:
-        raise ContractError(failure.message, failure.kind)
-    return payload
+class _StageRun:
+    """What one re-run stage reads: the kernel's inputs and the upstream payloads it consumed.
+
+    A row failure is raised at once: with one stage re-run there is no later
+    stage to defer it to, and the device stage's payload cannot be reproduced.
+    """
+
+    def __init__(self, geometry: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads):
+        self.geometry = geometry
+        self._inputs = inputs
+        self._upstream = upstream
+
+    @property
+    def engine(self) -> Engine:
+        """The active numerics variant decides (a swapped ingredient runs on the numpy engine)."""
+        return resolve_engine()
+
+    def input(self, name: str) -> np.ndarray:
+        return self._inputs[name]
+
+    def upstream(self, stage: str, tensor: str) -> np.ndarray:
+        return self._upstream[stage][tensor]
+
+    def row_failure(self, stage: str, failure: RowFailure | None) -> None:
+        if failure is not None:
+            raise ContractError(failure.message, failure.kind)
+
+    def prior_failure(self, stage: str) -> RowFailure | None:
+        return None
 
 
 def run_stage(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads) -> dict:
     """The stage's payload under the active numerics variant; raises ContractError as the oracle does."""
-    if stage in _SOURCES:
-        update = compression_update if stage == "compression_update" else index_key_update
-        return update(g, *(inputs[name] for name in _SOURCES[stage]))
-    if stage == "index_query_finalize":
-        return _accepted(*index_query_finalize(g, inputs["index_query"]))
-    if stage == "index_scoring":
-        return _accepted(*index_scoring(g, upstream["index_query_finalize"]["transformed"],
-                                        upstream["index_key_update"]["logical_keys"], inputs["index_weight"], None))
-    if stage == "selection":
-        scores = upstream["index_scoring"]["scores"]
-        return selection(g, scores, causal_mask(g, scores.shape[-1], None))
-    if stage == "candidate_assembly":
-        return candidate_assembly(g, upstream["selection"]["selected"] if g.ratio == 4 else None)
-    if stage == "sparse_sink_softmax_attention":
-        bias = None
-        if g.has_bias:
-            bias = attention_bias(inputs["attention_bias"], (g.batch, g.heads, g.sequence, g.candidate_count))
-        return sparse_sink_softmax_attention(
-            g, inputs["query"], inputs["current_kv"], upstream["compression_update"]["logical_records"],
-            upstream["candidate_assembly"]["candidates"], inputs["head_sink"], bias)
-    raise KeyError(stage)
+    return BY_NAME[stage].oracle(_StageRun(g, inputs, upstream))
 
 
 def consumed_upstream(stage: str, expected: Payloads, actual: Payloads) -> dict:
