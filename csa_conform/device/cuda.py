@@ -34,7 +34,7 @@ GUARD_BYTES = 256
 # explain's probe: CUDA's own libm function on given binary32 arguments, one thread each.
 LIBM_PROBE = """extern "C" __global__ void csa_libm_probe(const float* x, const float* y, float* out, long long n)
 {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long i = threadIdx.x + (long long)blockDim.x * blockIdx.x;
     if (i < n) out[i] = %s;
 }
 """
