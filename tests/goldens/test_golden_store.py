@@ -103,6 +103,35 @@ def tamper(path, dataset: str, edit) -> None:
         handle[dataset][...] = values
 
 
+def test_a_verified_case_replays_from_the_arrays_its_checksums_read(tmp_path, monkeypatch):
+    """read_step serves the arrays verify_case_checksums read and checked (read-only), not a second read."""
+    path = tmp_path / "g.h5"
+    written = sample_case(steps=3)
+    write_goldens(path, [written])
+    reads = []
+    original = GoldenFile._read
+    monkeypatch.setattr(GoldenFile, "_read", lambda self, entry, dataset: reads.append(dataset.name)
+                        or original(self, entry, dataset))
+    with GoldenFile(path) as golden:
+        golden.verify_case_checksums(written.case_id)
+        verified = list(reads)
+        steps = [golden.read_step(written.case_id, index) for index in range(3)]
+    assert reads == verified, "replaying a verified case read a dataset again"
+    for read, step in zip(steps, written.steps):
+        assert_same_step(read, step)
+    assert not steps[0].outputs["Y"].flags.writeable
+
+
+def test_prod_sized_datasets_use_lzf_and_the_ci_sized_ones_gzip():
+    """gzip dominated `generate --suite prod`; the ci suite's largest dataset is 1 MiB, so its bytes stay."""
+    compression = Compression()
+    large = np.zeros(compression.large_bytes // 4, np.float32)
+    ci_largest = np.zeros((1 << 20) // 4, np.float32)
+    assert compression.options(large)["compression"] == "lzf" and "compression_opts" not in compression.options(large)
+    assert (compression.options(ci_largest)["compression"], compression.options(ci_largest)["compression_opts"]) == (
+        "gzip", 4)
+
+
 def test_changed_dataset_fails_its_checksum_by_name(tmp_path):
     path = tmp_path / "g.h5"
     write_goldens(path, [sample_case()])
