@@ -37,13 +37,17 @@ def pick(case_ids, pattern: str) -> str:
     return matches[0]
 
 
-@pytest.fixture(scope="session")
-def device_goldens(tmp_path_factory):
+def ci_goldens_of(patterns, path):
+    """A golden file, written by the oracle, of the first ci case matching each pattern."""
     recipes = {recipe.case_id: recipe for recipe in suite_recipes("ci")}
-    chosen = sorted({pick(recipes, pattern) for pattern in DEVICE_CASE_PATTERNS})
-    path = tmp_path_factory.mktemp("goldens") / "device.h5"
+    chosen = sorted({pick(recipes, pattern) for pattern in patterns})
     write_goldens(path, (recipes[case].generate(run_step) for case in chosen))
     return path
+
+
+@pytest.fixture(scope="session")
+def device_goldens(tmp_path_factory):
+    return ci_goldens_of(DEVICE_CASE_PATTERNS, tmp_path_factory.mktemp("goldens") / "device.h5")
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))
 
-from device_fixtures import emulated_cuda, emulation_backend, pick  # noqa: E402
-
-from csa_conform.fixtures import suite_recipes  # noqa: E402
-from csa_conform.goldens import write_goldens  # noqa: E402
-from csa_conform.oracle import run_step  # noqa: E402
+from device_fixtures import ci_goldens_of, emulated_cuda, emulation_backend  # noqa: E402
 
 __all__ = ["emulated_cuda", "emulation_backend", "variant_goldens"]
 
@@ -27,8 +23,4 @@ VARIANT_CASE_PATTERNS = (
 
 @pytest.fixture(scope="session")
 def variant_goldens(tmp_path_factory):
-    recipes = {recipe.case_id: recipe for recipe in suite_recipes("ci")}
-    chosen = sorted({pick(recipes, pattern) for pattern in VARIANT_CASE_PATTERNS})
-    path = tmp_path_factory.mktemp("goldens") / "variants.h5"
-    write_goldens(path, (recipes[case].generate(run_step) for case in chosen))
-    return path
+    return ci_goldens_of(VARIANT_CASE_PATTERNS, tmp_path_factory.mktemp("goldens") / "variants.h5")
