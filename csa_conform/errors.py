@@ -65,14 +65,19 @@ class GoldenIntegrityError(GoldenFormatError):
 
 
 class CorruptDataset(GoldenIntegrityError):
-    """A dataset's bytes do not match its sha256 attribute."""
+    """A dataset's bytes do not match its sha256 attribute.
 
-    def __init__(self, path: str, dataset: str, reason: str):
+    ``links`` names every path of the file stored in the same HDF5 object
+    (hard links), when the reader knows them; the dataset's own path otherwise.
+    """
+
+    def __init__(self, path: str, dataset: str, reason: str, links: tuple[str, ...] = ()):
         super().__init__(path, f"dataset {dataset}", reason)
         self.dataset = dataset
+        self.links = links or (dataset,)
 
     def __reduce__(self):
-        return type(self), (self.path, self.dataset, self.reason)
+        return type(self), (self.path, self.dataset, self.reason, self.links)
 
 
 class GoldenChanged(GoldenFormatError):

@@ -897,11 +897,10 @@ class GoldenFile:
             try:
                 array = self._read(*links[0])
             except CorruptDataset as corrupt:
-                also = sorted({dataset.name for _, dataset in links[1:]} - {corrupt.dataset})
-                if not also:
-                    raise
-                reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}"
-                raise CorruptDataset(self.path, corrupt.dataset, reason) from None
+                names = tuple(sorted({dataset.name for _, dataset in links}))
+                also = [name for name in names if name != corrupt.dataset]
+                reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
+                raise CorruptDataset(self.path, corrupt.dataset, reason, names) from None
             array.flags.writeable = False
             self._verified[address] = array
         return len(datasets)
@@ -914,18 +913,6 @@ class GoldenFile:
         files list them by name.
         """
         return [(path, entry) for path, (entry, _) in self._step(case_id, index).tensors.items()]
-
-    def linked_tensors(self, case_id: str, dataset_name: str) -> list[str]:
-        """Step-relative paths, across the case's steps, of every tensor stored in that HDF5 object.
-
-        A hard link makes one dataset several tensors (a step's Y is also its
-        attention payload); whoever reports a corrupt dataset names them all.
-        """
-        case = self._case(case_id)
-        pairs = [(path, dataset) for step in case.steps for path, (_, dataset) in step.tensors.items()
-                 if dataset is not None]
-        address = next((h5py.h5o.get_info(dataset.id).addr for _, dataset in pairs if dataset.name == dataset_name), None)
-        return [path for path, dataset in pairs if h5py.h5o.get_info(dataset.id).addr == address]
 
     def read_dataset(self, case_id: str, index: int, path: str) -> np.ndarray:
         """One tensor of a step, refused unless its bytes match its checksum."""

@@ -138,7 +138,9 @@ def _corrupt_owners(golden: GoldenFile, case: CaseItems) -> set[str]:
     try:
         golden.verify_case_checksums(case.case_id)
     except CorruptDataset as corrupt:
-        linked = [_payload_owner(name) for name in golden.linked_tensors(case.case_id, corrupt.dataset)]
+        steps = f"/cases/{case.case_id}/steps/"
+        linked = [_payload_owner(name.removeprefix(steps).partition("/")[2]) if name.startswith(steps) else None
+                  for name in corrupt.links]
         if linked and None not in linked:
             return set(linked) & set(case.oracle) or set(case.oracle)
     return set(case.oracle)
