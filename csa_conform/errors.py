@@ -121,6 +121,14 @@ class WorkerCrashed(CsaConformError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class SanitizedRunFailed(CsaConformError):
+    """The diff run under compute-sanitizer stopped with an error of its own; its exit code is kept."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = ExitCode(exit_code)
+
+
 def exit_code_of(error: BaseException, *, git_bisect: bool = False) -> ExitCode:
     """The exit code a command ends with for ``error`` (an OSError is invalid input)."""
     code = ExitCode(getattr(error, "exit_code", ExitCode.USAGE))

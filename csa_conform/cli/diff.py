@@ -45,7 +45,7 @@ from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.device.sanitizer import SANITIZER, run_sanitized
-from csa_conform.errors import DeviceUnavailable, UsageError
+from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
@@ -249,8 +249,11 @@ def run_header(command: str, provenance: RunProvenance, options: DiffOptions,
 
 
 def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], case_glob: str | None,
-                   shard: Shard | None, as_json: bool) -> ExitCode:
-    """The diff re-run under compute-sanitizer: its document plus the sanitizer's findings."""
+                   shard: Shard | None, as_json: bool, git_bisect: bool) -> ExitCode:
+    """The diff re-run under compute-sanitizer: its document plus the sanitizer's findings.
+
+    The child gets --git-bisect too, so an error it stops on keeps its exit code (125 included).
+    """
     words = [options.file, "--stage", "all" if stages == STAGES else ",".join(stages), "--mode", options.mode.value,
              "--shard", str(shard or "1/1")]
     words += ["--case", case_glob] if case_glob else []
@@ -258,12 +261,16 @@ def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], cas
     words += options.build.words()
     words += ["--ulp", str(options.ulp), "--repeat", str(options.repeat)]
     words += ["--replay", options.replay] if options.replay else []
+    words += ["--git-bisect"] if git_bisect else []
     run = run_sanitized(tool, words)
     try:
         document = json.loads(run.stdout)
     except json.JSONDecodeError:
         reason = (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
         raise DeviceUnavailable(f"the diff under {shlex.join(run.command[:3])} printed no results: {reason}") from None
+    if "error" in document:
+        raise SanitizedRunFailed(f"the diff under {SANITIZER} --tool {tool} stopped: "
+                                 f"{document['error']['message']}", document["exit_code"])
     findings = [finding.to_dict() for finding in run.findings]
     code = ExitCode.DIVERGED if findings or run.error_count else ExitCode(document["exit_code"])
     document.update(argv=argv(), passed=document["passed"] and code == ExitCode.OK, exit_code=int(code))
@@ -359,7 +366,7 @@ def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, repe
     if sanitize:
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
-        return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json)
+        return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json, git_bisect)
     timed_reports, provenance, golden_ref = run_diff(options, stages, case_glob, quiet or as_json, shard, devices)
     reports = [report for report, _ in timed_reports]
     explanations = explain_reports(file, reports, options, stages) if explain else None

@@ -204,3 +204,15 @@ def test_a_clean_report_keeps_the_diffs_exit_code(device_goldens, tmp_path):
 def test_sanitize_runs_one_process(device_goldens):
     result = CliRunner().invoke(diff, [str(device_goldens), "--sanitize", "memcheck", "--devices", "0,1"])
     assert result.exit_code == ExitCode.USAGE and "leave out --devices" in result.output
+
+
+def test_an_error_of_the_sanitized_diff_keeps_its_exit_code(device_goldens, tmp_path):
+    """No visible device in the child: exit 4 as a plain diff would, and 125 under --git-bisect."""
+    _stand_in(tmp_path, CLEAN)
+    env = {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": os.pathsep.join(sys.path),
+           "CUDA_VISIBLE_DEVICES": ""}
+    arguments = [str(device_goldens), "--sanitize", "memcheck", "--case", "boundaries.r4-*"]
+    stopped = CliRunner().invoke(diff, arguments, env=env)
+    assert stopped.exit_code == ExitCode.ENVIRONMENT, stopped.output[-2000:]
+    assert "the diff under compute-sanitizer --tool memcheck stopped: " in stopped.output
+    assert CliRunner().invoke(diff, arguments + ["--git-bisect"], env=env).exit_code == ExitCode.BISECT_SKIP
