@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from csa_conform.device.launches import RECORD_CACHES
 from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.diff import TensorDiff, compare_payloads
@@ -91,9 +92,24 @@ def _expected(attrs: dict, output_names: Sequence[str], step: GoldenStep) -> dic
     return run_step(attrs, step.inputs, output_names).stages
 
 
+def record_capacity(golden: GoldenFile, case_id: str) -> int:
+    """The most records per batch row any accepted step of the case holds, read off the datasets' shapes."""
+    return max(
+        (entry.shape[1] for index in range(golden.step_count(case_id))
+         if "expect_error" not in golden.step_attrs(case_id, index)
+         for path, entry in golden.dataset_entries(case_id, index)
+         if path.rpartition("/")[2] in RECORD_CACHES and entry.ndim == 3),
+        default=0,
+    )
+
+
 def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | None = None) -> Iterator[StepOutcome]:
-    """Run a case's steps in order (through step ``upto``); stops after a step the device run refused."""
+    """Run a case's steps in order (through step ``upto``); stops after a step the device run refused.
+
+    A runner that replays graphs runs the whole stream at its record capacity.
+    """
     info = golden.case_info(case_id)
+    capacity = record_capacity(golden, case_id) if runner.replayer is not None else None
     previous: tuple[GoldenStep, DeviceStepResult] | None = None
     last = info.step_count if upto is None else min(upto + 1, info.step_count)
     for index in range(last):
@@ -113,7 +129,7 @@ def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | N
         try:
             result = runner.run_step(
                 info.attrs, step.inputs, info.output_names,
-                reference=expected, past=past, case=case_id, step=index,
+                reference=expected, past=past, case=case_id, step=index, capacity=capacity,
             )
         except HostStageRejected as error:
             yield StepOutcome(index, expected, failure_stage=error.stage, failure=str(error))

@@ -45,6 +45,9 @@ class LaunchSite(Protocol):
 
     def total(self): ...
 
+    @property
+    def records(self) -> int: ...
+
     def bias(self) -> np.ndarray: ...
 
     def launch(self, launch: Launch, grid: int, block: int, args: tuple, scratch: dict) -> None: ...
@@ -72,6 +75,19 @@ def _stream(stage: str) -> CompressorStream:
     return CompressorStream(stage, (kv, gate, ape, norm), past_cache, past_carry, cache, carry)
 
 
+STREAMS = (_stream("compression_update"), _stream("index_key_update"))
+RECORD_CACHES = frozenset(name for stream in STREAMS for name in (stream.past_cache, stream.cache))
+
+
+def reserved_caches(geometry: StepGeometry, capacity: int) -> dict[str, tuple[int, int]]:
+    """The record caches a step reserves at ``capacity`` records: name -> (logical records, capacity)."""
+    reserved = {}
+    for stream in STREAMS:
+        reserved[stream.past_cache] = (geometry.past_records, capacity)
+        reserved[stream.cache] = (geometry.next_records, capacity)
+    return reserved
+
+
 def _ints(*values: int) -> tuple:
     return tuple(np.int32(value) for value in values)
 
@@ -83,18 +99,18 @@ def compress(run: LaunchSite, launch: Launch) -> None:
     fp8 = stream.index or g.cache_format != "f32"
     width = g.index_stored_width if stream.index else g.stored_width
     past_cache, past_carry = run.device_arrays(stream.past_cache, stream.past_carry)
-    cache = backend.empty((g.batch, g.next_records, width), np.uint8 if fp8 else np.float32)
+    cache = backend.empty((g.batch, run.records, width), np.uint8 if fp8 else np.float32)
     carry = backend.empty(tuple(int(extent) for extent in past_carry.shape), np.float32)
     kv, gate, ape, norm = run.device_arrays(*stream.sources)
     kept = int(past_cache.shape[1])
     if g.ratio == 128:
         args = (kv, gate, ape, norm, past_carry, past_cache, carry, cache) + _ints(
-            g.batch, g.sequence, g.dim, kept, g.next_records, int(fp8)) + (run.total(),)
+            g.batch, g.sequence, g.dim, kept, run.records, int(fp8)) + (run.total(),)
     else:
         dim = g.index_dim if stream.index else g.dim
         args = (kv, gate, ape, norm, past_cache, past_carry, cache, carry) + _ints(
-            g.batch, g.sequence, dim, g.rope_dim, kept, g.next_records) + (run.total(),)
-    run.launch(launch, g.batch, 1, args, {"record_capacity": g.next_records})
+            g.batch, g.sequence, dim, g.rope_dim, kept, run.records) + (run.total(),)
+    run.launch(launch, g.batch, 1, args, {"record_capacity": run.records})
     run.t.put(stream.cache, cache)
     run.t.put(stream.carry, carry)
     present = run.t.host(stream.cache)
@@ -109,7 +125,7 @@ def index_select(run: LaunchSite, launch: Launch) -> None:
     """Stages 3-5 fused: transformed queries, scores (-inf pre-filled) and the shared selection."""
     g, backend = run.g, run.backend()
     rows = g.batch * g.sequence
-    capacity = g.next_records
+    capacity = run.records
     key = run.upstream_device("index_key_update", "present_index_key", "present_index_key")
     transformed = backend.empty((rows * g.index_heads * g.index_dim,), np.float32)
     scores = backend.full((rows * capacity,), -np.inf, np.float32)
@@ -126,7 +142,8 @@ def index_select(run: LaunchSite, launch: Launch) -> None:
             "transformed": backend.download(transformed).reshape(shape + (g.index_heads, g.index_dim))
         }
     if run.on_device("index_scoring"):
-        run.stages["index_scoring"] = {"scores": backend.download(scores).reshape(shape + (capacity,))}
+        scores = backend.download(scores).reshape(shape + (capacity,))[..., : g.next_records]
+        run.stages["index_scoring"] = {"scores": np.ascontiguousarray(scores)}
     run.t.put("selected", selected)
 
 
@@ -161,7 +178,7 @@ def attend(run: LaunchSite, launch: Launch) -> None:
     """Stages 6-7 fused: candidate ids read off the score scratch, the scores and Y."""
     g, backend = run.g, run.backend()
     rows = g.batch * g.sequence * g.heads
-    stride = DENSE_WINDOW + (g.topk_width if g.ratio == 4 else g.next_records)
+    stride = DENSE_WINDOW + (g.topk_width if g.ratio == 4 else run.records)
     compressed = run.upstream_device("compression_update", "present_compressed_kv", "present_compressed_kv")
     scores = backend.full((rows * stride,), -np.inf, np.float32)
     output = backend.empty((g.batch, g.sequence, g.heads, g.dim), np.float32)
@@ -171,11 +188,11 @@ def attend(run: LaunchSite, launch: Launch) -> None:
     if g.ratio == 128:
         selected = None
         args = (query, current_kv, compressed, sink, bias, output, scores) + sizes + _ints(
-            g.next_records, stride, int(g.cache_format != "f32")) + bias_args
+            run.records, stride, int(g.cache_format != "f32")) + bias_args
     else:
         selected = run.upstream_device("selection", "selected_indices", "selected_indices")
         args = (query, current_kv, compressed, selected, sink, bias, output, scores) + sizes + _ints(
-            g.next_records, g.index_heads, g.topk_width, stride) + bias_args
+            run.records, g.index_heads, g.topk_width, stride) + bias_args
     run.launch(launch, rows, ATTENTION_BLOCK, args, {"scores": int(scores.size), "stride": stride})
     row_scores = backend.download(scores).reshape(g.batch, g.sequence, g.heads, stride)[..., : g.candidate_count]
     if run.on_device("candidate_assembly"):

@@ -1,20 +1,21 @@
-"""``diff --replay graph``: each stream's launches captured once into a CUDA graph and replayed.
+"""``diff --replay graph``: each stream's launches captured into CUDA graphs and replayed.
 
-Production decodes replay a captured graph: the kernels, grids, device
+Production decodes replay a captured CUDA graph: the kernels, grids, device
 buffers and every by-value argument are frozen at capture, and each step only
 rewrites the inputs in place. A kernel that reads a length by value, or a
 buffer the graph does not own, is right eagerly and wrong under replay. Here
 every step still runs eagerly (its payloads are compared with the oracle as
-always); then the step's launch sequence is replayed on a graph: captured
-from the first step of the stream (every module loaded and every buffer
-allocated before capture, the graph owning copies of them), re-captured only
-when a step's launches no longer fit it (other kernels, grids or buffer
-extents: the kernels size scratch by the step). Before each replay the step's
-inputs are copied into the graph's buffers in place and the buffers the ABI
-pre-fills are filled again; afterwards every buffer a launch writes is
-compared byte for byte with what the eager run wrote. A difference is a
-``replay-mismatch`` naming the launch and buffer, explained by the by-value
-arguments that differ between the capture step and this one.
+always), with its record caches and scratch reserved at the stream's
+capacity, so the extents it passes do not move from step to step. Then the
+step's launch sequence is replayed on a graph: the stream keeps one graph per
+launch shape (kernels, grids, buffer extents), captured from the first step
+of that shape with every module loaded and every buffer allocated, the graph
+owning copies of them. Before each replay the step's inputs are copied into
+the graph's buffers in place and the buffers the ABI pre-fills are filled
+again; afterwards every buffer a launch writes is compared byte for byte with
+what the eager run wrote. A difference is a ``replay-mismatch`` naming the
+launch and buffer, explained by the by-value arguments that differ between
+the capture step and this one.
 """
 
 from __future__ import annotations
@@ -86,13 +87,14 @@ def _shape(arg) -> tuple:
     return (tuple(int(extent) for extent in arg.shape), str(arg.dtype)) if _is_buffer(arg) else ("value",)
 
 
+def launch_shape(step: list[RecordedLaunch]) -> tuple:
+    """What a graph freezes besides by-value arguments: the kernels, grids, blocks and buffer extents."""
+    return tuple((launch.entry, launch.grid, launch.block, tuple(map(_shape, launch.args))) for launch in step)
+
+
 def fits(graph: list[RecordedLaunch], step: list[RecordedLaunch]) -> bool:
-    """Whether a graph captured from ``graph`` can serve ``step``: same kernels, shapes and buffers."""
-    return len(graph) == len(step) and all(
-        (old.entry, old.grid, old.block, tuple(map(_shape, old.args)))
-        == (new.entry, new.grid, new.block, tuple(map(_shape, new.args)))
-        for old, new in zip(graph, step)
-    )
+    """Whether a graph captured from ``graph`` can serve ``step``."""
+    return launch_shape(graph) == launch_shape(step)
 
 
 @dataclass(frozen=True)
@@ -165,14 +167,14 @@ class Graph:
 
 
 class Replayer:
-    """The graph of the stream being run and what replaying each step found."""
+    """The graphs of the stream being run, one per launch shape, and what replaying each step found."""
 
     def __init__(self, parameters: Callable[[], Mapping[str, tuple[str, ...]]],
                  stages: Mapping[str, tuple[str, ...]]):
         self._parameters = parameters  # entry -> parameter names, read from the kernel sources when first needed
         self.stages = stages
         self.case: str | None = None
-        self.graph: Graph | None = None
+        self.graphs: dict[tuple, Graph] = {}
         self.captures = 0
         self.replayed_steps = 0
 
@@ -180,12 +182,14 @@ class Replayer:
         launches, fresh = backend.take_step()
         if not launches:
             return []
-        if case != self.case or self.graph is None or not fits(self.graph.launches, launches):
-            self.case = case
-            self.graph = Graph(backend.inner, launches, fresh, index)
+        if case != self.case:
+            self.case, self.graphs = case, {}
+        shape = launch_shape(launches)
+        graph = self.graphs.get(shape)
+        if graph is None:
+            self.graphs[shape] = Graph(backend.inner, launches, fresh, index)
             self.captures += 1
             return []
-        graph = self.graph
         inner = backend.inner
         for old, new in zip(graph.launches, launches):
             for position, (mine, theirs) in enumerate(zip(old.args, new.args)):

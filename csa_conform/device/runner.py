@@ -19,6 +19,7 @@ import numpy as np
 from csa_conform.contract import validate_step
 from csa_conform.device.determinism import PoisonedScratch
 from csa_conform.device.kernels import MODULES, KernelDirectory
+from csa_conform.device.launches import reserved_caches
 from csa_conform.device.modes import Mode, StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.replay import LaunchRecorder, Replayer
@@ -88,11 +89,16 @@ class DeviceRunner:
         past: Mapping[str, object] | None = None,
         case: str = "",
         step: int = -1,
+        capacity: int | None = None,
     ) -> DeviceStepResult:
         """Run one accepted step; ``reference`` (oracle payloads) is required in isolated mode.
 
         ``past`` replaces past_* inputs with tensors a previous step produced
         (device arrays stay on the device), which is how a chained stream runs.
+        ``capacity`` reserves every record cache and score scratch at that many
+        records per batch row (the stream's largest step), as a provider that
+        replays graphs does: then every step of a stream passes the same
+        extents, and one graph serves all its steps of one launch shape.
         """
         geometry = validate_step(attrs, inputs, output_names)
         plan = self.plan(geometry.ratio)
@@ -100,13 +106,14 @@ class DeviceRunner:
             raise UsageError("isolated mode needs the oracle's stage payloads for the step")
         if self.replayer is not None and self._backend is not None:
             self._backend.take_step()  # what a step that raised left recorded is no step to replay
-        tensors = StepTensors(self.backend)
+        reserved = reserved_caches(geometry, max(capacity, geometry.next_records)) if capacity else {}
+        tensors = StepTensors(self.backend, reserved)
         for name, value in inputs.items():
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
         result = StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
-                         reference or {}, case, step, self.repeat).execute()
+                         reference or {}, case, step, self.repeat, capacity).execute()
         if self.replayer is not None and self._backend is not None:
             result.findings += self.replayer.step(self._backend, case, step)
             self.provenance.replay = self.replayer.describe()

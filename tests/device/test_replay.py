@@ -20,6 +20,9 @@ from click.testing import CliRunner
 from csa_conform.cli.diff import diff
 from csa_conform.device.replay import LaunchRecorder, Replayer, fits
 from csa_conform.exitcodes import ExitCode
+from csa_conform.fixtures import suite_recipes
+from csa_conform.goldens import write_goldens
+from csa_conform.oracle import run_step
 from csa_conform.results import schema
 from host_emulation import HostEmulationBackend
 
@@ -95,6 +98,39 @@ def test_a_new_stream_or_other_extents_capture_again(recorder):
     _decode_step(recorder, 1.0, 1)
     narrow, _ = recorder.take_step()
     assert not fits(wider, narrow) and fits(narrow, narrow)
+
+
+def test_a_stream_keeps_one_graph_per_launch_shape(recorder):
+    replayer = _replayer()
+    for step, length in enumerate((2, 2, 3, 2, 3)):
+        cursor = recorder.upload(np.array([float(step)], np.float32))
+        out = recorder.empty((4 + length % 2,), np.float32)
+        recorder.launch("decode", None, (1, 1, 1), (1, 1, 1), (cursor, out, np.int32(length)))
+        assert replayer.step(recorder, "case", step) == []
+    assert replayer.describe() == {"mode": "graph", "captures": 2, "replayed_steps": 3}
+
+
+@pytest.fixture(scope="module")
+def long_decodes(tmp_path_factory):
+    """Two full-suite streams that decode 16 steps past a prefill on a full dense window."""
+    recipes = {recipe.case_id: recipe for recipe in suite_recipes("full", case_glob="boundaries.*-decode-2*")}
+    chosen = ("boundaries.r128-decode-250-to-266", "boundaries.r4-decode-200-to-216")
+    path = tmp_path_factory.mktemp("long-decodes") / "decodes.h5"
+    write_goldens(path, (recipes[case].generate(run_step) for case in chosen))
+    return path
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_reserved_caches_let_one_graph_serve_every_decode_of_a_stream(long_decodes):
+    """The record caches grow every 4 (or 128) tokens; reserved at the stream's capacity, they
+    keep every extent the kernels get, so only the prefill and the first decode capture."""
+    for mode in ("chained", "isolated"):  # isolated: every past cache comes from the file, padded
+        result = CliRunner().invoke(diff, [str(long_decodes), "--replay", "graph", "--mode", mode, "--json"])
+        assert result.exit_code == ExitCode.OK, result.output[-3000:]
+        document = json.loads(result.stdout)
+        assert document["kernels"]["replay"] == {"mode": "graph", "captures": 4, "replayed_steps": 30}
+        [r128, r4] = document["cases"]
+        assert r128["verdicts"]["compression_update"] == r4["verdicts"]["index_scoring"] == "identical"
 
 
 @pytest.mark.usefixtures("emulated_cuda")
