@@ -24,6 +24,7 @@ from rich.console import Console
 
 from csa_conform.errors import CsaConformError, WorkerCrashed, exit_code_of
 from csa_conform.exitcodes import ExitCode
+from csa_conform.oracle.parallel import share_cores
 from csa_conform.results import COMMANDS, error_document
 
 PROGRAM = "csa-conform"
@@ -128,9 +129,11 @@ def capped_jobs(jobs: int) -> int:
     return jobs
 
 
-def _worker_ignores_interrupts() -> None:
-    """Ctrl-C reaches the whole process group; the parent alone answers it, once."""
+def _start_worker(processes: int) -> None:
+    """Ctrl-C reaches the whole process group; the parent alone answers it, once. The oracle's
+    threads in each worker get their share of the cores, not all of them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    share_cores(processes)
 
 
 def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) -> Iterator[Result]:
@@ -139,10 +142,11 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
     Results come back in item order whatever the worker timing, which is what
     keeps ``--jobs N`` output identical to ``--jobs 1``.
     """
-    if jobs <= 1 or len(items) <= 1:
+    processes = min(jobs, len(items))
+    if processes <= 1:
         yield from map(function, items)
         return
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_ignores_interrupts)
+    pool = ProcessPoolExecutor(max_workers=processes, initializer=_start_worker, initargs=(processes,))
     try:
         yield from pool.map(function, items)
     except BrokenProcessPool:

@@ -268,10 +268,11 @@ def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], cas
     except json.JSONDecodeError:
         reason = (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
         raise DeviceUnavailable(f"the diff under {shlex.join(run.command[:3])} printed no results: {reason}") from None
-    if "error" in document:
+    findings = [finding.to_dict() for finding in run.findings]
+    if "error" in document and not (findings or run.error_count):
+        # What the tool reported explains a child that stopped (a kernel it aborted); nothing else does.
         raise SanitizedRunFailed(f"the diff under {SANITIZER} --tool {tool} stopped: "
                                  f"{document['error']['message']}", document["exit_code"])
-    findings = [finding.to_dict() for finding in run.findings]
     code = ExitCode.DIVERGED if findings or run.error_count else ExitCode(document["exit_code"])
     document.update(argv=argv(), passed=document["passed"] and code == ExitCode.OK, exit_code=int(code))
     document["options"]["sanitize"] = tool
@@ -284,6 +285,8 @@ def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], cas
     summary = document["summary"]
     click.echo(f"csa-conform diff under {SANITIZER} --tool {tool}: {summary['cases']} cases, "
                f"{summary['failed']} failed; {tool} reported {run.error_count or 0} errors")
+    if "error" in document:
+        click.echo(f"  the diff stopped: {document['error']['message']}")
     for finding in run.findings:
         click.echo(f"  {finding.summary()}")
     if findings:

@@ -144,7 +144,8 @@ class Graph:
         for launch in step:
             for arg in launch.args:
                 if _is_buffer(arg) and id(arg) not in own:
-                    own[id(arg)] = backend.upload(backend.download(arg))
+                    own[id(arg)] = backend.empty(tuple(arg.shape), arg.dtype)  # guarded like the eager buffers
+                    backend.copy_into(own[id(arg)], arg)
         self.fills = {id(own[key]): item.fill for key, item in fresh.items() if key in own and item.fill is not None}
         self.launches = [
             RecordedLaunch(launch.entry, launch.function, launch.grid, launch.block,

@@ -26,6 +26,15 @@ def map_chunks(function: Callable[[slice], object], chunks: list[slice]) -> list
         return list(pool.map(function, chunks))
 
 
+_processes = 1  # worker processes sharing this machine's cores (--jobs)
+
+
+def share_cores(processes: int) -> None:
+    """Called in each of ``processes`` worker processes, so that all their threads together use each core once."""
+    global _processes
+    _processes = max(1, processes)
+
+
 def worker_count() -> int:
-    """Threads per map (one per core); tests vary it to show no result depends on it."""
-    return os.cpu_count() or 1
+    """Threads per map (the cores, shared between --jobs processes); tests vary it to show no result depends on it."""
+    return max(1, (os.cpu_count() or 1) // _processes)

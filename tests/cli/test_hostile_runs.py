@@ -174,3 +174,16 @@ def test_a_worker_that_dies_is_one_error_not_a_broken_pool_traceback():
     with pytest.raises(WorkerCrashed, match="a worker process died"):
         list(fan_out(os._exit, [3, 4], 2))
     assert exit_code_of(WorkerCrashed("x")) == ExitCode.ENVIRONMENT
+
+
+def test_worker_processes_share_the_cores_between_their_threads():
+    cores = os.cpu_count() or 1
+    assert list(fan_out(_threads, [0, 1, 2], 2)) == [max(1, cores // 2)] * 3
+    assert list(fan_out(_threads, [0], 2)) == [cores], "one item runs in this process, on every core"
+    assert _threads(0) == cores
+
+
+def _threads(_item) -> int:
+    from csa_conform.oracle.parallel import worker_count
+
+    return worker_count()

@@ -216,3 +216,17 @@ def test_an_error_of_the_sanitized_diff_keeps_its_exit_code(device_goldens, tmp_
     assert stopped.exit_code == ExitCode.ENVIRONMENT, stopped.output[-2000:]
     assert "the diff under compute-sanitizer --tool memcheck stopped: " in stopped.output
     assert CliRunner().invoke(diff, arguments + ["--git-bisect"], env=env).exit_code == ExitCode.BISECT_SKIP
+
+
+def test_a_child_the_tool_stopped_is_judged_by_the_tool(device_goldens, tmp_path):
+    """memcheck aborts a kernel that writes out of bounds, so the child diff stops with a launch
+    failure (exit 4); what the tool reported is the verdict: exit 1 with its findings."""
+    _stand_in(tmp_path, MEMCHECK)
+    env = {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": os.pathsep.join(sys.path),
+           "CUDA_VISIBLE_DEVICES": ""}
+    result = CliRunner().invoke(diff, [str(device_goldens), "--sanitize", "memcheck", "--case", "boundaries.r4-*",
+                                       "--git-bisect", "--json"], env=env)
+    assert result.exit_code == ExitCode.DIVERGED, result.output[-2000:]
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    assert document["sanitizer"]["error_count"] == 2 and not document["passed"]
