@@ -1,7 +1,7 @@
 """The numba engine's versions of the hot stages: same signatures, outputs and errors as the NumPy stages.
 
 Only the dot products, value sums and the softmax's expf move into compiled
-kernels; candidate rows, masks, the softmax itself and every error come from
+kernels (expf: compiled_libm's port of glibc's); candidate rows, masks, the softmax itself and every error come from
 the NumPy stage modules, so the two engines share all but the loops.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.numerics import libm
-from csa_conform.oracle.compiled_kernels import attention_scores, attention_values, expf_fast_path, index_scores
+from csa_conform.oracle.compiled_kernels import attention_scores, attention_values, index_scores
+from csa_conform.oracle.compiled_libm import expf_array
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 from csa_conform.oracle.sparse_sink_softmax_attention import (
@@ -61,7 +61,7 @@ def sparse_sink_softmax_attention(
     def attend(chunk: slice):
         begin, end = chunk.start, chunk.stop
         attention_scores(query, source, rows, empty_row, geometry.scale, bias_values, has_bias, begin, end, scores)
-        probabilities, failure = softmax_with_sink(scores[:, chunk], head_sink, begin, expf)
+        probabilities, failure = softmax_with_sink(scores[:, chunk], head_sink, begin, expf_array)
         attention_values(probabilities, source, rows, empty_row, begin, end, output)
         return failure
 
@@ -69,14 +69,3 @@ def sparse_sink_softmax_attention(
     raise_first_invalid(geometry, map_chunks(attend, query_chunks(sequence, per_query, SOFTMAX_CHUNK_ELEMENTS)))
     return {"scores": scores, "Y": output}
 
-
-def expf(x) -> np.ndarray:
-    """libm.expf, bit for bit: the compiled fast path, then the NumPy port on the elements it leaves."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    flat = x.reshape(-1)
-    out = np.empty_like(flat)
-    hard = np.empty(flat.shape, dtype=np.bool_)
-    expf_fast_path(flat, out, hard)
-    if hard.any():
-        out[hard] = libm.expf(flat[hard])
-    return out.reshape(x.shape)
