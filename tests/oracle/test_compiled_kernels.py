@@ -33,9 +33,9 @@ def _steps(case_id):
 
 
 def _compiled_modules():
-    from csa_conform.oracle import compiled_kernels, compiled_libm
+    from csa_conform.oracle import compiled_kernels, compiled_libm, compiled_records
 
-    return (compiled_kernels, compiled_libm)
+    return (compiled_kernels, compiled_libm, compiled_records)
 
 
 def _every_kernel():
