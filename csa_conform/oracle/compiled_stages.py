@@ -1,8 +1,8 @@
 """The numba engine's versions of the hot stages: same signatures, outputs and errors as the NumPy stages.
 
-Scoring and attention move their dot products, value sums and the softmax's
-expf into compiled kernels; candidate rows, masks, the softmax itself and
-every error come from the NumPy stage modules. Compressor pooling with record
+Scoring and attention move their dot products, value sums and the softmax
+(compiled_softmax.py) into compiled kernels; candidate rows, masks and every
+error come from the NumPy stage modules. Compressor pooling with record
 finalization, and index-query finalization, run as compiled kernels
 (compiled_records.py) that settle only steps the reference accepts with
 finite values throughout; any other call goes to the NumPy stage code
@@ -19,7 +19,6 @@ from csa_conform.oracle import compression_update as reference_compression
 from csa_conform.oracle import index_key_update as reference_index_keys
 from csa_conform.oracle import index_query_finalize as reference_queries
 from csa_conform.oracle.compiled_kernels import attention_scores, attention_values, index_scores
-from csa_conform.oracle.compiled_libm import expf_array
 from csa_conform.oracle.compiled_records import (
     attention_records,
     decode_fp4_record,
@@ -28,16 +27,13 @@ from csa_conform.oracle.compiled_records import (
     index_queries,
     index_records,
 )
+from csa_conform.oracle.compiled_softmax import softmax_with_sink
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
 from csa_conform.oracle.parallel import map_chunks, query_chunks
-from csa_conform.oracle.sparse_sink_softmax_attention import (
-    candidate_rows,
-    raise_first_invalid,
-    softmax_with_sink,
-)
+from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, raise_first_invalid
 
-# Query chunks hold this many softmax elements: the expf port's temporaries
+# Query chunks hold this many softmax elements: each chunk's probabilities
 # stay in cache while per-chunk Python overhead stays small.
 SOFTMAX_CHUNK_ELEMENTS = 1 << 18
 
@@ -78,9 +74,10 @@ def sparse_sink_softmax_attention(
     def attend(chunk: slice):
         begin, end = chunk.start, chunk.stop
         attention_scores(query, source, rows, empty_row, geometry.scale, bias_values, has_bias, begin, end, scores)
-        probabilities, failure = softmax_with_sink(scores[:, chunk], head_sink, begin, expf_array)
+        probabilities = np.empty((count, batch, end - begin, heads), dtype=np.float32)
+        b, s, h = softmax_with_sink(scores, head_sink, begin, end, probabilities)
         attention_values(probabilities, source, rows, empty_row, begin, end, output)
-        return failure
+        return None if b < 0 else (b, s, h)
 
     per_query = count * batch * heads
     raise_first_invalid(geometry, map_chunks(attend, query_chunks(sequence, per_query, SOFTMAX_CHUNK_ELEMENTS)))

@@ -33,9 +33,9 @@ def _steps(case_id):
 
 
 def _compiled_modules():
-    from csa_conform.oracle import compiled_kernels, compiled_libm, compiled_records
+    from csa_conform.oracle import compiled_kernels, compiled_libm, compiled_records, compiled_softmax
 
-    return (compiled_kernels, compiled_libm, compiled_records)
+    return (compiled_kernels, compiled_libm, compiled_records, compiled_softmax)
 
 
 def _every_kernel():
