@@ -26,9 +26,6 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.oracle.candidate_assembly import candidate_assembly
-from csa_conform.oracle.compression_update import compression_update
-from csa_conform.oracle.index_key_update import index_key_update
-from csa_conform.oracle.index_query_finalize import index_query_finalize
 from csa_conform.oracle.engine import Engine
 from csa_conform.oracle.index_scoring import causal_mask
 from csa_conform.oracle.rows import RowFailure
@@ -121,15 +118,17 @@ COMPRESSOR_INPUTS = {
 
 
 def _compress(run: StageInputs) -> dict:
-    return compression_update(run.geometry, *(run.input(name) for name in COMPRESSOR_INPUTS["compression_update"]))
+    inputs = (run.input(name) for name in COMPRESSOR_INPUTS["compression_update"])
+    return run.engine.compression_update(run.geometry, *inputs)
 
 
 def _index_keys(run: StageInputs) -> dict:
-    return index_key_update(run.geometry, *(run.input(name) for name in COMPRESSOR_INPUTS["index_key_update"]))
+    inputs = (run.input(name) for name in COMPRESSOR_INPUTS["index_key_update"])
+    return run.engine.index_key_update(run.geometry, *inputs)
 
 
 def _finalize_queries(run: StageInputs) -> dict:
-    payload, failure = index_query_finalize(run.geometry, run.input("index_query"))
+    payload, failure = run.engine.index_query_finalize(run.geometry, run.input("index_query"))
     run.row_failure("index_query_finalize", failure)
     return payload
 

@@ -12,11 +12,14 @@ import numpy as np
 def bf16_bits(x) -> np.ndarray:
     """bfloat16 bit patterns (uint16) of binary32 values."""
     bits = np.asarray(x, dtype=np.float32).view(np.uint32)
-    upper = bits >> np.uint32(16)
-    round_up = ((bits & np.uint32(0x8000)) != 0) & ((bits & np.uint32(0x17FFF)) != 0)
-    rounded = upper + round_up.astype(np.uint32)
+    rounded = np.right_shift(bits, np.uint32(16), out=np.empty_like(bits))
+    rounded &= np.uint32(1)  # ties go to the even upper half: add 0x7fff, or 0x8000 when it is odd
+    rounded += bits
+    rounded += np.uint32(0x7FFF)
+    rounded >>= np.uint32(16)
     is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    rounded = np.where(is_nan, upper | np.uint32(0x40), rounded)
+    if is_nan.any():
+        rounded[is_nan] = (bits[is_nan] >> np.uint32(16)) | np.uint32(0x40)
     return rounded.astype(np.uint16)
 
 

@@ -7,33 +7,14 @@ records for the dots, d for the value sums), so no reduction is
 reassociated; blocks of heads share loads, never sums. fastmath is
 off: LLVM then neither reassociates nor contracts a*b+c into a fused
 multiply-add (tests/oracle/test_compiled_kernels.py reads the assembly).
-No kernel calls a math function: expf_fast_path is glibc's expf algorithm
-in plain double operations, exactly as the NumPy port's fast path computes
-it, and leaves every element that path cannot settle to the NumPy port.
+No kernel calls a math function: glibc's libm comes from compiled_libm.py.
 Kernels release the GIL; the oracle's own thread pool runs query chunks.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
-
-from csa_conform.numerics.libm import (
-    _EXPF_MAY_UNDERFLOW,
-    _EXPF_OVERFLOW,
-    _EXPF_POLY,
-    _EXPF_UNDERFLOW,
-    _INVLN2N_HIGH,
-    _INVLN2N_LOW,
-    _LOWEST_NORMAL,
-    _MIDPOINT_ULPS,
-    _NORMAL_DROPPED,
-    _SHIFT,
-    _TIE_MARGIN,
-    EXP2F_TAB,
-)
+from numba import njit
 
 KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
 
@@ -199,64 +180,4 @@ def index_scores(queries, keys, weights, weight_scale, causal, begin, end, score
                 scores[b, s, c] = total[c]
 
 
-@intrinsic
-def _float64_bits(typingctx, value):
-    def codegen(context, builder, signature, arguments):
-        return builder.bitcast(arguments[0], ir.IntType(64))
-
-    return types.uint64(types.float64), codegen
-
-
-@intrinsic
-def _float64_from_bits(typingctx, bits):
-    def codegen(context, builder, signature, arguments):
-        return builder.bitcast(arguments[0], ir.DoubleType())
-
-    return types.float64(types.uint64), codegen
-
-
-_C0, _C1, _C2 = _EXPF_POLY
-_FRACTION_MASK = np.uint64(31)
-_EXPONENT_SHIFT = np.uint64(47)
-_DROPPED_MASK = np.uint64((1 << _NORMAL_DROPPED) - 1)
-_LOWEST_NEAR = np.uint64((1 << (_NORMAL_DROPPED - 1)) - _MIDPOINT_ULPS + 1)
-_NEAR_WIDTH = np.uint64(2 * _MIDPOINT_ULPS - 1)
-_INFINITY = np.float32(np.inf)
-
-
-@njit(**KERNEL_OPTIONS)
-def expf_fast_path(x, out, hard):
-    """glibc expf of x[i] into out[i], or hard[i] = True where the NumPy port must decide.
-
-    Hard: NaN, the band between the underflow bounds, a reduction near a
-    rounding tie, a result near a binary32 rounding midpoint or below the
-    normal range: the elements where libm's fused operations could show.
-    """
-    for i in range(x.size):
-        value = x[i]
-        hard[i] = False
-        if value > _EXPF_OVERFLOW:
-            out[i] = _INFINITY
-        elif value < _EXPF_UNDERFLOW:
-            out[i] = _ZERO
-        elif not value >= _EXPF_MAY_UNDERFLOW:
-            hard[i] = True
-        else:
-            wide = np.float64(value)
-            product = wide * _INVLN2N_HIGH
-            shifted = product + _SHIFT
-            head = product - (shifted - _SHIFT)
-            if abs(head) >= _TIE_MARGIN:
-                hard[i] = True
-                continue
-            reduced = head + wide * _INVLN2N_LOW
-            ki = _float64_bits(shifted)
-            scale = _float64_from_bits(EXP2F_TAB[ki & _FRACTION_MASK] + (ki << _EXPONENT_SHIFT))
-            y = ((_C0 * reduced + _C1) * (reduced * reduced) + (_C2 * reduced + 1.0)) * scale
-            if y < _LOWEST_NORMAL or ((_float64_bits(y) - _LOWEST_NEAR) & _DROPPED_MASK) < _NEAR_WIDTH:
-                hard[i] = True
-            else:
-                out[i] = np.float32(y)
-
-
-KERNELS = (attention_scores, _four_head_dots, _one_head_dots, attention_values, index_scores, expf_fast_path)
+KERNELS = (attention_scores, _four_head_dots, _one_head_dots, attention_values, index_scores)

@@ -1,8 +1,12 @@
 """The numba engine's versions of the hot stages: same signatures, outputs and errors as the NumPy stages.
 
-Only the dot products, value sums and the softmax's expf move into compiled
-kernels; candidate rows, masks, the softmax itself and every error come from
-the NumPy stage modules, so the two engines share all but the loops.
+Scoring and attention move their dot products, value sums and the softmax
+(compiled_softmax.py) into compiled kernels; candidate rows, masks and every
+error come from the NumPy stage modules. Compressor pooling with record
+finalization, and index-query finalization, run as compiled kernels
+(compiled_records.py) that settle only steps the reference accepts with
+finite values throughout; any other call goes to the NumPy stage code
+whole, so the two engines share every decision about errors.
 """
 
 from __future__ import annotations
@@ -10,17 +14,26 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.numerics import libm
-from csa_conform.oracle.compiled_kernels import attention_scores, attention_values, expf_fast_path, index_scores
+from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_RECORD_BYTES, HEAD_DIM, INDEX_DIM, ROPE_DIM
+from csa_conform.oracle import compression_update as reference_compression
+from csa_conform.oracle import index_key_update as reference_index_keys
+from csa_conform.oracle import index_query_finalize as reference_queries
+from csa_conform.oracle.compiled_kernels import attention_scores, attention_values, index_scores
+from csa_conform.oracle.compiled_records import (
+    attention_records,
+    decode_fp4_record,
+    decode_fp8_record,
+    frequency_table,
+    index_queries,
+    index_records,
+)
+from csa_conform.oracle.compiled_softmax import softmax_with_sink
+from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
 from csa_conform.oracle.parallel import map_chunks, query_chunks
-from csa_conform.oracle.sparse_sink_softmax_attention import (
-    candidate_rows,
-    raise_first_invalid,
-    softmax_with_sink,
-)
+from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, raise_first_invalid
 
-# Query chunks hold this many softmax elements: the expf port's temporaries
+# Query chunks hold this many softmax elements: each chunk's probabilities
 # stay in cache while per-chunk Python overhead stays small.
 SOFTMAX_CHUNK_ELEMENTS = 1 << 18
 
@@ -61,22 +74,82 @@ def sparse_sink_softmax_attention(
     def attend(chunk: slice):
         begin, end = chunk.start, chunk.stop
         attention_scores(query, source, rows, empty_row, geometry.scale, bias_values, has_bias, begin, end, scores)
-        probabilities, failure = softmax_with_sink(scores[:, chunk], head_sink, begin, expf)
+        probabilities = np.empty((count, batch, end - begin, heads), dtype=np.float32)
+        b, s, h = softmax_with_sink(scores, head_sink, begin, end, probabilities)
         attention_values(probabilities, source, rows, empty_row, begin, end, output)
-        return failure
+        return None if b < 0 else (b, s, h)
 
     per_query = count * batch * heads
     raise_first_invalid(geometry, map_chunks(attend, query_chunks(sequence, per_query, SOFTMAX_CHUNK_ELEMENTS)))
     return {"scores": scores, "Y": output}
 
 
-def expf(x) -> np.ndarray:
-    """libm.expf, bit for bit: the compiled fast path, then the NumPy port on the elements it leaves."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    flat = x.reshape(-1)
-    out = np.empty_like(flat)
-    hard = np.empty(flat.shape, dtype=np.bool_)
-    expf_fast_path(flat, out, hard)
-    if hard.any():
-        out[hard] = libm.expf(flat[hard])
-    return out.reshape(x.shape)
+def compression_update(
+    geometry: StepGeometry, compressor_kv, compressor_gate, compressor_ape, compressor_norm,
+    past_compressed_kv, past_compression_carry,
+) -> dict[str, np.ndarray]:
+    candidates, block_starts, carry = stream(
+        geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry
+    )
+    records = None
+    if geometry.rope_dim == ROPE_DIM and candidates.shape[-1] == HEAD_DIM:
+        records = _compiled_records(
+            attention_records, candidates, block_starts, compressor_norm, geometry.rope_dim, FP8_RECORD_BYTES
+        )
+    if records is None:
+        records = reference_compression.attention_records(geometry, candidates, block_starts, compressor_norm)
+    return reference_compression.present_compression(
+        geometry, past_compressed_kv, *records, carry, decode_fp8_record
+    )
+
+
+def index_key_update(
+    geometry: StepGeometry, index_compressor_kv, index_compressor_gate, index_compressor_ape,
+    index_compressor_norm, past_index_key, past_index_carry,
+) -> dict[str, np.ndarray]:
+    candidates, block_starts, carry = stream(
+        geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry
+    )
+    records = None
+    if _rope_fits(geometry.rope_dim, candidates.shape[-1]) and candidates.shape[-1] == INDEX_DIM:
+        records = _compiled_records(
+            index_records, candidates, block_starts, index_compressor_norm, geometry.rope_dim, FP4_RECORD_BYTES
+        )
+    if records is None:
+        records = reference_index_keys.index_records(geometry, candidates, block_starts, index_compressor_norm)
+    return reference_index_keys.present_index_keys(past_index_key, *records, carry, decode_fp4_record)
+
+
+def _compiled_records(kernel, candidates, block_starts, norm, rope_dim: int, record_bytes: int):
+    """(logical, packed) from a compiled_records kernel, or None where the NumPy stage code must decide."""
+    if norm.dtype != np.float32:
+        return None
+    batch, records, width = candidates.shape[0], candidates.shape[1], candidates.shape[-1]
+    logical = np.empty((batch, records, width), dtype=np.float32)
+    packed = np.empty((batch, records, record_bytes), dtype=np.uint8)
+    candidates = np.ascontiguousarray(candidates, dtype=np.float32)
+    if kernel(candidates, block_starts, norm, frequency_table(rope_dim), logical, packed):
+        return logical, packed
+    return None
+
+
+def index_query_finalize(geometry: StepGeometry, index_query: np.ndarray):
+    rows = np.ascontiguousarray(index_query, dtype=np.float32)
+    batch, sequence, heads, width = rows.shape
+    if not (_rope_fits(geometry.rope_dim, width) and width == INDEX_DIM):
+        return reference_queries.index_query_finalize(geometry, index_query)
+    rows = rows.reshape(batch * sequence, heads, width)
+    positions = np.tile(geometry.start + np.arange(sequence), batch)
+    frequencies = frequency_table(geometry.rope_dim)
+    transformed = np.empty(rows.shape, dtype=np.float32)
+
+    def finalize_chunk(chunk: slice) -> bool:
+        return index_queries(rows[chunk], positions[chunk], frequencies, transformed[chunk])
+
+    if not all(map_chunks(finalize_chunk, query_chunks(rows.shape[0], heads * width))):
+        return reference_queries.index_query_finalize(geometry, index_query)
+    return {"transformed": transformed.reshape(index_query.shape)}, None
+
+
+def _rope_fits(rope_dim: int, width: int) -> bool:
+    return rope_dim % 2 == 0 and rope_dim <= width

@@ -7,7 +7,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp8_record
-from csa_conform.oracle.compressor import compress
+from csa_conform.oracle.compressor import pool_and_finalize, stream
 from csa_conform.oracle.pooling import finalize_attention_records
 
 
@@ -20,13 +20,28 @@ def compression_update(
     past_compressed_kv: np.ndarray,
     past_compression_carry: np.ndarray,
 ) -> dict[str, np.ndarray]:
+    candidates, block_starts, carry = stream(
+        geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry
+    )
+    logical, packed = attention_records(geometry, candidates, block_starts, compressor_norm)
+    return present_compression(geometry, past_compressed_kv, logical, packed, carry)
+
+
+def attention_records(geometry: StepGeometry, candidates, block_starts, compressor_norm):
+    """(logical, packed) of every record the step emits, or the reference's first failure."""
+
     def finalize(pooled, positions):
         return finalize_attention_records(pooled, compressor_norm, positions, geometry.rope_dim)
 
     prefix = "ratio-4 " if geometry.ratio == 4 else ""
-    logical, packed, carry = compress(
-        geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry, finalize, prefix
-    )
+    return pool_and_finalize(candidates, block_starts, finalize, prefix)
+
+
+def present_compression(
+    geometry: StepGeometry, past_compressed_kv, logical, packed, carry, decode=decode_fp8_record
+) -> dict[str, np.ndarray]:
+    """The stage payload: the step's records appended to the cache, the carry, every logical record
+    (the cache's own through `decode`, which the numba engine compiles)."""
     if geometry.cache_format == "f32":
         past_logical = np.asarray(past_compressed_kv, dtype=np.float32)
         present = np.concatenate([past_logical, logical], axis=1)
@@ -35,7 +50,7 @@ def compression_update(
             "present_compression_carry": carry,
             "logical_records": present.copy(),
         }
-    past_logical = decode_fp8_record(past_compressed_kv)
+    past_logical = decode(past_compressed_kv)
     return {
         "present_compressed_kv": np.concatenate([past_compressed_kv, packed], axis=1),
         "present_compression_carry": carry,

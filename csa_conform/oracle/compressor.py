@@ -70,8 +70,8 @@ def _stacked(snapshots, template):
     return np.stack(snapshots, axis=1)
 
 
-def compress(geometry, kv, gate, ape, past_carry, finalize: Callable, prefix: str):
-    """Stream the step's positions through a copy of the carry; returns (logical, packed, carry).
+def stream(geometry, kv, gate, ape, past_carry):
+    """Stream the step's positions through a copy of the carry; returns (candidates, block starts, carry).
 
     At start == 0 the reference resets the carry first, whatever it held.
     """
@@ -85,8 +85,7 @@ def compress(geometry, kv, gate, ape, past_carry, finalize: Callable, prefix: st
         candidates, block_starts = stream_overlap_compressor(carry, kv, scores, geometry.start)
     else:
         candidates, block_starts = stream_block_compressor(carry, kv, scores, geometry.start, geometry.ratio)
-    logical, packed = pool_and_finalize(candidates, block_starts, finalize, prefix)
-    return logical, packed, carry
+    return candidates, block_starts, carry
 
 
 def pool_and_finalize(candidates, block_starts, finalize: Callable, prefix: str):

@@ -2,8 +2,10 @@
 
 `numpy` is the reference formulation: readable, one module per stage, always
 available. `numba` runs index scoring, attention's dot products and value
-sums, and the softmax's expf as compiled kernels (compiled_kernels.py) with
-the same binary32 operations in the same order, so both engines give the same bytes
+sums, the softmax's expf, compressor pooling and record finalization, and
+index-query finalization as compiled kernels (compiled_kernels.py,
+compiled_records.py, compiled_libm.py) with the same binary32 operations in
+the same order, so both engines give the same bytes
 (tests/oracle/test_engines.py compares them on every golden step). `auto`,
 the default, picks numba when it can be imported.
 """
@@ -28,6 +30,9 @@ class Engine:
     """The stage functions an engine swaps in; all other stages are shared NumPy code."""
 
     name: str
+    compression_update: Callable
+    index_key_update: Callable
+    index_query_finalize: Callable
     index_scoring: Callable
     sparse_sink_softmax_attention: Callable
 
@@ -67,8 +72,17 @@ def use_engine(choice: str | None) -> Engine:
 @cache
 def _engine(name: str) -> Engine:
     if name == "numba":
-        from csa_conform.oracle.compiled_stages import index_scoring, sparse_sink_softmax_attention
-    else:
-        from csa_conform.oracle.index_scoring import index_scoring
-        from csa_conform.oracle.sparse_sink_softmax_attention import sparse_sink_softmax_attention
-    return Engine(name, index_scoring, sparse_sink_softmax_attention)
+        from csa_conform.oracle import compiled_stages as stages
+
+        return Engine(
+            name, stages.compression_update, stages.index_key_update, stages.index_query_finalize,
+            stages.index_scoring, stages.sparse_sink_softmax_attention,
+        )
+    from csa_conform.oracle.compression_update import compression_update
+    from csa_conform.oracle.index_key_update import index_key_update
+    from csa_conform.oracle.index_query_finalize import index_query_finalize
+    from csa_conform.oracle.index_scoring import index_scoring
+    from csa_conform.oracle.sparse_sink_softmax_attention import sparse_sink_softmax_attention
+
+    return Engine(name, compression_update, index_key_update, index_query_finalize, index_scoring,
+                  sparse_sink_softmax_attention)

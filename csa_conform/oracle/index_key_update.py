@@ -7,7 +7,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp4_record
-from csa_conform.oracle.compressor import compress
+from csa_conform.oracle.compressor import pool_and_finalize, stream
 from csa_conform.oracle.pooling import finalize_index_records
 
 
@@ -20,15 +20,26 @@ def index_key_update(
     past_index_key: np.ndarray,
     past_index_carry: np.ndarray,
 ) -> dict[str, np.ndarray]:
+    candidates, block_starts, carry = stream(
+        geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry
+    )
+    logical, packed = index_records(geometry, candidates, block_starts, index_compressor_norm)
+    return present_index_keys(past_index_key, logical, packed, carry)
+
+
+def index_records(geometry: StepGeometry, candidates, block_starts, index_compressor_norm):
+    """(logical, packed) of every index key the step emits, or the reference's first failure."""
+
     def finalize(pooled, positions):
         return finalize_index_records(pooled, index_compressor_norm, positions, geometry.rope_dim)
 
-    logical, packed, carry = compress(
-        geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry,
-        finalize, "ratio-4 ",
-    )
+    return pool_and_finalize(candidates, block_starts, finalize, "ratio-4 ")
+
+
+def present_index_keys(past_index_key, logical, packed, carry, decode=decode_fp4_record) -> dict[str, np.ndarray]:
+    """The stage payload; `decode` reads the past keys (the numba engine compiles it)."""
     return {
         "present_index_key": np.concatenate([past_index_key, packed], axis=1),
         "present_index_carry": carry,
-        "logical_keys": np.concatenate([decode_fp4_record(past_index_key), logical], axis=1),
+        "logical_keys": np.concatenate([decode(past_index_key), logical], axis=1),
     }
