@@ -56,15 +56,14 @@ def test_ci_runs_make_test():
     assert lines[-1] == "make test"
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("readme")
-    (folder / "goldens").mkdir()
-    shutil.copy(ROOT / "goldens" / "ci.h5", folder / "goldens" / "ci.h5")
-    return folder
+@pytest.fixture
+def scratch(tmp_path) -> Path:
+    (tmp_path / "goldens").mkdir()
+    shutil.copy(ROOT / "goldens" / "ci.h5", tmp_path / "goldens" / "ci.h5")
+    return tmp_path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def activated() -> dict[str, str]:
     """The environment after `. .venv/bin/activate`: this interpreter's scripts first on PATH."""
     scripts = Path(sys.executable).parent
@@ -72,10 +71,12 @@ def activated() -> dict[str, str]:
     return {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT)}
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command_runs(command, scratch, activated):
-    if command.startswith("csa-conform diff"):
-        command = re.sub(r"--mode \w+", "--force-host all", command)
-    done = subprocess.run(command, shell=True, cwd=scratch, env=activated, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_readme_commands_run_in_order(scratch, activated):
+    """One test, not one per line: later commands read what earlier ones wrote, as a reader's would."""
+    assert COMMANDS
+    for command in COMMANDS:
+        if command.startswith("csa-conform diff"):
+            command = re.sub(r"--mode \w+", "--force-host all", command)
+        done = subprocess.run(command, shell=True, cwd=scratch, env=activated, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"$ {command}\n{done.stderr[-2000:]}"
