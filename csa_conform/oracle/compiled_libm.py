@@ -269,58 +269,6 @@ def log2f(x):
     return np.float32(fma(y, r2, fma(_A3, r, y0)))
 
 
-# --- over arrays ---------------------------------------------------------------------------
-
-
-@njit(**KERNEL_OPTIONS)
-def _expf_each(x, out):
-    for i in range(x.size):
-        out[i] = expf(x[i])
-
-
-@njit(**KERNEL_OPTIONS)
-def _sinf_each(x, out):
-    for i in range(x.size):
-        out[i] = sinf(x[i])
-
-
-@njit(**KERNEL_OPTIONS)
-def _cosf_each(x, out):
-    for i in range(x.size):
-        out[i] = cosf(x[i])
-
-
-@njit(**KERNEL_OPTIONS)
-def _log2f_each(x, out):
-    for i in range(x.size):
-        out[i] = log2f(x[i])
-
-
-def _elementwise(kernel, x) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty(x.size, dtype=np.float32)
-    kernel(x.reshape(-1), out)
-    return out.reshape(x.shape)
-
-
-def expf_array(x) -> np.ndarray:
-    """libm.expf, bit for bit, of any binary32 array."""
-    return _elementwise(_expf_each, x)
-
-
-def sinf_array(x) -> np.ndarray:
-    return _elementwise(_sinf_each, x)
-
-
-def cosf_array(x) -> np.ndarray:
-    return _elementwise(_cosf_each, x)
-
-
-def log2f_array(x) -> np.ndarray:
-    return _elementwise(_log2f_each, x)
-
-
 KERNELS = (
-    fma, _invalid, _near_binary32_midpoint, expf, _sin_poly, _cos_poly, _quadrant_result, _sincosf, sinf, cosf,
-    log2f, _expf_each, _sinf_each, _cosf_each, _log2f_each,
+    fma, _invalid, _near_binary32_midpoint, expf, _sin_poly, _cos_poly, _quadrant_result, _sincosf, sinf, cosf, log2f,
 )

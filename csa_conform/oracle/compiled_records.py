@@ -216,6 +216,15 @@ def _softmax_pool(values, scores, pooled):
 
 
 @njit(**KERNEL_OPTIONS)
+def _pooled_record(candidates, norm, sines, cosines, pooled, record):
+    """A compressed record before its codec: pooled over candidates [K, 2, W], RMS-normalized, its tail
+    rotated; False where the reference rejects it."""
+    rope_start = record.size - 2 * sines.size
+    return (_softmax_pool(candidates[:, 0], candidates[:, 1], pooled) and _rms_normalize(pooled, norm, record)
+            and _rotate(record[rope_start:], sines, cosines))
+
+
+@njit(**KERNEL_OPTIONS)
 def index_queries(rows, positions, frequencies, out):
     """finalize_index_query of rows[p, head] at positions[p] into out; False if any row needs the reference."""
     heads, width = rows.shape[1], rows.shape[2]
@@ -252,11 +261,7 @@ def attention_records(candidates, block_starts, norm, frequencies, logical, pack
         _rope_angles(block_starts[r], frequencies, sines, cosines)
         for b in range(batch):
             record = logical[b, r]
-            if not _softmax_pool(candidates[b, r, :, 0], candidates[b, r, :, 1], pooled):
-                return False
-            if not _rms_normalize(pooled, norm, record):
-                return False
-            if not _rotate(record[lead:], sines, cosines):
+            if not _pooled_record(candidates[b, r], norm, sines, cosines, pooled, record):
                 return False
             out = packed[b, r]
             for block in range(lead // FP8_BLOCK):
@@ -279,7 +284,6 @@ def attention_records(candidates, block_starts, norm, frequencies, logical, pack
 def index_records(candidates, block_starts, norm, frequencies, logical, packed):
     """finalize_index_records(softmax_pool(candidates)) into logical [B, R, 128] and packed [B, R, 68]."""
     batch, records, _, _, width = candidates.shape
-    tail = width - 2 * frequencies.size
     sines = np.empty(frequencies.size, dtype=np.float32)
     cosines = np.empty(frequencies.size, dtype=np.float32)
     pooled = np.empty(width, dtype=np.float32)
@@ -289,11 +293,7 @@ def index_records(candidates, block_starts, norm, frequencies, logical, packed):
         _rope_angles(block_starts[r], frequencies, sines, cosines)
         for b in range(batch):
             record = logical[b, r]
-            if not _softmax_pool(candidates[b, r, :, 0], candidates[b, r, :, 1], pooled):
-                return False
-            if not _rms_normalize(pooled, norm, record):
-                return False
-            if not _rotate(record[tail:], sines, cosines):
+            if not _pooled_record(candidates[b, r], norm, sines, cosines, pooled, record):
                 return False
             _hadamard_bf16(record)
             if not _fp4_round_trip(record, scale_bytes, codes):
@@ -357,6 +357,6 @@ def _decoded(kernel, records, width: int) -> np.ndarray:
 
 KERNELS = (
     bf16_bits, bf16_round, _rope_angles, _rotate, _rms_normalize, _hadamard_bf16, _e4m3_code, _e2m1_code,
-    _quantize_block, _fp4_round_trip, _softmax_pool, index_queries, attention_records, index_records,
+    _quantize_block, _fp4_round_trip, _softmax_pool, _pooled_record, index_queries, attention_records, index_records,
     _decode_fp8_records, _decode_fp4_records,
 )
