@@ -106,14 +106,15 @@ class DeviceRunner:
             raise UsageError("isolated mode needs the oracle's stage payloads for the step")
         if self.replayer is not None and self._backend is not None:
             self._backend.take_step()  # what a step that raised left recorded is no step to replay
-        reserved = reserved_caches(geometry, max(capacity, geometry.next_records)) if capacity else {}
+        records = max(capacity or 0, geometry.next_records)
+        reserved = reserved_caches(geometry, records) if capacity else {}
         tensors = StepTensors(self.backend, reserved)
         for name, value in inputs.items():
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
         result = StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
-                         reference or {}, case, step, self.repeat, capacity).execute()
+                         reference or {}, case, step, self.repeat, records).execute()
         if self.replayer is not None and self._backend is not None:
             result.findings += self.replayer.step(self._backend, case, step)
             self.provenance.replay = self.replayer.describe()

@@ -42,13 +42,13 @@ class StepRun:
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
     ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism).
-    ``capacity`` is the records per batch row the caches and scratch reserve; by default the step's own.
+    ``records`` is the records per batch row the caches and scratch reserve; by default the step's own.
     """
 
     def __init__(self, backend: Callable[[], object], kernels: KernelDirectory, provenance: RunProvenance,
                  geometry: StepGeometry, plan: StepPlan, tensors: StepTensors,
                  reference: Mapping[str, Mapping[str, np.ndarray]], case: str, step: int, repeat: int = 1,
-                 capacity: int | None = None):
+                 records: int | None = None):
         self.backend = backend
         self.kernels = kernels
         self.provenance = provenance
@@ -59,7 +59,7 @@ class StepRun:
         self.case = case
         self.step = step
         self.repeat = repeat
-        self.records = max(capacity or 0, geometry.next_records)
+        self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
         self.findings: list = []
