@@ -21,7 +21,8 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile, write_goldens
-from csa_conform.reduce import Probe, describe, reduce_case, stream_of
+from csa_conform.reduce import Probe, describe, reduce_case
+from csa_conform.streams import stream_of
 from csa_conform.verify import verify_case
 
 
