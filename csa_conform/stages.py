@@ -144,7 +144,7 @@ def _score(run: StageInputs) -> dict:
     payload, failure = run.engine.index_scoring(
         run.geometry,
         run.upstream("index_query_finalize", "transformed"),
-        run.upstream("index_key_update", "logical_keys"),
+        run.upstream("index_key_update", "present_index_key"),
         run.input("index_weight"),
         _row_limit(run),
     )
@@ -175,7 +175,7 @@ def _attend(run: StageInputs) -> dict:
         g,
         run.input("query"),
         run.input("current_kv"),
-        run.upstream("compression_update", "logical_records"),
+        run.upstream("compression_update", "present_compressed_kv"),
         run.upstream("candidate_assembly", "candidates"),
         run.input("head_sink"),
         bias,
