@@ -14,7 +14,7 @@ nothing from the step or the runner.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Mapping, Protocol
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class LaunchSite(Protocol):
     g: StepGeometry
     t: StepTensors
     stages: dict[str, dict[str, np.ndarray]]
+    reference: Mapping[str, Mapping[str, np.ndarray]]
 
     def backend(self): ...
 
@@ -198,7 +199,8 @@ def attend(run: LaunchSite, launch: Launch) -> None:
     if run.on_device("candidate_assembly"):
         selection_rows = None if selected is None else backend.download(selected)[:, 0]
         run.stages["candidate_assembly"] = {
-            "candidates": candidates_read_back(g, row_scores, selection_rows, run.bias() if g.has_bias else None)
+            "candidates": candidates_read_back(g, row_scores, selection_rows, run.bias() if g.has_bias else None,
+                                               run.reference, run.t.host("query"), run.t.host("current_kv"))
         }
     if run.on_device("sparse_sink_softmax_attention"):
         run.t.put("Y", output)
