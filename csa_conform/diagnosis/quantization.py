@@ -57,7 +57,7 @@ def scale_exponent(stage: str, tensor: str, expected, actual, differ, axes, cont
     evidence = {"blocks": count, "steps": values, "records": spans(np.flatnonzero(changed.any(axis=(0, 2))))}
     step_text = (f"{abs(values[0])} {'too large' if values[0] > 0 else 'too small'}" if len(values) == 1
                  else f"off by {', '.join(map(str, values))}")
-    headline = f"the E8M0 scale exponent is {step_text} in {count:,} blocks of {tensor}"
+    headline = f"the E8M0 scale exponent is {step_text} in {count:,} block{'s' if count != 1 else ''} of {tensor}"
     past = context.inputs.get("past_index_key" if stage == "index_key_update" else "past_compressed_kv")
     first_new = int(np.asarray(past).shape[1]) if past is not None else 0
     powers = _powers_of_two(context, key, (expected.shape[0], 0, blocks), floor, target)

@@ -35,7 +35,7 @@ def _position_predicates(hit: np.ndarray, context: Context) -> list[str]:
     completes = (positions + 1) % g.ratio == 0
     if completes.any() and np.array_equal(hit, completes):
         found.append(f"a block completes at the query's position ((position+1) % {g.ratio} == 0)")
-    for k in range(1, LARGEST_POWER):
+    for k in range(LARGEST_POWER):
         beyond = positions >= 2**k
         if beyond.any() and not beyond.all() and np.array_equal(hit, beyond):
             found.append(f"position >= 2^{k} = {2**k}")
@@ -69,8 +69,25 @@ def _axis_predicates(name: str, hit: np.ndarray, tensor: str, context: Context) 
     return found
 
 
+def _last_causal_record(differ: np.ndarray, axes: tuple[str, ...], context: Context) -> list[str]:
+    """Index scores: every differing element is its row's last causal record, c = (position+1)/R - 1."""
+    g = context.geometry
+    if g is None or axes != ("b", "s", "c"):
+        return []
+    last = (g.start + np.arange(differ.shape[1]) + 1) // g.ratio - 1
+    at_last = np.zeros(differ.shape, bool)
+    rows = np.flatnonzero((last >= 0) & (last < differ.shape[2]))
+    at_last[:, rows, last[rows]] = True
+    if differ.any() and not (differ & ~at_last).any():
+        return [f"the row's last causal record (c = (position+1)/{g.ratio} - 1)"]
+    return []
+
+
 def _row_predicates(tensor: str, differ: np.ndarray, axes: tuple[str, ...], context: Context) -> list[str]:
-    """Row-level predicates of attention: the sink logit above every candidate's score."""
+    """Row-level predicates: the last causal record of index scores; in attention the sink logit above
+    every candidate's score."""
+    if context.stage == "index_scoring":
+        return _last_causal_record(differ, axes, context)
     if context.stage != "sparse_sink_softmax_attention" or axes[:3] != ("b", "s", "h"):
         return []
     scores = context.expected.get("sparse_sink_softmax_attention", {}).get("scores")
@@ -91,23 +108,28 @@ def restricted(stage: str, tensor: str, expected, actual, differ, axes, context:
     differing = int(np.count_nonzero(differ))
     where: dict[str, str] = {}
     named: list[str] = []
+    unnamed: list[str] = []
     for axis, name in enumerate(axes):
         hit = _hit(differ, axis)
+        predicates = _axis_predicates(name, hit, tensor, context)
         if hit.size > 1 and not hit.all():
             where[name] = spans(np.flatnonzero(hit))
-        named += _axis_predicates(name, hit, tensor, context)
-    named += _row_predicates(tensor, differ, axes, context)
+            if not predicates:
+                unnamed.append(f"{name} {where[name]}")
+        named += predicates
+    rows = _row_predicates(tensor, differ, axes, context)
+    named += rows
     values = np.unique(actual[differ].view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[
         actual.dtype.itemsize]))
     value = None
-    if values.size == 1 and differing > 1:
+    if values.size == 1:
         value = actual[differ].reshape(-1)[0]
         value = ("nan" if np.isnan(value) else str(value)) if actual.dtype.kind == "f" else str(int(value))
     if not where and not named and value is None:
         return None
-    parts = named or [f"{name} {indices}" for name, indices in where.items()]
+    parts = named + ([] if rows else unnamed)
     headline = f"{tensor} differs only where " + " and ".join(parts) if parts else f"{tensor} differs"
-    headline += f": {differing:,} elements"
+    headline += f": {differing:,} element{'s' if differing != 1 else ''}"
     if value is not None:
         headline += f", where the device holds {value} in every one"
     return Finding(RESTRICTED, stage, tensor, headline, differing, differing,

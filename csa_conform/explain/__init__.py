@@ -31,7 +31,7 @@ from csa_conform.device.conformance import CaseReport, check_case, compare_step,
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.diagnosis import STRUCTURAL, Context, Finding, diagnose
+from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, Context, Finding, diagnose
 from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
@@ -188,6 +188,8 @@ def _ingredient(hypothesis: Hypothesis) -> str:
         return "block scale"
     if hypothesis.fused:
         return "pairs" if hypothesis.fused & set(PAIR_FUSIONS) else "accumulate"
+    if hypothesis.bf16:
+        return "bf16 rounding"
     return "ftz"
 
 
@@ -277,6 +279,11 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.trials, explanation.closest = trials, closest
     if cause is not None:
         explanation.verdict, explanation.cause = EXPLAINED, cause
+        if "bf16:" in cause.key:
+            explanation.diagnosis.insert(0, Finding(
+                ROUNDING_CONVENTION, stage, explanation.tensors(),
+                f"the kernel's {cause.name}: {cause.effect()}; the re-run reproduces the device bit for bit",
+                explanation.baseline, explanation.baseline, {"convention": cause.name, "trial": cause.key}))
     elif not trials:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
     return explanation

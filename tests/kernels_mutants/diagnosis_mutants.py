@@ -61,13 +61,13 @@ DIAGNOSED = (
         "block_quant.cuh",
         "        const float real = tail[2 * pair];\n"
         "        const float imaginary = tail[2 * pair + 1];\n"
-        "        tail[2 * pair] = csa_round_bf16(real * cosine - imaginary * sine);\n"
-        "        tail[2 * pair + 1] = csa_round_bf16(real * sine + imaginary * cosine);\n",
+        "        tail[2 * pair] = csa_round_bf16(csa_mul(real, cosine) - csa_mul(imaginary, sine));\n"
+        "        tail[2 * pair + 1] = csa_round_bf16(csa_mul(real, sine) + csa_mul(imaginary, cosine));\n",
         "        const float real = tail[pair];\n"
         "        const float imaginary = tail[pair + rope_dim / 2];\n"
-        "        tail[pair] = csa_round_bf16(real * cosine - imaginary * sine);\n"
-        "        tail[pair + rope_dim / 2] = csa_round_bf16(real * sine + imaginary * cosine);\n",
-        "compression_update", "boundaries.r128-resumed-119-*",
+        "        tail[pair] = csa_round_bf16(csa_mul(real, cosine) - csa_mul(imaginary, sine));\n"
+        "        tail[pair + rope_dim / 2] = csa_round_bf16(csa_mul(real, sine) + csa_mul(imaginary, cosine));\n",
+        "compression_update", "boundaries.r4-prefill-[89]",
         "RoPE rotates (d, d + rope_dim/2) pairs, the split-halves layout, instead of interleaved (2i, 2i+1)",
         "restricted", axis="d", low=448,
     ),
@@ -76,9 +76,9 @@ DIAGNOSED = (
         "block_quant.cuh",
         "    const unsigned int lsb = (bits >> 16) & 1u;\n    return (unsigned short)((bits + 0x7fffu + lsb) >> 16);",
         "    return (unsigned short)((bits + 0x8000u) >> 16);",
-        "compression_update", "quant-edge.r128-*",
+        "index_query_finalize", "boundaries.r4-chunks-3-3-6-2",
         "bf16 rounds ties away from zero instead of to even",
-        "rounding-convention", convention="bf16 ties away from zero",
+        "rounding-convention", convention="bf16 rounding ties away from zero (not to even)",
     ),
     _bug(
         "e8m0_exponent_floor_plus_one",
