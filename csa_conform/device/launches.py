@@ -22,7 +22,7 @@ from csa_conform.contract import DENSE_WINDOW, StepGeometry
 from csa_conform.device.candidates import candidates_read_back
 from csa_conform.device.tensors import StepTensors
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
-from csa_conform.stages import BY_NAME, COMPRESSOR_INPUTS, Launch
+from csa_conform.stages import BY_NAME, COMPRESSOR_INPUTS, LAUNCHES, Launch
 
 ATTENTION_BLOCK = 256
 REPLICATE_BLOCK = 256
@@ -87,6 +87,16 @@ def reserved_caches(geometry: StepGeometry, capacity: int) -> dict[str, tuple[in
         reserved[stream.past_cache] = (geometry.past_records, capacity)
         reserved[stream.cache] = (geometry.next_records, capacity)
     return reserved
+
+
+def kernel_of(stage: str, ratio: int, tensors=()) -> str | None:
+    """'module.cu:entry' of the launch that writes the stage's tensors at this ratio (replicate writes
+    selection's selected_indices after index select wrote selected); None when no launch computes it."""
+    writers = [launch for launch in LAUNCHES if launch.ratio == ratio and stage in launch.stages]
+    if not writers:
+        return None
+    launch = writers[-1] if len(writers) > 1 and "selected_indices" in tensors else writers[0]
+    return f"{launch.module}.cu:{launch.entry}"
 
 
 def _ints(*values: int) -> tuple:

@@ -45,8 +45,8 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     considered = int(np.count_nonzero(identifying))
     if considered < 2:
         return None
-    best = None
-    for axis in reversed(range(expected.ndim)):  # the last axis (slots, bytes) wins a tie
+    per_axis = {}
+    for axis in range(expected.ndim):
         if expected.shape[axis] < 3:
             continue
         for d in [step for size in range(1, LARGEST + 1) for step in (-size, size)]:
@@ -55,15 +55,22 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
             moved, valid = _shifted(expected, axis, d)
             fits = same_bits(moved, actual) & valid & identifying
             count = int(np.count_nonzero(fits))
-            if best is None or count > best[0]:
-                best = (count, axis, d, fits)
-    if best is None or best[0] < 0.75 * considered:
+            if axis not in per_axis or count > per_axis[axis][0]:
+                per_axis[axis] = (count, axis, d, fits)
+    if not per_axis:
+        return None
+    best = max(per_axis.values(), key=lambda found: found[0])
+    last = per_axis.get(expected.ndim - 1)
+    if last is not None and last[0] >= 0.9 * considered:
+        best = last  # a shift within the row (slots, bytes) says more than one across rows
+    if best[0] < 0.75 * considered:
         return None
     count, axis, d, fits = best
     name = axes[axis] if axis < len(axes) else f"a{axis}"
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
     sign = "-" if d > 0 else "+"
     headline = (f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
-                f"in {count:,} of {considered:,} differing elements that identify something ({rows:,} rows)")
+                f"in {count:,} of {considered:,} differing elements (not counting -inf, -1 or 0 fillers), across "
+                f"{rows:,} row{'s' if rows != 1 else ''}")
     return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
                    {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows})

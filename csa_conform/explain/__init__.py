@@ -29,6 +29,7 @@ import numpy as np
 from csa_conform.contract import validate_step
 from csa_conform.device.conformance import CaseReport, check_case, compare_step, replay
 from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, Context, Finding, diagnose
@@ -39,7 +40,6 @@ from csa_conform.explain.hypotheses import STAGE_LIBM, Hypothesis, stage_hypothe
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.goldens import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
-from csa_conform.stages import LAUNCHES
 
 EXPLAINED = "explained"
 UNEXPLAINED = "unexplained"
@@ -304,16 +304,6 @@ def _diagnose(stage: str, g, inputs, expected, target, upstream) -> list[Finding
     axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
             for tensor, array in reference.items()}
     return diagnose(stage, reference, target, axes, Context(stage, g, inputs, expected, tracer))
-
-
-def kernel_of(stage: str, ratio: int, tensors: Sequence[str] = ()) -> str | None:
-    """'module.cu:entry' of the launch that writes the stage's tensors (the last such launch: replicate
-    writes selection's selected_indices after index select wrote selected)."""
-    launches = [launch for launch in LAUNCHES if launch.ratio == ratio and stage in launch.stages]
-    if not launches:
-        return None
-    launch = launches[-1] if len(launches) > 1 and "selected_indices" in tensors else launches[0]
-    return f"{launch.module}.cu:{launch.entry}"
 
 
 def _device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None, str | None]:

@@ -115,5 +115,4 @@ def test_kinds_are_documented_and_in_the_schema():
 
     text = (Path(__file__).resolve().parents[2] / "specs" / "diagnosis.md").read_text()
     assert all(f"| `{kind}` |" in text for kind in KINDS)
-    explanation = schema()["properties"]["explain"]["properties"]["explanations"]["items"]
-    assert explanation["properties"]["diagnosis"]["items"]["properties"]["kind"]["enum"] == list(KINDS)
+    assert schema()["$defs"]["finding"]["properties"]["kind"]["enum"] == list(KINDS)
