@@ -262,8 +262,10 @@ def kernel_provenance(provenance) -> dict:
 
 
 def control_run(provenance) -> bool:
-    """True when no kernel was launched: every stage ran on the host oracle."""
-    return not any(launch.path != "host-oracle" for launch in provenance.launches)
+    """True when stages ran and every one ran on the host oracle: no kernel was launched. A run in which
+    nothing ran at all (every step rejected by the reference) is no control run."""
+    launches = provenance.launches
+    return bool(launches) and not any(launch.path != "host-oracle" for launch in launches)
 
 
 def results_document(

@@ -163,6 +163,9 @@ def bisect(file, case, force_host, build, ulp, git_bisect, as_json, quiet):
     elif found:
         for line in _describe(case, steps, found, isolated, options):
             click.echo(line)
+    elif not chained.provenance.launches:
+        click.echo(f"case {case}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
+                   "was computed and there is nothing to compare")
     else:
         click.echo(f"case {case}: {steps} steps, no divergence (chained, every stage)")
     return code
