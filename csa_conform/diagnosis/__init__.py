@@ -29,13 +29,15 @@ STALE = "stale"
 PERMUTATION = "permutation"
 INDEX_SHIFT = "index-shift"
 SCALE_EXPONENT = "scale-exponent"
+SUB_STEP = "sub-step"
 ROUNDING_CONVENTION = "rounding-convention"
 CONSTANT_FACTOR = "constant-factor"
 RESTRICTED = "restricted"
-KINDS = (NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, ROUNDING_CONVENTION, CONSTANT_FACTOR,
-         RESTRICTED)
+KINDS = (NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP, ROUNDING_CONVENTION,
+         CONSTANT_FACTOR, RESTRICTED)
 # Kinds that no numeric ingredient (libm, FMA, flush-to-zero) can produce: explain skips its numeric search.
-STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, ROUNDING_CONVENTION})
+STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP,
+                        ROUNDING_CONVENTION})
 # A finding accounts for its tensor when it covers at least this share of the differing elements.
 DECISIVE = 0.9
 
@@ -144,4 +146,5 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
 
 
 __all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "INDEX_SHIFT", "KINDS", "NEVER_WRITTEN",
-           "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "SCALE_EXPONENT", "STALE", "STRUCTURAL", "diagnose"]
+           "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "SCALE_EXPONENT", "STALE", "STRUCTURAL", "SUB_STEP",
+           "diagnose"]

@@ -37,12 +37,12 @@ def _candidates(expected: np.ndarray):
     if expected.dtype == np.uint8:
         yield "nibbles swapped", "each byte's two 4-bit codes exchanged (pack order: high nibble first)", \
             ((expected >> 4) | (expected << 4)).astype(np.uint8)
+    yield "row reversed", "each row written back to front", expected[..., ::-1]
     swapped = _pair_swapped(expected)
     if swapped is not None:
         what = ("adjacent bytes exchanged (byte order of 16-bit values)" if expected.dtype == np.uint8
                 else "the two elements of each (2i, 2i+1) pair exchanged (pair layout)")
         yield "pairs swapped", what, swapped
-    yield "row reversed", "each row written back to front", expected[..., ::-1]
     halves = _halves_swapped(expected)
     if halves is not None:
         yield "halves swapped", "the two halves of each row exchanged", halves
@@ -52,10 +52,12 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     differing = int(np.count_nonzero(differ))
     rows = _rows(differ).any(axis=1)
     identifying = differ & meaningful(actual)
+    considered = int(np.count_nonzero(identifying))
     for pattern, what, moved in _candidates(expected):
-        fits = same_bits(moved, actual) & identifying
+        fits = same_bits(moved, actual) & differ
         covered = int(np.count_nonzero(fits))
-        if covered >= 0.9 * differing and covered:
+        # fillers (0, -1, -inf) moving onto fillers prove nothing: most identifying elements must fit too
+        if covered >= 0.9 * differing and int(np.count_nonzero(fits & identifying)) >= max(1, considered // 2):
             fitting_rows = int(np.count_nonzero(_rows(fits).any(axis=1)))
             first = int(np.flatnonzero(fits)[0])
             headline = (f"{tensor} is the reference's with {what}: {covered:,} of {differing:,} differing elements "

@@ -12,7 +12,7 @@ import numpy as np
 from csa_conform.diagnosis import INDEX_SHIFT, Context, Finding, same_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
-FILLERS = {"f": (-np.inf, 0.0), "i": (-1, 0), "u": (0,)}
+FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id
 
 
 def meaningful(values: np.ndarray) -> np.ndarray:
@@ -70,7 +70,7 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
     sign = "-" if d > 0 else "+"
     headline = (f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
-                f"in {count:,} of {considered:,} differing elements (not counting -inf, -1 or 0 fillers), across "
+                f"in {count:,} of {considered:,} differing elements (not counting fillers: -inf, -1, 0), across "
                 f"{rows:,} row{'s' if rows != 1 else ''}")
     return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
                    {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows})

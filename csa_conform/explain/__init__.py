@@ -32,11 +32,17 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, Context, Finding, diagnose
+from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, SUB_STEP, Context, Finding, diagnose
 from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
-from csa_conform.explain.hypotheses import STAGE_LIBM, Hypothesis, stage_hypotheses
+from csa_conform.explain.hypotheses import (
+    STAGE_LIBM,
+    SUB_STEPS,
+    Hypothesis,
+    stage_hypotheses,
+    structural_hypotheses,
+)
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.goldens import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
@@ -188,8 +194,6 @@ def _ingredient(hypothesis: Hypothesis) -> str:
         return "block scale"
     if hypothesis.fused:
         return "pairs" if hypothesis.fused & set(PAIR_FUSIONS) else "accumulate"
-    if hypothesis.bf16:
-        return "bf16 rounding"
     return "ftz"
 
 
@@ -275,18 +279,42 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
         return explanation
+    if _sub_step(explanation, g, inputs, upstream, target):
+        return explanation
     cause, closest, trials = _search(stage, g, inputs, upstream, target, device_libm, explanation.baseline)
     explanation.trials, explanation.closest = trials, closest
     if cause is not None:
         explanation.verdict, explanation.cause = EXPLAINED, cause
-        if "bf16:" in cause.key:
-            explanation.diagnosis.insert(0, Finding(
-                ROUNDING_CONVENTION, stage, explanation.tensors(),
-                f"the kernel's {cause.name}: {cause.effect()}; the re-run reproduces the device bit for bit",
-                explanation.baseline, explanation.baseline, {"convention": cause.name, "trial": cause.key}))
     elif not trials:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
     return explanation
+
+
+def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:
+    """Try each sub-step of the stage done another way (csa_conform.explain.hypotheses.structural_hypotheses);
+    one that reproduces the device names the first sub-step that differs, and is the cause."""
+    stage = explanation.stage
+    for hypothesis in structural_hypotheses(stage, g.ratio):
+        trial = _trial(hypothesis, stage, g, inputs, upstream, target)
+        explanation.trials.append(trial)
+        if not trial.reproduces:
+            continue
+        explanation.verdict, explanation.cause = EXPLAINED, trial
+        order = " → ".join(SUB_STEPS.get(stage, ()))
+        evidence = {"sub_step": hypothesis.sub_step, "variant": hypothesis.name, "trial": hypothesis.key,
+                    "sub_steps": list(SUB_STEPS.get(stage, ()))}
+        if hypothesis.bf16:
+            kind, headline = ROUNDING_CONVENTION, (f"the kernel's {hypothesis.name}: {trial.effect()}; the re-run "
+                                                  "reproduces the device bit for bit")
+            evidence["convention"] = hypothesis.name
+        else:
+            kind, headline = SUB_STEP, (f"the first sub-step that differs is {hypothesis.sub_step} ({order}): "
+                                        f"the device's bytes are the reference's with {hypothesis.name}, every "
+                                        "other sub-step as the reference does it")
+        explanation.diagnosis.insert(0, Finding(kind, stage, explanation.tensors(), headline, explanation.baseline,
+                                                explanation.baseline, evidence))
+        return True
+    return False
 
 
 def _diagnose(stage: str, g, inputs, expected, target, upstream) -> list[Finding]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mutants import Mutant
+from mutants import MUTANTS, Mutant
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,11 @@ class DiagnosedMutant:
 
 def _bug(name, file, old, new, stage, cases, why, kind, **evidence) -> DiagnosedMutant:
     return DiagnosedMutant(Mutant(name, file, old, new, stage, frozenset({stage}), cases, why), kind, evidence)
+
+
+def _known(name, kind, **evidence) -> DiagnosedMutant:
+    """A detection mutant of mutants.py, with the diagnosis it must get."""
+    return DiagnosedMutant(next(mutant for mutant in MUTANTS if mutant.name == name), kind, evidence)
 
 
 DIAGNOSED = (
@@ -69,7 +74,7 @@ DIAGNOSED = (
         "        tail[pair + rope_dim / 2] = csa_round_bf16(csa_mul(real, sine) + csa_mul(imaginary, cosine));\n",
         "compression_update", "boundaries.r4-prefill-[89]",
         "RoPE rotates (d, d + rope_dim/2) pairs, the split-halves layout, instead of interleaved (2i, 2i+1)",
-        "restricted", axis="d", low=448,
+        "sub-step", sub_step="RoPE", trial="rope:split-halves",
     ),
     _bug(
         "bf16_ties_away_from_zero",
@@ -126,4 +131,9 @@ DIAGNOSED = (
         "the sink logit is taken into the running max (softmax shifted by the sink where it is larger)",
         "restricted", predicate="sink above the row max",
     ),
+    _known("index_query_rope_one_position_late", "sub-step", sub_step="RoPE", trial="rope:position+1"),
+    _known("r4_main_rope_at_block_end", "sub-step", sub_step="RoPE", trial="rope:position+3"),
+    _known("fp8_scale_rounded_down", "scale-exponent"),
+    _known("replicate_reverses_slots", "permutation", pattern="row reversed"),
+    _known("index_score_without_head_normalization", "constant-factor"),
 )
