@@ -39,7 +39,8 @@ class ProfileRunner:
     def rejects_ties(self) -> bool:
         return self.profile == REFERENCE
 
-    def __call__(self, attrs: Mapping, inputs, output_names, engine: str | None = None):
+    def __call__(self, attrs: Mapping, inputs, output_names, engine: str | None = None, upstream=None):
+        """One step; ``upstream`` (reference payloads) isolates each stage of a non-reference profile."""
         if self.profile == REFERENCE:
             from csa_conform.oracle import run_step
 
@@ -47,7 +48,7 @@ class ProfileRunner:
         from csa_conform.official import run_official_step
 
         exp = "fast" if self.profile == OFFICIAL_FAST_EXP else "exact"
-        return run_official_step(attrs, inputs, output_names, engine, exp)
+        return run_official_step(attrs, inputs, output_names, engine, exp, upstream)
 
 
 def runner(profile: str) -> Callable:

@@ -11,7 +11,7 @@ rejects are not run: there is nothing to compare.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -22,8 +22,10 @@ from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.diagnosis import Context, diagnose
 from csa_conform.diff import TensorDiff, compare_payloads, default_axes
 from csa_conform.errors import ContractError, HostStageRejected
+from csa_conform.gap import Gap
 from csa_conform.goldens import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
+from csa_conform.profile import REFERENCE
 from csa_conform.stages import STATE_THREADING
 
 IDENTICAL = "identical"
@@ -73,6 +75,7 @@ class CaseReport:
     failure: dict | None = None
     stages: dict[str, StageVerdict] = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)  # --repeat and --replay: {"type", "step", "message", ...}
+    errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.gap.Gap), not in to_dict
 
     @property
     def passed(self) -> bool:
@@ -84,7 +87,8 @@ class CaseReport:
 
     def to_dict(self) -> dict:
         stages = {name: verdict.to_dict() for name, verdict in self.stages.items()}
-        return {**vars(self), "passed": self.passed, "stages": stages}
+        fields = {key: value for key, value in vars(self).items() if key != "errors"}
+        return {**fields, "passed": self.passed, "stages": stages}
 
 
 def _same_bits(left: np.ndarray, right: np.ndarray) -> bool:
@@ -167,10 +171,37 @@ def _diagnosis(info, outcome: StepOutcome, stage: str) -> list:
     return diagnose(stage, expected, actual, axes, Context(stage, geometry, outcome.inputs or {}, outcome.expected))
 
 
+def first_divergence(outcomes: Iterable[StepOutcome], stages: Sequence[str], ulp: int = 0) -> dict | None:
+    """The first step that diverges or that the device run refused, and there the earliest stage:
+    ``step``, ``stage`` and either ``message`` (refused) or ``tensor``, its first ``element``, the
+    stage's failing ``diffs`` and every ``diverged_stages`` of that step."""
+    for outcome in outcomes:
+        if outcome.expected_error is not None:
+            continue
+        if outcome.failure is not None:
+            return {"step": outcome.index, "stage": outcome.failure_stage, "message": outcome.failure}
+        failing = [diff for diff in compare_step(outcome, stages, ulp) if not diff.passed]
+        if failing:
+            first = min(failing, key=lambda diff: stages.index(diff.stage))
+            return {
+                "step": outcome.index,
+                "stage": first.stage,
+                "tensor": first.tensor,
+                "element": first.first,
+                "diffs": [diff for diff in failing if diff.stage == first.stage],
+                "diverged_stages": sorted({diff.stage for diff in failing}, key=stages.index),
+            }
+    return None
+
+
 def check_case(
-    golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int = 0
+    golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int = 0,
+    measure: bool = False,
 ) -> CaseReport:
-    """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors."""
+    """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors.
+
+    ``measure`` also gathers the error statistics of every compared payload (``report.errors``), which
+    ``diff --tolerance`` judges against a calibrated envelope."""
     info = golden.case_info(case_id)
     ratio = info.attrs.get("compression_ratio")
     if ratio in (4, 128):
@@ -185,6 +216,8 @@ def check_case(
     }
     applicable = tuple(placement)
     report = CaseReport(case_id, ratio if isinstance(ratio, int) else 0, info.step_count, stages=verdicts)
+    if measure:
+        report.errors = Gap(REFERENCE, "device")
     for outcome in replay(golden, case_id, runner):
         if outcome.expected_error is not None:
             report.rejected_steps.append(outcome.index)
@@ -196,6 +229,11 @@ def check_case(
                 verdict.status, verdict.step, verdict.message = DIVERGED, outcome.index, outcome.failure
             break
         report.compared_steps += 1
+        if measure:
+            chosen = [stage for stage in stages if stage in applicable]
+            report.errors.steps += 1
+            report.errors.add_step(case_id, outcome.index, {stage: outcome.expected[stage] for stage in chosen
+                                                            if stage in outcome.expected}, outcome.actual.stages)
         for finding in outcome.actual.findings:
             report.findings.append({"type": finding.kind, "step": outcome.index, **finding.to_dict(),
                                     "message": finding.message})

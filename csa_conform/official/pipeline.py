@@ -54,23 +54,31 @@ def run_official_step(
     output_names: Sequence[str],
     engine: str | None = None,
     exp: str = "exact",
+    upstream: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> StepResult:
-    """One step under the official numerics; ``engine`` picks the reference engine stages 1-3 run on."""
+    """One step under the official numerics; ``engine`` picks the reference engine stages 1-3 run on.
+
+    With ``upstream`` (the reference profile's payloads of the same step) every official stage reads
+    the reference's payloads of the stages before it instead of its own, so each stage's difference
+    is its own arithmetic's only (the isolated comparison of gap and calibrate).
+    """
     kernels = resolve_engine(engine)
     geometry = validate_step(attrs, inputs, output_names)
     tensors = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
     stages: dict[str, dict[str, np.ndarray]] = {}
+    source = stages if upstream is None else upstream
     stages["compression_update"] = kernels.compression_update(geometry, *(tensors[n] for n in COMPRESSION))
     selected = None
     if geometry.ratio == 4:
-        selected = _index_path(geometry, tensors, kernels, stages)
+        _index_path(geometry, tensors, kernels, stages, source)
+        selected = source["selection"]["selected"]
     stages["candidate_assembly"] = candidate_assembly(geometry, selected)
     stages["sparse_sink_softmax_attention"] = official_attention(
         geometry,
         tensors["query"],
         tensors["current_kv"],
-        stages["compression_update"]["logical_records"],
-        stages["candidate_assembly"]["candidates"],
+        source["compression_update"]["logical_records"],
+        source["candidate_assembly"]["candidates"],
         tensors["head_sink"],
         _bias(geometry, tensors),
         exp,
@@ -79,13 +87,13 @@ def run_official_step(
     return StepResult(outputs=stages["writeback"], stages=stages)
 
 
-def _index_path(geometry: StepGeometry, tensors, kernels: Engine, stages) -> np.ndarray:
+def _index_path(geometry: StepGeometry, tensors, kernels: Engine, stages, source) -> None:
     stages["index_key_update"] = kernels.index_key_update(geometry, *(tensors[n] for n in INDEX_COMPRESSION))
     queries, query_failure = kernels.index_query_finalize(geometry, tensors["index_query"])
     stages["index_query_finalize"] = queries
     row_limit = query_failure.row if query_failure else None
     scores, score_failure = official_index_scoring(
-        geometry, queries["transformed"], stages["index_key_update"]["logical_keys"],
+        geometry, source["index_query_finalize"]["transformed"], source["index_key_update"]["logical_keys"],
         tensors["index_weight"], row_limit,
     )
     stages["index_scoring"] = scores
@@ -93,8 +101,7 @@ def _index_path(geometry: StepGeometry, tensors, kernels: Engine, stages) -> np.
     if failure is not None:
         raise ContractError(failure.message, failure.kind)
     live = causal_mask(geometry, scores["scores"].shape[-1], None)
-    stages["selection"] = official_selection(geometry, scores["scores"], live)
-    return stages["selection"]["selected"]
+    stages["selection"] = official_selection(geometry, source["index_scoring"]["scores"], live)
 
 
 def _bias(geometry: StepGeometry, tensors) -> np.ndarray | None:
