@@ -7,8 +7,8 @@ function rounded once (what a kernel writing `(float)exp((double)x)` gets),
 both evaluated on the GPU on the same arguments; fused multiply-adds in the reductions
 (acc = fma(a, b, acc) in the same order) or in the a*b±c*d pairs of the
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
-exponent from the device's log2f. Each stage is tried only with the
-ingredients it contains.
+exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
+zero, truncation). Each stage is tried only with the ingredients it contains.
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ STAGE_FUSION = {
     "sparse_sink_softmax_attention": (ACCUMULATE,),
 }
 FLOAT_STAGES = tuple(stage for stage, fused in STAGE_FUSION.items() if fused)
+# Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
+BF16_STAGES = ("compression_update", "index_key_update", "index_query_finalize")
+BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even)",
+                    "truncate": "bf16 by truncation (rounding toward zero)"}
 
 FUSION_NAMES = {
     ACCUMULATE: "FMA accumulation (acc = fma(a, b, acc), same order)",
@@ -110,13 +114,19 @@ class Hypothesis:
     block_scale: Callable | None = None
     fused: frozenset[str] = frozenset()
     ftz: bool = False
+    bf16: str | None = None
+    rope_shift: int = 0
+    rope_split_halves: bool = False
+    sub_step: str = ""  # for a structural hypothesis: the sub-step of the stage it changes
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
-        return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace)
+        return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
+                        self.rope_shift, self.rope_split_halves)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
-                          self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz)
+                          self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz,
+                          self.bf16 or other.bf16)
 
 
 def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
@@ -142,4 +152,30 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
         found.append(Hypothesis(f"fma:{fused}", FUSION_NAMES[fused], fused=frozenset({fused})))
     if stage in FLOAT_STAGES:
         found.append(Hypothesis("ftz", "flush-to-zero of subnormal inputs and results", ftz=True))
+    return found
+
+
+# The sub-steps of the multi-step stages, in order; a structural hypothesis changes one of them.
+SUB_STEPS = {
+    "compression_update": ("pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"),
+    "index_key_update": ("pool", "bf16", "RMSNorm", "RoPE", "Hadamard", "FP4 block quantization"),
+    "index_query_finalize": ("bf16", "RoPE", "Hadamard", "FP4 round trip"),
+}
+
+
+def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
+    """One sub-step of a multi-step stage done another way: a bf16 rounding convention, RoPE at the
+    wrong position (the block's last position for a record, one off) or with the split-halves pair layout."""
+    found = []
+    if stage in BF16_STAGES:
+        for convention, name in BF16_CONVENTIONS.items():
+            found.append(Hypothesis(f"bf16:{convention}", name, bf16=convention, sub_step="bf16"))
+    if stage in SUB_STEPS:
+        shifts = {1: "RoPE at the next position (position+1)", -1: "RoPE at the previous position (position-1)"}
+        if stage != "index_query_finalize":
+            shifts = {ratio - 1: "RoPE at the block's last position instead of its first", **shifts}
+        for shift, name in shifts.items():
+            found.append(Hypothesis(f"rope:position{shift:+d}", name, rope_shift=shift, sub_step="RoPE"))
+        found.append(Hypothesis("rope:split-halves", "RoPE pairs (d, d+rope_dim/2) instead of (2i, 2i+1)",
+                                rope_split_halves=True, sub_step="RoPE"))
     return found
