@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import click
 from rich.console import Console
 
+from csa_conform.cli.output import final_exit_code, guard_streams, say_error
 from csa_conform.errors import CsaConformError, WorkerCrashed, exit_code_of
 from csa_conform.exitcodes import ExitCode
 from csa_conform.oracle.parallel import share_cores
@@ -37,8 +38,7 @@ Result = TypeVar("Result")
 
 def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
     """Print one error line on stderr and exit."""
-    first = " ".join(str(message).split("\n"))
-    click.echo(f"{PROGRAM}: error: {first}", err=True)
+    say_error(f"{PROGRAM}: error: {one_line(str(message))}")
     sys.exit(int(code))
 
 
@@ -66,10 +66,6 @@ def boundary(command: Callable) -> Callable:
     def run(*args, **kwargs):
         try:
             code = command(*args, **kwargs)
-        except BrokenPipeError:
-            # The reader went away (`... | head`): nothing left to say to it.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(int(ExitCode.OK))
         except (CsaConformError, OSError) as error:
             name = click.get_current_context().info_name
             _error_exit(error, name, kwargs.get("as_json", False), kwargs.get("git_bisect", False),
@@ -83,6 +79,22 @@ class OneLineErrors(click.Group):
     """A click group whose usage errors are one line (and whose Ctrl-C is one line too)."""
 
     def main(self, args=None, prog_name=None, **extra):
+        """Run a command with guarded streams (csa_conform.cli.output): the exit code is the verdict."""
+        previous = sys.stdout
+        guarded = guard_streams()
+        try:
+            self._run(args, prog_name, **extra)
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else ExitCode.USAGE)
+        finally:
+            sys.stdout.flush()
+            sys.stdout = previous if previous is not None else sys.stdout
+        code, line = final_exit_code(code, guarded)
+        if line is not None:
+            say_error(f"{PROGRAM}: error: {line}")
+        sys.exit(int(code))
+
+    def _run(self, args, prog_name, **extra):
         extra["standalone_mode"] = False
         words = list(sys.argv[1:] if args is None else args)
         extra["obj"] = {"argv": [PROGRAM] + words}

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from pathlib import Path
 
 import click
 
+from csa_conform.case_glob import exact_glob
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.cli.options import engine_option
 from csa_conform.exitcodes import ExitCode
@@ -16,6 +16,7 @@ from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.goldens import GoldenCase, write_goldens
 from csa_conform.oracle import run_step
 from csa_conform.oracle.engine import use_engine
+from csa_conform.terminal import shell_join
 
 
 def generate_case(recipe: Recipe) -> GoldenCase:
@@ -74,8 +75,9 @@ def generate_command(
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)
     except FixtureError as error:
-        case = shlex.quote(error.case_id or "*")
-        reproduce = f"csa-conform generate --suite {suite} --seed {seed} --case {case} -o case.h5"
+        case = exact_glob(error.case_id) if error.case_id else "*"
+        reproduce = shell_join(["csa-conform", "generate", "--suite", suite, "--seed", str(seed), "--case", case,
+                                "-o", "case.h5"])
         click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
         return error.exit_code
     size = os.path.getsize(output) / 1e6
