@@ -84,10 +84,14 @@ class GoldenChanged(GoldenFormatError):
     """The golden file was replaced or rewritten while a command was reading it."""
 
 
-class GoldenWriteError(CsaConformError):
-    """A golden file could not be written (disk full, file size limit, I/O error); nothing was left."""
+class OutputWriteError(CsaConformError):
+    """An output file could not be written (disk full, file size limit, I/O error); nothing was left."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+class GoldenWriteError(OutputWriteError):
+    """A golden file could not be written (disk full, file size limit, I/O error); nothing was left."""
 
 
 class UsageError(CsaConformError):

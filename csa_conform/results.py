@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from csa_conform import ORACLE_VERSION, __version__
+from csa_conform import ORACLE_VERSION, __version__, bounded_json
 from csa_conform.diff import TensorDiff
 from csa_conform.errors import UsageError
 from csa_conform.terminal import escaped, one_line
@@ -319,10 +319,7 @@ def schema() -> dict:
 
 def load_results(text: str, origin: str) -> dict:
     """A results document read back (the input of ``csa-conform report``), checked enough to render it."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{origin}: not JSON ({error})") from None
+    document = bounded_json.loads(text, origin)
     if not isinstance(document, dict) or document.get("format") != RESULTS_FORMAT:
         raise UsageError(f"{origin}: not a csa-conform results document (write one with --json)")
     if document.get("version") != RESULTS_VERSION:

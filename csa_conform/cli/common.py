@@ -27,6 +27,7 @@ from csa_conform.errors import CsaConformError, WorkerCrashed, exit_code_of
 from csa_conform.exitcodes import ExitCode
 from csa_conform.oracle.parallel import share_cores
 from csa_conform.results import COMMANDS, error_document
+from csa_conform.terminal import one_line
 
 PROGRAM = "csa-conform"
 # More worker processes than this many per core only cost memory and file handles.

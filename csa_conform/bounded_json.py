@@ -1,0 +1,112 @@
+"""JSON read from someone else's file, with every dimension bounded before Python's parser sees it.
+
+``json.loads`` recurses once per nesting level (100,000 levels is a
+RecursionError), turns a 5,000-digit integer into an int that every later
+``str()`` refuses, reads ``NaN`` and ``Infinity`` that standard JSON does
+not have, and is happy to be handed all of /dev/zero. ``read_text`` takes
+a regular file or stdin only, at most ``MAX_BYTES``, as UTF-8; ``loads``
+refuses documents deeper than ``MAX_DEPTH``, numbers longer than
+``MAX_NUMBER_CHARS`` characters, integers outside int64 and non-finite
+numbers. Every refusal is one ``UsageError`` line naming the source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+from csa_conform.errors import UsageError
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NUMBER_CHARS", "loads", "read_text"]
+
+MAX_BYTES = 256 << 20
+MAX_DEPTH = 64
+MAX_NUMBER_CHARS = 40
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class _Refused(Exception):
+    """Raised from inside the parser's hooks; becomes the UsageError of the source."""
+
+
+def read_text(source: str, *, stdin_closed: bool = False) -> str:
+    """The UTF-8 text of a regular file, or of stdin for '-', refused past MAX_BYTES."""
+    if source == "-":
+        if stdin_closed or sys.stdin is None:
+            raise UsageError("-: stdin is closed; nothing to read")
+        raw = _bounded(sys.stdin.buffer, source)
+    else:
+        try:
+            mode = os.stat(source).st_mode
+        except OSError as error:
+            raise UsageError(f"{source}: cannot read ({error.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{source}: not a regular file (a FIFO, device or directory is not read)")
+        try:
+            with open(source, "rb") as handle:
+                raw = _bounded(handle, source)
+        except OSError as error:
+            raise UsageError(f"{source}: cannot read ({error.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{source}: not UTF-8 text (byte {error.start})") from None
+
+
+def _bounded(handle, source: str) -> bytes:
+    raw = handle.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise UsageError(f"{source}: larger than {MAX_BYTES >> 20} MiB; not a results document")
+    return raw
+
+
+def _integer(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Refused(f"an integer of {len(text)} digits")
+    value = int(text)
+    if not INT64[0] <= value <= INT64[1]:
+        raise _Refused(f"integer {text} is outside int64")
+    return value
+
+
+def _float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Refused(f"a number of {len(text)} characters")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Refused(f"number {text} is not finite in binary64")
+    return value
+
+
+def _constant(name: str):
+    raise _Refused(f"{name} is not JSON")
+
+
+def _depth(document) -> int:
+    """Nesting depth, counted without recursion."""
+    deepest, pending = 0, [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                children = value.values() if isinstance(value, dict) else value
+                pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def loads(text: str, source: str):
+    """The JSON value of ``text``, within the bounds above."""
+    try:
+        document = json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
+    except _Refused as refused:
+        raise UsageError(f"{source}: not a results document ({refused})") from None
+    except RecursionError:
+        raise UsageError(f"{source}: not a results document (nested deeper than {MAX_DEPTH} levels)") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{source}: not JSON ({error})") from None
+    if _depth(document) > MAX_DEPTH:
+        raise UsageError(f"{source}: not a results document (nested deeper than {MAX_DEPTH} levels)")
+    return document
