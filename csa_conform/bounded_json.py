@@ -7,7 +7,9 @@ not have, and is happy to be handed all of /dev/zero. ``read_text`` takes
 a regular file or stdin only, at most ``MAX_BYTES``, as UTF-8; ``loads``
 refuses documents deeper than ``MAX_DEPTH``, numbers longer than
 ``MAX_NUMBER_CHARS`` characters, integers outside int64 and non-finite
-numbers. Every refusal is one ``UsageError`` line naming the source.
+numbers (``JSONRefused``); ``loads`` makes every refusal one ``UsageError``
+line naming the source. The golden reader parses its JSON attributes with
+``parse`` too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 
 from csa_conform.errors import UsageError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NUMBER_CHARS", "loads", "read_text"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NUMBER_CHARS", "JSONRefused", "loads", "parse", "read_text"]
 
 MAX_BYTES = 256 << 20
 MAX_DEPTH = 64
@@ -27,8 +29,8 @@ MAX_NUMBER_CHARS = 40
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-class _Refused(Exception):
-    """Raised from inside the parser's hooks; becomes the UsageError of the source."""
+class JSONRefused(ValueError):
+    """JSON outside the bounds (a ValueError, as json's own errors are)."""
 
 
 def read_text(source: str, *, stdin_closed: bool = False) -> str:
@@ -64,24 +66,24 @@ def _bounded(handle, source: str) -> bytes:
 
 def _integer(text: str) -> int:
     if len(text) > MAX_NUMBER_CHARS:
-        raise _Refused(f"an integer of {len(text)} digits")
+        raise JSONRefused(f"an integer of {len(text)} digits")
     value = int(text)
     if not INT64[0] <= value <= INT64[1]:
-        raise _Refused(f"integer {text} is outside int64")
+        raise JSONRefused(f"integer {text} is outside int64")
     return value
 
 
 def _float(text: str) -> float:
     if len(text) > MAX_NUMBER_CHARS:
-        raise _Refused(f"a number of {len(text)} characters")
+        raise JSONRefused(f"a number of {len(text)} characters")
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        raise _Refused(f"number {text} is not finite in binary64")
+        raise JSONRefused(f"number {text} is not finite in binary64")
     return value
 
 
 def _constant(name: str):
-    raise _Refused(f"{name} is not JSON")
+    raise JSONRefused(f"{name} is not JSON")
 
 
 def _depth(document) -> int:
@@ -97,16 +99,22 @@ def _depth(document) -> int:
     return deepest
 
 
-def loads(text: str, source: str):
-    """The JSON value of ``text``, within the bounds above."""
+def parse(text: str):
+    """The JSON value of ``text`` within the bounds above; JSONRefused or json's own error otherwise."""
     try:
         document = json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
-    except _Refused as refused:
-        raise UsageError(f"{source}: not a results document ({refused})") from None
     except RecursionError:
-        raise UsageError(f"{source}: not a results document (nested deeper than {MAX_DEPTH} levels)") from None
+        raise JSONRefused(f"nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(document) > MAX_DEPTH:
+        raise JSONRefused(f"nested deeper than {MAX_DEPTH} levels")
+    return document
+
+
+def loads(text: str, source: str):
+    """``parse`` for a document a user handed over: every refusal one UsageError naming ``source``."""
+    try:
+        return parse(text)
+    except JSONRefused as refused:
+        raise UsageError(f"{source}: not a results document ({refused})") from None
     except json.JSONDecodeError as error:
         raise UsageError(f"{source}: not JSON ({error})") from None
-    if _depth(document) > MAX_DEPTH:
-        raise UsageError(f"{source}: not a results document (nested deeper than {MAX_DEPTH} levels)")
-    return document

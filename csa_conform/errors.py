@@ -119,6 +119,12 @@ class DeviceUnavailable(CsaConformError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class MemoryShortage(CsaConformError):
+    """The run needs more memory than a limit (ulimit -v, a cgroup, the machine) leaves it."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
 class WorkerCrashed(CsaConformError):
     """A worker process of --jobs died (killed, out of memory) before returning its result."""
 

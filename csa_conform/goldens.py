@@ -38,9 +38,10 @@ from typing import Iterable, Iterator, Mapping
 import h5py
 import numpy as np
 
-from csa_conform import ORACLE_VERSION, __version__
+from csa_conform import ORACLE_VERSION, __version__, bounded_json
 from csa_conform.atomic import atomic_file
 from csa_conform.contract import INPUT_NAMES
+from csa_conform.contract.attributes import FLOAT_ATTRIBUTES
 from csa_conform.errors import (
     CorruptDataset,
     CsaConformError,
@@ -49,6 +50,7 @@ from csa_conform.errors import (
     GoldenWriteError,
     UsageError,
 )
+from csa_conform.memory import allocate
 
 FORMAT = "csa-conform-goldens"
 SCHEMA_VERSION = 2
@@ -68,6 +70,7 @@ DEFLATE_MAX_RATIO = 1100
 ALLOWED_FILTERS = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32, 32000}
 COMPRESSING_FILTERS = {h5py.h5z.FILTER_DEFLATE, 32000}
 MAX_TEXT_BYTES = 1 << 20
+INT64_BOUND = 2.0**63
 MAX_BATCH = 1 << 10
 MAX_ROWS = 1 << 24
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -616,26 +619,28 @@ class GoldenFile:
         value = obj.attrs[name]
         if isinstance(value, np.ndarray) and value.shape == ():
             value = value[()]
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
-        if not isinstance(value, str):
+        if isinstance(value, str):
+            value = value.encode("utf-8", errors="surrogatepass")
+        if not isinstance(value, bytes):
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not text")
+        # The limit is on the stored UTF-8 bytes (a character can take four).
         if len(value) > MAX_TEXT_BYTES:
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is longer than {MAX_TEXT_BYTES} bytes")
-        return value
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
 
     def _json_attr(self, obj, name: str, where: str):
         text = self._text_attr(obj, name, where)
         if text is None:
             raise GoldenFormatError(f"{self.path}: {where} lacks attribute {name}")
         try:
-            return json.loads(text)
-        except (ValueError, RecursionError) as error:
+            return bounded_json.parse(text)
+        except ValueError as error:
             problem = _first_line(error)
-            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON ({problem})") from None
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON a golden file may hold "
+                                    f"({problem})") from None
 
     # --- cases
 
@@ -658,6 +663,11 @@ class GoldenFile:
             isinstance(value, (int, float, str)) for value in attrs.values()
         ):
             raise GoldenFormatError(f"{self.path}: {where}: attrs_json must be an object of numbers and strings")
+        for key, value in attrs.items():
+            # Every node attribute but the float ones is an int64: 1e30 there is no integer it could read as.
+            if isinstance(value, float) and key not in FLOAT_ATTRIBUTES and not abs(value) < INT64_BOUND:
+                raise GoldenFormatError(f"{self.path}: {where}: attrs_json: attribute {key} = {value!r} "
+                                        "is outside int64")
         output_names = self._json_attr(group, "output_names_json", where)
         if not isinstance(output_names, list) or not all(isinstance(name, str) for name in output_names):
             raise GoldenFormatError(f"{self.path}: {where}: output_names_json must be a list of strings")
@@ -949,8 +959,12 @@ class GoldenFile:
 
     def _read(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
         where = dataset.name
+        # Sized up front, in native byte order: HDF5 converts a big-endian dataset while reading, and
+        # a memory limit shows as what it is before any byte is read.
+        array = allocate(entry.shape, entry.dtype, f"{self.path}: {where}")
         try:
-            array = np.asarray(dataset[()])
+            if array.size:
+                dataset.read_direct(array)
         except _DAMAGE as error:
             raise CorruptDataset(self.path, where, f"unreadable ({_first_line(error)})") from None
         if array.shape != entry.shape:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import sys
@@ -23,7 +24,8 @@ import click
 from rich.console import Console
 
 from csa_conform.cli.output import final_exit_code, guard_streams, say_error
-from csa_conform.errors import CsaConformError, WorkerCrashed, exit_code_of
+from csa_conform.errors import CsaConformError, MemoryShortage, WorkerCrashed, exit_code_of
+from csa_conform.memory import headroom
 from csa_conform.exitcodes import ExitCode
 from csa_conform.oracle.parallel import share_cores
 from csa_conform.results import COMMANDS, error_document
@@ -41,6 +43,12 @@ def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
     """Print one error line on stderr and exit."""
     say_error(f"{PROGRAM}: error: {one_line(str(message))}")
     sys.exit(int(code))
+
+
+def memory_bound() -> str:
+    """' under the <limit>' for the one line of an out-of-memory exit ('' when no limit is known)."""
+    bound = headroom()
+    return f" under the {bound[1]}" if bound is not None else ""
 
 
 def argv() -> list[str]:
@@ -67,6 +75,10 @@ def boundary(command: Callable) -> Callable:
     def run(*args, **kwargs):
         try:
             code = command(*args, **kwargs)
+        except MemoryError:
+            error = MemoryShortage(f"out of memory{memory_bound()}; rerun with more memory (or fewer --jobs)")
+            _error_exit(error, click.get_current_context().info_name, kwargs.get("as_json", False),
+                        kwargs.get("git_bisect", False), kwargs.get("file"))
         except (CsaConformError, OSError) as error:
             name = click.get_current_context().info_name
             _error_exit(error, name, kwargs.get("as_json", False), kwargs.get("git_bisect", False),
@@ -130,7 +142,18 @@ def print_table(out: Console, table) -> None:
 
 
 def emit_json(document) -> None:
-    click.echo(json.dumps(document, indent=2, sort_keys=False))
+    """Standard JSON on stdout: a non-finite float (which JSON has no spelling for) is written as a string."""
+    click.echo(json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def capped_jobs(jobs: int) -> int:
