@@ -70,6 +70,7 @@ DEFLATE_MAX_RATIO = 1100
 ALLOWED_FILTERS = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32, 32000}
 COMPRESSING_FILTERS = {h5py.h5z.FILTER_DEFLATE, 32000}
 MAX_TEXT_BYTES = 1 << 20
+MAX_GROUP_DEPTH = 16
 INT64_BOUND = 2.0**63
 MAX_BATCH = 1 << 10
 MAX_ROWS = 1 << 24
@@ -471,6 +472,7 @@ class GoldenFile:
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
         _require_regular_file(self.path)
+        _refuse_appended_bytes(self.path)
         try:
             self._handle = h5py.File(self.path, "r")
         except _DAMAGE as error:
@@ -511,10 +513,34 @@ class GoldenFile:
             raise GoldenFormatError(f"{self.path}: {where}: damaged or unreadable ({problem})") from None
 
     def _traverse(self) -> None:
-        """Visit every object once, so damage in headers no command reads is still reported."""
+        """Visit every object once, so damage in headers no command reads is still reported.
+
+        Iterative and bounded in depth (MAX_GROUP_DEPTH): HDF5's own visit builds every object's
+        full path, which for a chain of 20,000 nested groups never ends.
+        """
         visited = ["/"]
+        seen = {h5py.h5o.get_info(self._handle.id).addr}
+        pending = [(self._handle.id, "", 0)]
         try:
-            h5py.h5o.visit(self._handle.id, lambda name: visited.append(name.decode("utf-8", "replace")))
+            while pending:
+                group, where, depth = pending.pop()
+                for raw in group.__iter__():
+                    if group.links.get_info(raw).type != h5py.h5l.TYPE_HARD:
+                        continue
+                    child = h5py.h5o.open(group, raw)
+                    address = h5py.h5o.get_info(child).addr
+                    if address in seen:
+                        continue
+                    seen.add(address)
+                    path = f"{where}/{raw.decode('utf-8', 'replace')}"
+                    visited.append(path)
+                    if isinstance(child, h5py.h5g.GroupID):
+                        if depth + 1 > MAX_GROUP_DEPTH:
+                            raise GoldenFormatError(
+                                f"{self.path}: groups nested deeper than {MAX_GROUP_DEPTH} levels under "
+                                f"{path[:120]}… (the golden layout has 6)"
+                            )
+                        pending.append((child, path, depth + 1))
         except _DAMAGE as error:
             problem = f"{type(error).__name__}: {_first_line(error)}"
             raise GoldenFormatError(
@@ -631,12 +657,12 @@ class GoldenFile:
         except UnicodeDecodeError:
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
 
-    def _json_attr(self, obj, name: str, where: str):
+    def _json_attr(self, obj, name: str, where: str, non_finite: bool = False):
         text = self._text_attr(obj, name, where)
         if text is None:
             raise GoldenFormatError(f"{self.path}: {where} lacks attribute {name}")
         try:
-            return bounded_json.parse(text)
+            return bounded_json.parse(text, non_finite=non_finite)
         except ValueError as error:
             problem = _first_line(error)
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON a golden file may hold "
@@ -658,7 +684,7 @@ class GoldenFile:
 
     def _index_case(self, case_id: str, where: str) -> _CaseIndex:
         group = self._member(self._handle["cases"], case_id, h5py.Group)
-        attrs = self._json_attr(group, "attrs_json", where)
+        attrs = self._json_attr(group, "attrs_json", where, non_finite=True)
         if not isinstance(attrs, dict) or not all(
             isinstance(value, (int, float, str)) for value in attrs.values()
         ):
@@ -984,6 +1010,48 @@ def _require_regular_file(path: str) -> None:
         raise GoldenFormatError(f"{path}: cannot open ({error.strerror})") from None
     if not stat.S_ISREG(mode):
         raise GoldenFormatError(f"{path}: not a regular file (a golden file is a plain HDF5 file)")
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _hdf5_end(path: str) -> int | None:
+    """Where the HDF5 data of a file ends: its superblock's base address plus end-of-file address.
+
+    The superblock sits at byte 0, 512, 1024, 2048, ... (after a user block); versions 0 and 1
+    keep the end-of-file address after two addresses from byte 24 (28), versions 2 and 3 from 12.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        offset = 0
+        while offset < min(size, 1 << 40):
+            handle.seek(offset)
+            head = handle.read(64)
+            if head[:8] == _SIGNATURE and len(head) >= 16:
+                version = head[8]
+                width = head[13] if version in (0, 1) else head[9]
+                start = {0: 24, 1: 28, 2: 12, 3: 12}.get(version)
+                if start is None or width not in (2, 4, 8) or len(head) < start + 3 * width:
+                    return None
+
+                def address(index: int) -> int:
+                    return int.from_bytes(head[start + index * width:start + (index + 1) * width], "little")
+
+                return address(0) + address(2)
+            offset = 512 if offset == 0 else offset * 2
+    return None
+
+
+def _refuse_appended_bytes(path: str) -> None:
+    """A file longer than its HDF5 data (bytes or a sparse hole appended) is not the file that was written.
+
+    Reading it would still work, but hashing it for the results document would read every appended byte.
+    """
+    end = _hdf5_end(path)
+    size = os.path.getsize(path)
+    if end is not None and size > end:
+        raise GoldenFormatError(f"{path}: {size - end} bytes follow the end of its HDF5 data (at byte {end}); "
+                                "a golden file holds nothing after its data")
 
 
 def _tensor_limit(batch: int, rows: int, heads: int) -> int:
