@@ -34,7 +34,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 from csa_conform.errors import OutputWriteError, UsageError
 
@@ -58,8 +58,8 @@ def refuse_special_target(path: Path) -> None:
 
 
 @contextmanager
-def atomic_file(path: Path, *, replace: bool) -> Iterator[BinaryIO]:
-    """Yield a binary file to write; it appears under ``path`` only when the block completes.
+def atomic_file(path: Path, *, replace: bool) -> Iterator[_Output]:
+    """Yield the file to write (``write(bytes)``); it appears under ``path`` only when the block completes.
 
     Without ``replace`` the file is linked into place, which fails when
     ``path`` appeared while the block ran instead of overwriting it.
@@ -69,15 +69,15 @@ def atomic_file(path: Path, *, replace: bool) -> Iterator[BinaryIO]:
     folder = path.parent
     _remove_stale_temporaries(folder)
     handle, named = _create(folder)
-    with _signals_remove(named), handle:
+    with _signals_remove(named):
         try:
             yield handle
             with written(path):
-                handle.flush()
                 os.fsync(handle.fileno())
                 refuse_special_target(path)
                 _commit(handle, named, path, replace)
         finally:
+            os.close(handle.fileno())
             if named is not None:
                 _unlink(named)
 
@@ -102,22 +102,40 @@ def _temporary_name(folder: Path) -> Path:
     return folder / f"{TEMPORARY_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.tmp"
 
 
-def _create(folder: Path) -> tuple[BinaryIO, Path | None]:
+class _Output:
+    """The file being written, unbuffered: each write is all of it or an OSError (never a short write),
+    and nothing is left in a buffer to fail again when the descriptor is closed."""
+
+    def __init__(self, descriptor: int):
+        self._descriptor = descriptor
+
+    def fileno(self) -> int:
+        return self._descriptor
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(self._descriptor, view):]
+        return len(data)
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return os.pread(self._descriptor, size, offset)
+
+
+def _create(folder: Path) -> tuple[_Output, Path | None]:
     """An unnamed file in ``folder`` (name None), else a named temporary there."""
     if hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd"):
         try:
-            descriptor = os.open(folder, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o666)
-            return os.fdopen(descriptor, "r+b"), None
+            return _Output(os.open(folder, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o666)), None
         except OSError as error:
             # Kernels and file systems without O_TMPFILE say so in one of these ways.
             if error.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
     named = _temporary_name(folder)
-    descriptor = os.open(named, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o666)
-    return os.fdopen(descriptor, "wb"), named
+    return _Output(os.open(named, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o666)), named
 
 
-def _commit(handle: BinaryIO, named: Path | None, path: Path, replace: bool) -> None:
+def _commit(handle: _Output, named: Path | None, path: Path, replace: bool) -> None:
     if named is None:
         if not replace:
             _link_new(handle, None, path)
@@ -144,24 +162,25 @@ def _commit(handle: BinaryIO, named: Path | None, path: Path, replace: bool) -> 
 _NO_PROC_LINK = (errno.EXDEV, errno.EPERM, errno.ENOENT, errno.EOPNOTSUPP)
 
 
-def _link_unnamed(handle: BinaryIO, target: Path) -> None:
+def _link_unnamed(handle: _Output, target: Path) -> None:
     """linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N; os.link makes that call only when given a dir fd
     (otherwise it calls link(), which links the /proc symlink itself and fails)."""
     descriptor = handle.fileno()
     os.link(f"/proc/self/fd/{descriptor}", target, src_dir_fd=descriptor, follow_symlinks=True)
 
 
-def _copy_to(handle: BinaryIO, named: Path) -> None:
+def _copy_to(handle: _Output, named: Path) -> None:
     """The unnamed file's bytes under a named temporary (where it cannot be linked), synced."""
     with open(named, "xb") as copy:
-        handle.seek(0)
-        while block := handle.read(1 << 20):
+        offset = 0
+        while block := handle.read_at(offset, 1 << 20):
             copy.write(block)
+            offset += len(block)
         copy.flush()
         os.fsync(copy.fileno())
 
 
-def _link_new(handle: BinaryIO | None, named: Path | None, path: Path) -> None:
+def _link_new(handle: _Output | None, named: Path | None, path: Path) -> None:
     try:
         if named is not None:
             os.link(named, path)

@@ -12,22 +12,16 @@ itself.
 from __future__ import annotations
 
 import shlex
-import unicodedata
 
 __all__ = ["escaped", "one_line", "shell_join", "shell_word"]
 
-# Unicode line and paragraph separators end a line in some terminals and log viewers.
-_BREAKING = {"\u2028", "\u2029", "\x85"}
-
-
 def _shown(character: str) -> str:
-    if unicodedata.category(character) in ("Cc", "Cf", "Zl", "Zp") or character in _BREAKING:
-        return repr(character)[1:-1] if character not in "'\"" else character
-    return character
+    return character if character.isprintable() else repr(character)[1:-1]
 
 
 def escaped(text: str) -> str:
-    """``text`` with control, format and line-breaking characters written as escapes."""
+    """``text`` with every character str.isprintable refuses (controls, format characters, line and
+    paragraph separators, surrogates, unassigned code points) written as an escape."""
     if text.isprintable():
         return text
     return "".join(_shown(character) for character in text)
@@ -42,13 +36,21 @@ def shell_word(word: str) -> str:
     """``word`` quoted for a POSIX shell; with control characters, bash's $'...' so the line stays printable."""
     if word.isprintable():
         return shlex.quote(word)
-    inner = "".join(
-        f"\\x{ord(character):02x}" if ord(character) < 0x100 and not character.isprintable()
-        else (f"\\u{ord(character):04x}" if ord(character) < 0x10000 else f"\\U{ord(character):08x}")
-        if not character.isprintable() else ("\\" + character if character in "\\'" else character)
-        for character in word
-    )
+    inner = "".join(_ansi_c(character) for character in word)
     return f"$'{inner}'"
+
+
+def _ansi_c(character: str) -> str:
+    """One character inside bash's $'...': ASCII controls as \\xHH, other unprintables as \\u or \\U
+    (which bash writes as UTF-8; \\xHH would be a raw byte)."""
+    if character in "\\'":
+        return "\\" + character
+    if character.isprintable():
+        return character
+    code = ord(character)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def shell_join(words) -> str:

@@ -83,7 +83,11 @@ class GuardedOutput(io.RawIOBase):
     def write(self, data) -> int:
         if self.failure is None:
             try:
-                self._target.write(bytes(data))
+                view = memoryview(bytes(data))
+                while view:
+                    # A raw stdout (python -u) may write less than it was given; the rest is retried.
+                    count = self._target.write(view)
+                    view = view[len(view) if count is None else count:]
                 self._target.flush()
             except (OSError, ValueError) as error:
                 self.failure = error if isinstance(error, OSError) else OSError(errno.EBADF, "stdout is closed")
