@@ -19,6 +19,7 @@ from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityErro
 from csa_conform.fixtures.stream import STATE
 from csa_conform.goldens import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
+from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
 from csa_conform.terminal import shell_join
 
@@ -30,9 +31,10 @@ def reproduce_command(path: str, case_id: str) -> str:
     return shell_join(["csa-conform", "verify", path, "--case", exact_glob(case_id)])
 
 
-def verify_step(index: int, attrs: dict, output_names, step: GoldenStep) -> StepResult:
+def verify_step(index: int, attrs: dict, output_names, step: GoldenStep, run=run_step) -> StepResult:
+    """One stored step re-run by ``run`` (the file's numerics profile; the reference by default)."""
     try:
-        result = run_step(attrs, step.inputs, list(output_names))
+        result = run(attrs, step.inputs, list(output_names))
     except ContractError as rejection:
         message = str(rejection)
         if step.expect_error is None:
@@ -80,9 +82,11 @@ def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
 
 
 def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
-    """Digests first (a tampered file is reported as such, naming the object), then replay."""
+    """Digests first (a tampered file is reported as such, naming the object), then replay under the
+    numerics profile the file names."""
     reproduce = reproduce_command(golden.path, case_id)
     result = CaseResult(case_id, True, reproduce)
+    run = runner(file_profile(golden.provenance, golden.path))
     try:
         info = golden.case_info(case_id)
         result.family = info.family
@@ -94,7 +98,7 @@ def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
             if broken is not None:
                 result.steps.append(StepResult(index, False, problem=f"not a stream: {broken}"))
             else:
-                result.steps.append(verify_step(index, info.attrs, info.output_names, step))
+                result.steps.append(verify_step(index, info.attrs, info.output_names, step, run))
             previous = step
     except GoldenIntegrityError as corrupt:
         result.problem = f"corrupt {corrupt.obj}: {corrupt.reason}"
