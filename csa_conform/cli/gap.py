@@ -7,9 +7,9 @@ import time
 import click
 from rich.table import Table
 
+from csa_conform.case_glob import exact_glob, matching_cases
 from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
-from csa_conform.case_glob import exact_glob, matching_cases
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
 from csa_conform.goldens import GoldenFile
