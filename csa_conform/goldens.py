@@ -519,9 +519,9 @@ class GoldenFile:
         full path, which for a chain of 20,000 nested groups never ends.
         """
         visited = ["/"]
-        seen = {h5py.h5o.get_info(self._handle.id).addr}
         pending = [(self._handle.id, "", 0)]
         try:
+            seen = {h5py.h5o.get_info(self._handle.id).addr}
             while pending:
                 group, where, depth = pending.pop()
                 for raw in group.__iter__():

@@ -18,7 +18,7 @@ import numpy as np
 
 from csa_conform.errors import MemoryShortage
 
-__all__ = ["address_space_left", "allocate", "headroom", "human", "require"]
+__all__ = ["address_space_left", "allocate", "headroom", "human", "require", "shared_headroom"]
 
 _CGROUP = Path("/sys/fs/cgroup")
 
@@ -74,6 +74,12 @@ def _machine_left() -> tuple[int, str] | None:
 def headroom() -> tuple[int, str] | None:
     """(bytes this process may still allocate, what bounds it), or None when nothing can be read."""
     bounds = [bound for bound in (address_space_left(), _cgroup_left(), _machine_left()) if bound is not None]
+    return min(bounds, key=lambda bound: bound[0]) if bounds else None
+
+
+def shared_headroom() -> tuple[int, str] | None:
+    """What all processes of a run share: the cgroup's and the machine's memory (RLIMIT_AS is per process)."""
+    bounds = [bound for bound in (_cgroup_left(), _machine_left()) if bound is not None]
     return min(bounds, key=lambda bound: bound[0]) if bounds else None
 
 

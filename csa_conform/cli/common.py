@@ -13,9 +13,11 @@ from __future__ import annotations
 import functools
 import json
 import math
+import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -25,7 +27,8 @@ from rich.console import Console
 
 from csa_conform.cli.output import final_exit_code, guard_streams, say_error
 from csa_conform.errors import CsaConformError, MemoryShortage, WorkerCrashed, exit_code_of
-from csa_conform.memory import headroom
+from csa_conform.memory import headroom as memory_headroom
+from csa_conform.memory import human, shared_headroom
 from csa_conform.exitcodes import ExitCode
 from csa_conform.oracle.parallel import share_cores
 from csa_conform.results import COMMANDS, error_document
@@ -34,6 +37,8 @@ from csa_conform.terminal import one_line
 PROGRAM = "csa-conform"
 # More worker processes than this many per core only cost memory and file handles.
 JOBS_PER_CORE = 2
+# What one --jobs worker is budgeted: a numba worker's address space peaks near 450 MB on the ci suite.
+WORKER_BYTES = 512 << 20
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -47,7 +52,7 @@ def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
 
 def memory_bound() -> str:
     """' under the <limit>' for the one line of an out-of-memory exit ('' when no limit is known)."""
-    bound = headroom()
+    bound = memory_headroom()
     return f" under the {bound[1]}" if bound is not None else ""
 
 
@@ -95,6 +100,8 @@ class OneLineErrors(click.Group):
         """Run a command with guarded streams (csa_conform.cli.output): the exit code is the verdict."""
         previous = sys.stdout
         guarded = guard_streams()
+        main_thread = threading.current_thread() is threading.main_thread()
+        terminate = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
         try:
             self._run(args, prog_name, **extra)
         except SystemExit as done:
@@ -102,6 +109,8 @@ class OneLineErrors(click.Group):
         finally:
             sys.stdout.flush()
             sys.stdout = previous if previous is not None else sys.stdout
+            if main_thread:
+                signal.signal(signal.SIGTERM, terminate)
         code, line = final_exit_code(code, guarded)
         if line is not None:
             say_error(f"{PROGRAM}: error: {line}")
@@ -157,18 +166,30 @@ def _finite(value):
 
 
 def capped_jobs(jobs: int) -> int:
-    """``--jobs`` limited to JOBS_PER_CORE worker processes per core (with a note on stderr)."""
+    """``--jobs`` limited to JOBS_PER_CORE worker processes per core and to the workers the memory
+    headroom (a cgroup limit, the machine's available memory) can hold at WORKER_BYTES each, with a
+    note on stderr either way."""
     cap = JOBS_PER_CORE * (os.cpu_count() or 1)
     if jobs > cap:
-        click.echo(f"{PROGRAM}: note: --jobs {jobs} capped at {cap} ({JOBS_PER_CORE} per core)", err=True)
-        return cap
+        say_error(f"{PROGRAM}: note: --jobs {jobs} capped at {cap} ({JOBS_PER_CORE} per core)")
+        jobs = cap
+    bound = shared_headroom()
+    if jobs > 1 and bound is not None and bound[0] < jobs * WORKER_BYTES:
+        fitting = max(1, bound[0] // WORKER_BYTES)
+        say_error(f"{PROGRAM}: note: --jobs {jobs} capped at {fitting}: each worker is budgeted {human(WORKER_BYTES)} "
+                  f"and the {bound[1]} leaves {human(bound[0])}")
+        jobs = fitting
     return jobs
 
 
 def _start_worker(processes: int) -> None:
-    """Ctrl-C reaches the whole process group; the parent alone answers it, once. The oracle's
-    threads in each worker get their share of the cores, not all of them."""
+    """Ctrl-C reaches the whole process group; the parent alone answers it, once. Workers are born
+    with SIGINT blocked (see fan_out), so one arriving while a worker starts cannot print a
+    traceback there; it is ignored from here on. The oracle's threads in each worker get their
+    share of the cores, not all of them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     share_cores(processes)
 
 
@@ -184,11 +205,32 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
         return
     pool = ProcessPoolExecutor(max_workers=processes, initializer=_start_worker, initargs=(processes,))
     try:
-        yield from pool.map(function, items)
+        # map() submits every item, which forks the workers; SIGINT stays pending until they exist.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            results = pool.map(function, items)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        yield from results
     except BrokenProcessPool:
         raise WorkerCrashed("a worker process died before finishing; rerun with --jobs 1 to see why") from None
+    except KeyboardInterrupt:
+        _stop_workers()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers() -> None:
+    for worker in multiprocessing.active_children():
+        worker.kill()
+
+
+def _terminated(_number, _frame) -> None:
+    """SIGTERM outside a file write: workers stopped, one line, exit 143 (atomic_file has its own)."""
+    _stop_workers()
+    say_error(f"{PROGRAM}: error: terminated")
+    os._exit(int(ExitCode.TERMINATED))
 
 
 def progress(items: Iterable[Result], total: int, label: str, describe: Callable[[Result], str],

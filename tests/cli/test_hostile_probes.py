@@ -585,3 +585,31 @@ def test_non_ascii_or_huge_shards_and_devices_are_usage_errors(small, monkeypatc
     result = invoke("diff", small, "--force-host", "all", *args)
     assert result.exit_code == ExitCode.USAGE, result.output
     one_error_line(result.stderr)
+
+
+@pytest.mark.parametrize("number, code, group", [(signal.SIGINT, ExitCode.INTERRUPTED, True),
+                                                  (signal.SIGTERM, ExitCode.TERMINATED, False)])
+@pytest.mark.parametrize("delay", [0.8, 4.0])
+def test_a_signal_during_verify_jobs_is_one_line_and_128_plus_n(number, code, group, delay):
+    """Early (workers starting) or late (workers busy): no worker prints a traceback."""
+    from test_hostile_runs import command
+
+    process = command("verify", str(COMMITTED), "--jobs", "2", "-q", start_new_session=True)
+    time.sleep(delay)
+    (os.killpg if group else os.kill)(process.pid, number)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == \
+        [f"csa-conform: error: {'interrupted' if number == signal.SIGINT else 'terminated'}"]
+
+
+def test_jobs_are_capped_by_the_memory_the_workers_share(monkeypatch, capsys):
+    from csa_conform.cli import common
+
+    monkeypatch.setattr(common, "shared_headroom", lambda: (3 * common.WORKER_BYTES // 2, "cgroup memory limit of 1 GiB"))
+    assert common.capped_jobs(2) == 1
+    assert "--jobs 2 capped at 1: each worker is budgeted 512.0 MiB and the cgroup memory limit" in \
+        capsys.readouterr().err
+    monkeypatch.setattr(common, "shared_headroom", lambda: None)
+    assert common.capped_jobs(2) == 2
