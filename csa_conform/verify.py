@@ -18,6 +18,7 @@ from csa_conform.diff import compare_payloads
 from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
 from csa_conform.fixtures.stream import STATE
 from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.memory import require
 from csa_conform.oracle import run_step
 from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
@@ -90,6 +91,7 @@ def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
     try:
         info = golden.case_info(case_id)
         result.family = info.family
+        require(golden.case_bytes(case_id), f"{golden.path}: case {case_id!r}")
         golden.verify_case_checksums(case_id)
         previous = None
         for index in range(info.step_count):
