@@ -42,6 +42,7 @@ from csa_conform import ORACLE_VERSION, __version__, bounded_json
 from csa_conform.atomic import atomic_file
 from csa_conform.contract import INPUT_NAMES
 from csa_conform.contract.attributes import FLOAT_ATTRIBUTES
+from csa_conform.stages import DECODED_PAYLOADS, decoded_payload
 from csa_conform.errors import (
     CorruptDataset,
     CsaConformError,
@@ -914,6 +915,10 @@ class GoldenFile:
                 read.outputs[name] = array
             else:
                 read.stages.setdefault(group.split("/", 1)[1], {})[name] = array
+        for (stage, tensor), cache in DECODED_PAYLOADS.items():
+            payload = read.stages.get(stage, {})
+            if tensor not in payload and cache in payload:
+                payload[tensor] = decoded_payload(stage, payload[cache])
         return read
 
     def _read_window(self, case_id: str, step: _StepIndex) -> np.ndarray:

@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Protocol
 import numpy as np
 
 from csa_conform.contract import StepGeometry, attention_bias
+from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
 from csa_conform.oracle.candidate_assembly import candidate_assembly
 from csa_conform.oracle.engine import Engine
 from csa_conform.oracle.index_scoring import causal_mask
@@ -143,7 +144,7 @@ def _score(run: StageInputs) -> dict:
     payload, failure = run.engine.index_scoring(
         run.geometry,
         run.upstream("index_query_finalize", "transformed"),
-        run.upstream("index_key_update", "logical_keys"),
+        run.upstream("index_key_update", "present_index_key"),
         run.input("index_weight"),
         _row_limit(run),
     )
@@ -174,7 +175,7 @@ def _attend(run: StageInputs) -> dict:
         g,
         run.input("query"),
         run.input("current_kv"),
-        run.upstream("compression_update", "logical_records"),
+        run.upstream("compression_update", "present_compressed_kv"),
         run.upstream("candidate_assembly", "candidates"),
         run.input("head_sink"),
         bias,
@@ -325,6 +326,21 @@ WRITEBACK_SOURCES: dict[str, tuple[str, str]] = {
 # present_* output -> the past_* input it becomes in the next step of a stream.
 STATE_THREADING: dict[str, str] = {present: past for stage in STAGES for present, past in stage.state.items()}
 
+# Payloads that only decode a cache their stage also stores: (stage, tensor) -> that cache. A
+# golden step may leave them out (the long suite does: at 2^20 tokens the decoded records are
+# 512 MiB a step) and a reader restores them from the stored cache (specs/stage-payloads.md).
+DECODED_PAYLOADS: dict[tuple[str, str], str] = {
+    ("compression_update", "logical_records"): "present_compressed_kv",
+    ("index_key_update", "logical_keys"): "present_index_key",
+}
+
+
+def decoded_payload(stage: str, cache: np.ndarray) -> np.ndarray:
+    """The logical rows of a stored cache: FP8 hybrid or FP4 records decoded, an f32 cache as it is."""
+    if stage == "index_key_update":
+        return decode_fp4_record(cache)
+    return decode_fp8_record(cache) if cache.dtype == np.uint8 else cache.copy()
+
 
 def stages_for_ratio(ratio: int) -> tuple[Stage, ...]:
     return tuple(stage for stage in STAGES if ratio in stage.ratios)
@@ -368,7 +384,7 @@ def payload_table() -> str:
 
 
 __all__ = [
-    "BY_NAME", "COMPRESSOR_INPUTS", "LAUNCHES", "OPERATOR_AXES", "PAST_STATE", "STAGES", "STAGE_NAMES",
-    "STATE_THREADING", "WRITEBACK_SOURCES", "Launch", "Payload", "Stage", "StageInputs", "kernel_modules",
+    "BY_NAME", "COMPRESSOR_INPUTS", "DECODED_PAYLOADS", "LAUNCHES", "OPERATOR_AXES", "PAST_STATE", "STAGES", "STAGE_NAMES",
+    "STATE_THREADING", "WRITEBACK_SOURCES", "Launch", "Payload", "Stage", "StageInputs", "decoded_payload", "kernel_modules",
     "launches_for_ratio", "payload_axes", "payload_table", "resolve_stage", "stage_spellings", "stages_for_ratio",
 ]
