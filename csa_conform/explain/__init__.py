@@ -9,9 +9,10 @@ permutations, scale exponents, constant factors); a structural pattern no
 numeric ingredient can produce ends there. Otherwise the stage is re-run on
 the host with the inputs the kernel read, once per hypothesis
 (csa_conform.explain.hypotheses), and a hypothesis explains it when it
-reproduces the device payload bit for bit. Singles are tried first, then
-combinations of two, three and four distinct ingredients among those that
-moved the result, and the smallest reproducing one is reported; ``closest`` is
+reproduces the device payload bit for bit. Singles are tried first, in
+order, and the first that reproduces ends the search; then combinations of
+two, three and four distinct ingredients among those that moved the result,
+and the smallest reproducing one is reported; ``closest`` is
 only a hypothesis that left fewer elements differing than the reference's own
 arithmetic. Every verdict names the kernel (module and entry) that wrote the
 stage, and the first divergent element gets its provenance
@@ -52,6 +53,8 @@ UNEXPLAINED = "unexplained"
 INHERITED = "inherited"
 COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
+# stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
+TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
 
 __all__ = ["EXPLAINED", "INHERITED", "UNEXPLAINED", "Explanation", "Trial", "explain_case", "explain_report"]
 
@@ -224,7 +227,12 @@ def _search(stage: str, g, inputs, upstream, target, device_libm,
     (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together). ``closest`` is the
     trial with fewest mismatches among those with fewer than ``baseline`` (the reference's own), if any."""
     singles = stage_hypotheses(stage, device_libm)
-    trials = [_trial(hypothesis, stage, g, inputs, upstream, target) for hypothesis in singles]
+    trials = []
+    for hypothesis in singles:  # the first single that reproduces ends the search
+        trials.append(_trial(hypothesis, stage, g, inputs, upstream, target))
+        if trials[-1].reproduces:
+            break
+    singles = singles[:len(trials)]
     reproducing = [trial for trial in trials if trial.reproduces]
     for group in _combinations(singles, trials) if not reproducing else ():
         for members in group:
@@ -248,11 +256,12 @@ def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
         return None
     coords = tuple(int(i) for i in np.unravel_index(first.first["index"], first.shape))
     trace: dict = {}
-    try:
-        with using(Numerics(trace=trace)):
-            run_stage(stage, g, inputs, expected)
-    except ContractError:
-        trace = {}
+    if stage in TRACED_PROVENANCE:  # the block inputs of a record or query; other stages need no re-run
+        try:
+            with using(Numerics(trace=trace)):
+                run_stage(stage, g, inputs, expected)
+        except ContractError:
+            trace = {}
     return {"tensor": first.tensor, "coords": first.first["coords"],
             **element_provenance(stage, first.tensor, coords, g, inputs, expected, trace)}
 

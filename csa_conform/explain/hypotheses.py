@@ -13,12 +13,11 @@ zero, truncation). Each stage is tried only with the ingredients it contains.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 
+from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
     PAIR_FUSIONS,
@@ -60,48 +59,6 @@ FUSION_NAMES = {
     SUMS_FIRST: "a*b+c*d (sums only) contracted as fma(a, b, c*d)",
     SUMS_SECOND: "a*b+c*d (sums only) contracted as fma(c, d, a*b)",
 }
-
-
-def _guarded(function: Callable[..., float]) -> Callable[..., float]:
-    def evaluate(*args: float) -> float:
-        try:
-            return function(*args)
-        except OverflowError:
-            return math.inf
-        except ValueError:
-            return math.nan
-    return evaluate
-
-
-def _exp(x: float) -> float:
-    return 0.0 if x == -math.inf else _guarded(math.exp)(x)
-
-
-def _log2(x: float) -> float:
-    if x == 0:
-        return -math.inf
-    return math.inf if x == math.inf else _guarded(math.log2)(x)
-
-
-def _pow(x: float, y: float) -> float:
-    return float(np.power(np.float64(x), np.float64(y))) if not (math.isfinite(x) and math.isfinite(y)) else \
-        _guarded(math.pow)(x, y)
-
-
-_DOUBLE = {"expf": _exp, "sinf": _guarded(math.sin), "cosf": _guarded(math.cos), "log2f": _log2, "powf": _pow}
-
-
-def correctly_rounded(name: str) -> Callable:
-    """(float)f((double)x) with the host's double libm (glibc), elementwise over binary32 arrays."""
-    scalar = _DOUBLE[name]
-    arity = 2 if name == "powf" else 1
-    universal = np.frompyfunc(lambda *args: scalar(*(float(arg) for arg in args)), arity, 1)
-
-    def evaluate(*args):
-        arrays = [np.asarray(arg, dtype=np.float32) for arg in args]
-        with np.errstate(all="ignore"):
-            return np.asarray(universal(*arrays), dtype=np.float64).astype(np.float32)
-    return evaluate
 
 
 @dataclass(frozen=True)
