@@ -17,7 +17,7 @@ from functools import lru_cache
 from csa_conform.diff import compare_payloads
 from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
 from csa_conform.fixtures.stream import STATE
-from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
 

@@ -25,7 +25,7 @@ from csa_conform.device.conformance import compare_step, replay
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.results import (
     STEP_REJECTED,
     case_entry,

@@ -47,7 +47,7 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.device.sanitizer import SANITIZER, run_sanitized
 from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.shards import Shard
 from csa_conform.stages import BY_NAME

@@ -25,7 +25,7 @@ from csa_conform.device.conformance import check_case
 from csa_conform.device.modes import Mode
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import explain_report
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 
 

@@ -20,7 +20,7 @@ from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.diff import TensorDiff, compare_payloads
 from csa_conform.errors import ContractError, HostStageRejected
-from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.stages import STATE_THREADING
 

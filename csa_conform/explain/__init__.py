@@ -28,7 +28,7 @@ from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.hypotheses import STAGE_LIBM, Hypothesis, stage_hypotheses
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
 
 EXPLAINED = "explained"

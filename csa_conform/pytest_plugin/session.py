@@ -19,7 +19,7 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode, stages_for_ratio
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.oracle import STAGES
 from csa_conform.pytest_plugin import DEFAULT_BUILD, DEFAULT_MODE
 from csa_conform.pytest_plugin.outcomes import (

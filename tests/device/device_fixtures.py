@@ -8,7 +8,7 @@ import fnmatch
 import pytest
 
 from csa_conform.fixtures import suite_recipes
-from csa_conform.goldens import write_goldens
+from csa_conform.golden import write_goldens
 from csa_conform.oracle import run_step
 from host_emulation import GXX, HostEmulationBackend
 

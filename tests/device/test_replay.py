@@ -21,7 +21,7 @@ from csa_conform.cli.diff import diff
 from csa_conform.device.replay import LaunchRecorder, Replayer, fits
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import suite_recipes
-from csa_conform.goldens import write_goldens
+from csa_conform.golden import write_goldens
 from csa_conform.oracle import run_step
 from csa_conform.results import schema
 from host_emulation import HostEmulationBackend

@@ -23,7 +23,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, explain_case
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.stages import run_stage
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.numerics.fp8 import e4m3_decode
 from csa_conform.numerics.variant import Numerics, using
 from csa_conform.results import schema

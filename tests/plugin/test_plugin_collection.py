@@ -126,7 +126,7 @@ def test_the_entry_point_loads_the_plugin_and_without_goldens_it_costs_nothing(p
         def test_plugin_is_loaded_and_idle(pytestconfig):
             assert pytestconfig.pluginmanager.get_plugin("csa_conform") is not None
             assert pytestconfig.pluginmanager.get_plugin("csa-conform-goldens") is None
-            heavy = ("csa_conform.goldens", "csa_conform.oracle", "csa_conform.device", "h5py",
+            heavy = ("csa_conform.golden", "csa_conform.oracle", "csa_conform.device", "h5py",
                      "csa_conform.pytest_plugin.session")
             assert [name for name in heavy if name in sys.modules] == []
     """))
