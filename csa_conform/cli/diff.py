@@ -50,7 +50,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.shards import Shard
-from csa_conform.stages import BY_NAME
+from csa_conform.spec import BY_NAME
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
 from csa_conform.resources import ci_goldens
 from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
-from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
+from csa_conform.spec import STAGE_NAMES, STAGES, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
 STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in STAGES)

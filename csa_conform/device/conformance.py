@@ -22,7 +22,7 @@ from csa_conform.diff import TensorDiff, compare_payloads
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
-from csa_conform.stages import STATE_THREADING
+from csa_conform.spec import STATE_THREADING
 
 IDENTICAL = "identical"
 DIVERGED = "diverged"

@@ -26,7 +26,7 @@ from csa_conform.device.replay import LaunchRecorder, Replayer
 from csa_conform.device.step import DeviceStepResult, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
-from csa_conform.stages import LAUNCHES
+from csa_conform.spec import LAUNCHES
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
 

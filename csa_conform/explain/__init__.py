@@ -26,10 +26,11 @@ from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
-from csa_conform.explain.hypotheses import STAGE_LIBM, Hypothesis, stage_hypotheses
+from csa_conform.explain.hypotheses import Hypothesis, stage_hypotheses
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
+from csa_conform.spec import BY_NAME
 
 EXPLAINED = "explained"
 UNEXPLAINED = "unexplained"
@@ -225,7 +226,7 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
                  device_libm: Callable[[str], Callable] | None, skipped: dict[str, str]) -> Explanation:
     """Explain one isolated divergence of `stage` (its failing `diffs`)."""
     explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
-                              skipped=dict(skipped) if STAGE_LIBM.get(stage) else {})
+                              skipped=dict(skipped) if BY_NAME[stage].libm else {})
     target = actual[stage]
     upstream = consumed_upstream(stage, expected, actual)
     own = UPSTREAM_IN_LAUNCH.get(stage)
