@@ -31,6 +31,7 @@ from csa_conform.cli.options import (
     output_options,
     stage_option,
 )
+from csa_conform.device.backend import CUDA, backend_named
 from csa_conform.device.conformance import (
     DIVERGED,
     IDENTICAL,
@@ -64,6 +65,7 @@ class DiffOptions:
     build: BuildChoice = BuildChoice()
     repeat: int = 1
     replay: str | None = None
+    backend: str = CUDA
 
     @property
     def forced(self) -> str:
@@ -78,6 +80,8 @@ class DiffOptions:
         if self.force_host:
             words += ["--force-host", self.forced]
         words += self.build.words()
+        if self.backend != CUDA:
+            words += ["--backend", self.backend]
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
         if self.repeat > 1:
@@ -88,7 +92,7 @@ class DiffOptions:
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
-                            repeat=self.repeat, replay=self.replay)
+                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
 
     def describe(self) -> dict:
         """The run's options as the results document records them."""
@@ -345,7 +349,7 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @click.option("--explain", "explain", is_flag=True,
               help="Name the numeric cause of every divergence (as csa-conform explain does).")
 @boundary
-def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, repeat, replay, sanitize, shard,
+def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bisect, repeat, replay, sanitize, shard,
          devices, as_json, quiet, explain):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
@@ -360,9 +364,12 @@ def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, repe
       csa-conform diff --force-host all -q            # control run: no kernel launched
       csa-conform diff --kernels ./my-kernels --build production --explain
       csa-conform diff --repeat 5 --shard 1/4
+      csa-conform diff --kernels ./my-kernels --backend host   # no GPU: modules built with g++
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay)
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, backend)
+    if backend != CUDA and (devices is not False or sanitize):
+        raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")
     shard = effective_shard(shard)
     if shard is not None and shard.origin != "--shard":
         click.echo(f"diff: running shard {shard} of the cases ({shard.origin}; --shard 1/1 runs all)", err=True)

@@ -16,7 +16,7 @@ from csa_conform.errors import DeviceUnavailable
 from csa_conform.golden import GoldenFile
 from csa_conform.testing import assert_bits_equal
 from device_fixtures import pick
-from host_emulation import EmulatedArray
+from csa_conform.device.host import EmulatedArray
 
 pytestmark = pytest.mark.usefixtures("emulated_cuda")
 

@@ -1,6 +1,6 @@
 """`explain` on the host emulation: each numerics variant of the project's kernels, a compile-time
 switch, is flagged by diff at its stage and named by explain. The host's stand-in for the platform
-libm is correctly rounded ((float)f((double)x), tests/device/cuda_host_shim.h), and the device-libm
+libm is correctly rounded ((float)f((double)x), csa_conform/device/host/cuda_host_shim.h), and the device-libm
 hypotheses are skipped with their reason."""
 
 from __future__ import annotations
