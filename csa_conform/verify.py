@@ -19,6 +19,7 @@ from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityErro
 from csa_conform.fixtures.stream import STATE
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
+from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
 
 __all__ = ["reproduce_command", "stream_break", "verify_case", "verify_case_in", "verify_step"]
@@ -28,9 +29,10 @@ def reproduce_command(path: str, case_id: str) -> str:
     return f"csa-conform verify {shlex.quote(path)} --case {shlex.quote(case_id)}"
 
 
-def verify_step(index: int, attrs: dict, output_names, step: GoldenStep) -> StepResult:
+def verify_step(index: int, attrs: dict, output_names, step: GoldenStep, run=run_step) -> StepResult:
+    """One stored step re-run by ``run`` (the file's numerics profile; the reference by default)."""
     try:
-        result = run_step(attrs, step.inputs, list(output_names))
+        result = run(attrs, step.inputs, list(output_names))
     except ContractError as rejection:
         message = str(rejection)
         if step.expect_error is None:
@@ -78,9 +80,11 @@ def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
 
 
 def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
-    """Digests first (a tampered file is reported as such, naming the object), then replay."""
+    """Digests first (a tampered file is reported as such, naming the object), then replay under the
+    numerics profile the file names."""
     reproduce = reproduce_command(golden.path, case_id)
     result = CaseResult(case_id, True, reproduce)
+    run = runner(file_profile(golden.provenance, golden.path))
     try:
         info = golden.case_info(case_id)
         result.family = info.family
@@ -92,7 +96,7 @@ def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
             if broken is not None:
                 result.steps.append(StepResult(index, False, problem=f"not a stream: {broken}"))
             else:
-                result.steps.append(verify_step(index, info.attrs, info.output_names, step))
+                result.steps.append(verify_step(index, info.attrs, info.output_names, step, run))
             previous = step
     except GoldenIntegrityError as corrupt:
         result.problem = f"corrupt {corrupt.obj}: {corrupt.reason}"

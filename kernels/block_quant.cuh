@@ -2,7 +2,8 @@
  * Prelude prepended to every CSA device module (specs/kernel-abi.md).
  *
  * Everything here reproduces the CPU reference bit for bit: binary32
- * arithmetic with no contraction (modules are compiled with --fmad=false),
+ * arithmetic with no contraction (every product that meets a sum is an
+ * explicit round-to-nearest multiply, so --fmad=true fuses nothing),
  * bf16 rounding as the `half` crate does it, the E8M0/E4M3/E2M1 block codecs,
  * and glibc 2.36's binary32 expf/sinf/cosf/powf/log2f evaluated in double.
  * The reference runs glibc's x86-64 FMA multiarch variants, so the ports call
@@ -17,6 +18,19 @@
 
 #define CSA_NEG_INF __uint_as_float(0xff800000u)
 #define CSA_POS_INF __uint_as_float(0x7f800000u)
+
+/* A product that a sum or difference consumes: __fmul_rn / __dmul_rn, which
+ * CUDA never contracts, so the module rounds as the reference under NVRTC's
+ * default --fmad=true (the production build) as under --fmad=false.
+ * -DCSA_CONTRACTIBLE makes them plain products again, the contraction
+ * variant a production build of the unguarded source shows. */
+#ifdef CSA_CONTRACTIBLE
+#define csa_mul(a, b) ((a) * (b))
+#define csa_dmul(a, b) ((a) * (b))
+#else
+#define csa_mul(a, b) __fmul_rn(a, b)
+#define csa_dmul(a, b) __dmul_rn(a, b)
+#endif
 
 __device__ __forceinline__ unsigned long long csa_double_bits(double x)
 {
@@ -179,7 +193,7 @@ __device__ float csa_glibc_powf(float x, float y)
         }
         if (ix < 0x00800000u) ix = (__float_as_uint(x * 0x1p23f) & 0x7fffffffu) - (23u << 23);
     }
-    const double ylogx = (double)y * csa_powf_log2(ix);
+    const double ylogx = csa_dmul((double)y, csa_powf_log2(ix));
     const float signed_one = sign_bias ? -1.0f : 1.0f;
     if (((csa_double_bits(ylogx) >> 47) & 0xffffu) >= (csa_double_bits(126.0) >> 47)) {
         if (ylogx > 0x1.fffffffd1d571p+6) return signed_one * CSA_POS_INF;
@@ -422,14 +436,14 @@ __device__ void csa_compressed_rope(float* tail, int rope_dim, long long positio
     for (int pair = 0; 2 * pair < rope_dim; ++pair) {
         const float ramp = fminf(fmaxf(((float)pair - 15.0f) / 10.0f, 0.0f), 1.0f);
         const float base = csa_powf(160000.0f, -(float)(2 * pair) / (float)rope_dim);
-        const float frequency = base * (1.0f - ramp) + base / 16.0f * ramp;
+        const float frequency = csa_mul(base, 1.0f - ramp) + csa_mul(base / 16.0f, ramp);
         const float angle = where * frequency;
         const float sine = csa_sinf(angle);
         const float cosine = csa_cosf(angle);
         const float real = tail[2 * pair];
         const float imaginary = tail[2 * pair + 1];
-        tail[2 * pair] = csa_round_bf16(real * cosine - imaginary * sine);
-        tail[2 * pair + 1] = csa_round_bf16(real * sine + imaginary * cosine);
+        tail[2 * pair] = csa_round_bf16(csa_mul(real, cosine) - csa_mul(imaginary, sine));
+        tail[2 * pair + 1] = csa_round_bf16(csa_mul(real, sine) + csa_mul(imaginary, cosine));
     }
 }
 
@@ -439,7 +453,7 @@ __device__ void csa_rms_normalize(float* record, const float* norm, int dim)
     float squares = 0.0f;
     for (int i = 0; i < dim; ++i) {
         record[i] = csa_round_bf16(record[i]);
-        squares = squares + record[i] * record[i];
+        squares = squares + csa_mul(record[i], record[i]);
     }
     const float inverse_rms = 1.0f / sqrtf(squares / (float)dim + 1.0e-6f);
     for (int i = 0; i < dim; ++i) record[i] = csa_round_bf16(record[i] * inverse_rms * norm[i]);
@@ -472,7 +486,7 @@ __device__ float csa_pool_dimension(const float* scores, const float* values, in
         const float score = scores[c * stride];
         if (score == CSA_NEG_INF) continue;
         const float weight = csa_expf(score - maximum);
-        numerator = numerator + weight * values[c * stride];
+        numerator = numerator + csa_mul(weight, values[c * stride]);
         denominator = denominator + weight;
     }
     return numerator / denominator;
@@ -665,8 +679,8 @@ __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow&
             CsaCandidate where = {-1, -1};
             if (!locate(c, &where)) continue;
             float dot = 0.0f;
-            for (int i = 0; i < a.dim; ++i) dot = dot + q[i] * csa_candidate_value(a, where, i);
-            float score = dot * a.scale;
+            for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));
+            float score = csa_mul(dot, a.scale);
             if (a.bias_present != 0) {
                 const long long at = (((long long)(a.bias_b == 1 ? 0 : r.b) * a.bias_h + (a.bias_h == 1 ? 0 : r.head))
                     * a.bias_s + (a.bias_s == 1 ? 0 : r.s)) * a.bias_k + (a.bias_k == 1 ? 0 : c);
@@ -696,7 +710,7 @@ __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow&
                 CsaCandidate where = {-1, -1};
                 if (logit == CSA_NEG_INF || !locate(c, &where)) continue;
                 const float probability = csa_expf(logit - maximum) / denominator;
-                accumulated = accumulated + probability * csa_candidate_value(a, where, d);
+                accumulated = accumulated + csa_mul(probability, csa_candidate_value(a, where, d));
             }
         }
         a.output[(long long)r.row * a.dim + d] = accumulated;

@@ -62,9 +62,9 @@ extern "C" __global__ void csa_ratio4_index_select(const float* index_query,
                 const unsigned char* block = key + 17 * (d / 32);
                 const unsigned char byte = block[1 + (d % 32) / 2];
                 const unsigned char code = (d % 2) ? (unsigned char)(byte >> 4) : byte;
-                dot = dot + q[d] * (decode_e2m1(code) * e8m0_scale(block[0]));
+                dot = dot + csa_mul(q[d], decode_e2m1(code) * e8m0_scale(block[0]));
             }
-            weighted = weighted + fmaxf(dot, 0.0f) * weights[h] * weight_scale;
+            weighted = weighted + csa_mul(fmaxf(dot, 0.0f) * weights[h], weight_scale);
         }
         record_scores[record_id] = weighted;
     }

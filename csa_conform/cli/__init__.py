@@ -9,9 +9,11 @@ import click
 
 from csa_conform import __version__
 from csa_conform.cli.bisect import bisect as bisect_command
+from csa_conform.cli.calibrate import calibrate_command
 from csa_conform.cli.common import OneLineErrors
 from csa_conform.cli.diff import diff as diff_command
 from csa_conform.cli.explain import explain_command
+from csa_conform.cli.gap import gap_command
 from csa_conform.cli.generate import generate_command
 from csa_conform.cli.inspect import inspect_command
 from csa_conform.cli.report import report_command
@@ -37,6 +39,6 @@ def main() -> None:
 
 
 COMMANDS = (generate_command, verify_command, diff_command, bisect_command, explain_command, inspect_command,
-            report_command)
+            report_command, gap_command, calibrate_command)
 for command in COMMANDS:
     main.add_command(command)

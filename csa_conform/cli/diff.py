@@ -48,10 +48,13 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.device.sanitizer import SANITIZER, run_sanitized
 from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
 from csa_conform.exitcodes import ExitCode
+from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile
+from csa_conform.profile import REFERENCE
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.shards import Shard
 from csa_conform.spec import BY_NAME
+from csa_conform.tolerance import Tolerances
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class DiffOptions:
     build: BuildChoice = BuildChoice()
     repeat: int = 1
     replay: str | None = None
+    tolerance: str | None = None  # --tolerance FILE: also judge every stage against its calibrated envelope
     backend: str = CUDA
 
     @property
@@ -88,6 +92,8 @@ class DiffOptions:
             words += ["--repeat", str(self.repeat)]
         if self.replay:
             words += ["--replay", self.replay]
+        if self.tolerance:
+            words += ["--tolerance", self.tolerance]
         return shlex.join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
@@ -97,7 +103,8 @@ class DiffOptions:
     def describe(self) -> dict:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
-                **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay}
+                **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay,
+                **({"tolerance": self.tolerance} if self.tolerance else {})}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -299,9 +306,9 @@ def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], cas
 
 
 def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
-           ulp: int) -> tuple[CaseReport, float]:
+           ulp: int, measure: bool = False) -> tuple[CaseReport, float]:
     started = time.perf_counter()
-    report = check_case(golden, case, runner, stages, ulp)
+    report = check_case(golden, case, runner, stages, ulp, measure)
     return report, time.perf_counter() - started
 
 
@@ -309,7 +316,8 @@ def check_cases(options: DiffOptions, stages: tuple[str, ...], cases: Sequence[s
     """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
-        return [_timed(golden, case, runner, stages, options.ulp) for case in cases], runner.provenance
+        return [_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None)
+                for case in cases], runner.provenance
 
 
 def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False,
@@ -331,7 +339,7 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
         return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
 
     with GoldenFile(options.file) as golden:
-        timed = (_timed(golden, case, runner, stages, options.ulp) for case in cases)
+        timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None) for case in cases)
         timed_reports = list(progress(timed, len(cases), "diff", describe, quiet))
     return timed_reports, runner.provenance, golden_ref
 
@@ -348,9 +356,12 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @output_options
 @click.option("--explain", "explain", is_flag=True,
               help="Name the numeric cause of every divergence (as csa-conform explain does).")
+@click.option("--tolerance", "tolerance", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also judge every stage against the envelope of a tolerance file (csa-conform calibrate); "
+              "the envelope, not bit equality, is then the gate.")
 @boundary
 def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bisect, repeat, replay, sanitize, shard,
-         devices, as_json, quiet, explain):
+         devices, as_json, quiet, explain, tolerance):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -367,13 +378,17 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       csa-conform diff --kernels ./my-kernels --backend host   # no GPU: modules built with g++
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, backend)
+    envelope = Tolerances.read(tolerance) if tolerance else None
+    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, tolerance,
+                          backend)
     if backend != CUDA and (devices is not False or sanitize):
         raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")
     shard = effective_shard(shard)
     if shard is not None and shard.origin != "--shard":
         click.echo(f"diff: running shard {shard} of the cases ({shard.origin}; --shard 1/1 runs all)", err=True)
     if sanitize:
+        if tolerance:
+            raise UsageError("--sanitize judges memory errors, not numerics: leave out --tolerance")
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
         return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json, git_bisect)
@@ -381,6 +396,10 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
     reports = [report for report, _ in timed_reports]
     explanations = explain_reports(file, reports, options, stages) if explain else None
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
+    judged = judge_envelope(envelope, tolerance, reports) if envelope is not None else None
+    if judged is not None:
+        sound = all(report.failure is None and not report.findings for report in reports)
+        code = ExitCode.OK if judged["within"] and sound else ExitCode.DIVERGED
     control = control_run(provenance)
     if control and reports:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
@@ -392,7 +411,8 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
             options={**options.describe(), "stages": list(stages), "explain": explain,
                      **({"shard": str(shard)} if shard else {})},
-            extra=None if explanations is None else explanations_section(explanations),
+            extra={**(explanations_section(explanations) if explanations is not None else {}),
+                   **({"tolerance": judged} if judged is not None else {})} or None,
         ))
         return code
     if sys.stdout.isatty() and not quiet and reports:
@@ -401,4 +421,35 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
         render_plain(reports, stages, run_header("diff", provenance, options, stages), options, quiet)
     for line in explanation_lines(explanations) if explanations is not None else ():
         click.echo(line)
+    for line in envelope_lines(judged, envelope) if judged is not None else ():
+        click.echo(line)
     return code
+
+
+def judge_envelope(envelope: Tolerances, path: str, reports: list[CaseReport]) -> dict:
+    """The run's dual verdict per stage and tensor: bit-exact, and within the calibrated envelope."""
+    measured = Gap(REFERENCE, "device")
+    for report in reports:
+        if report.errors is not None:
+            measured.merge(report.errors)
+    verdicts = [envelope.judge(errors) for errors in measured.rows()]
+    return {"file": path, "within": all(verdict["within"] for verdict in verdicts), "stages": verdicts}
+
+
+def envelope_lines(judged: dict, envelope: Tolerances) -> list[str]:
+    calibration = envelope.calibration
+    lines = [f"tolerance {judged['file']}: calibrated {calibration.get('expected_profile')} -> "
+             f"{calibration.get('actual_profile')} ({calibration.get('mode')}), margin {calibration.get('margin')}, "
+             f"{calibration.get('steps')} steps of {', '.join(calibration.get('files', []))}"]
+    width = max([len("stage/tensor")] + [len(f"{v['stage']}/{v['tensor']}") for v in judged["stages"]])
+    lines.append(f"{'stage/tensor'.ljust(width)}  bit-exact  envelope  statistics")
+    for verdict in judged["stages"]:
+        stats = ", ".join(
+            f"{bound['statistic']} {bound['measured']:.3g} {'<=' if bound['within'] else '>'} {bound['limit']:.3g}"
+            for bound in verdict["bounds"])
+        lines.append(f"{(verdict['stage'] + '/' + verdict['tensor']).ljust(width)}  "
+                     f"{'yes' if verdict['bit_exact'] else 'no':<9}  {'yes' if verdict['within'] else 'NO':<8}  {stats}")
+    exact = all(verdict["bit_exact"] for verdict in judged["stages"])
+    lines.append(f"envelope: {'within' if judged['within'] else 'OUTSIDE'} the calibrated tolerances "
+                 f"(bit-exact: {'yes' if exact else 'no'})")
+    return lines

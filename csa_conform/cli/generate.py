@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from functools import partial
 from pathlib import Path
 
 import click
@@ -16,11 +17,16 @@ from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.golden import GoldenCase, write_goldens
 from csa_conform.oracle import run_step
 from csa_conform.oracle.engine import use_engine
+from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
 
 
-def generate_case(recipe: Recipe) -> GoldenCase:
-    """One case, oracle included (module level so worker processes can receive it)."""
-    return recipe.generate(run_step)
+def generate_case(recipe: Recipe, profile: str = REFERENCE) -> GoldenCase:
+    """One case, oracle included (module level so worker processes can receive it).
+
+    Another profile replays the reference's draw (the seed its tie redraws settled on)."""
+    if profile == REFERENCE:
+        return recipe.generate(run_step)
+    return recipe.generate(run_step, replay=runner(profile))
 
 
 @click.command("generate")
@@ -35,11 +41,13 @@ def generate_case(recipe: Recipe) -> GoldenCase:
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes (the file is identical for any value).")
 @engine_option
+@click.option("--profile", type=click.Choice(NUMERICS_PROFILES), default=REFERENCE, show_default=True,
+              help="Numerics profile the payloads are computed under (the file's root names it).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @boundary
 def generate_command(
     suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, engine: str | None,
-    quiet: bool,
+    profile: str, quiet: bool,
 ) -> ExitCode:
     """Build deterministic fixtures, run the oracle on every step and write goldens.
 
@@ -51,6 +59,7 @@ def generate_command(
     Examples:
       csa-conform generate --suite ci -o build/ci.h5 --force --jobs 4
       csa-conform generate --case 'random.r4-*' --seed 7 -o random.h5
+      csa-conform generate --suite full --profile official -o build/full-official.h5
     """
     use_engine(engine)
     output = output or Path(f"{suite}.h5")
@@ -69,13 +78,15 @@ def generate_command(
     def describe(case: GoldenCase) -> str:
         return f"{case.case_id} ({len(case.steps)} steps)"
 
-    cases = progress(counting(fan_out(generate_case, recipes, jobs)), len(recipes), "generate", describe, quiet)
-    provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*"}
+    work = generate_case if profile == REFERENCE else partial(generate_case, profile=profile)
+    cases = progress(counting(fan_out(work, recipes, jobs)), len(recipes), "generate", describe, quiet)
+    provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*", **provenance_entry(profile)}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)
     except FixtureError as error:
         case = shlex.quote(error.case_id or "*")
-        reproduce = f"csa-conform generate --suite {suite} --seed {seed} --case {case} -o case.h5"
+        chosen = "" if profile == REFERENCE else f" --profile {profile}"
+        reproduce = f"csa-conform generate --suite {suite} --seed {seed}{chosen} --case {case} -o case.h5"
         click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
         return error.exit_code
     size = os.path.getsize(output) / 1e6

@@ -27,6 +27,7 @@ from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import use_engine
+from csa_conform.profile import file_profile
 from csa_conform.results import CaseResult, golden_reference, results_document
 from csa_conform.verify import verify_case, verify_case_in
 
@@ -62,6 +63,9 @@ def verify_command(
 ) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
+    The oracle runs the numerics profile the file's root names (reference when
+    it names none; see generate --profile).
+
     Works on any file that follows the golden layout. A tampered object fails
     its digest and is named; each failure line ends with the command that
     reproduces just that case.
@@ -76,6 +80,7 @@ def verify_command(
     jobs = capped_jobs(jobs)
     with GoldenFile(file) as golden:
         case_ids = selected_cases(golden, case_glob)
+        file_profile(golden.provenance, file)
         schema_version = golden.schema_version
         # One handle for the whole run; worker processes open the file once each and
         # refuse it unless its manifest digest is the one this handle read.

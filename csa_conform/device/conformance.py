@@ -20,8 +20,10 @@ from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.diff import TensorDiff, compare_payloads
 from csa_conform.errors import ContractError, HostStageRejected
+from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
+from csa_conform.profile import REFERENCE
 from csa_conform.spec import STATE_THREADING
 
 IDENTICAL = "identical"
@@ -67,6 +69,7 @@ class CaseReport:
     failure: dict | None = None
     stages: dict[str, StageVerdict] = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)  # --repeat and --replay: {"type", "step", "message", ...}
+    errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.gap.Gap), not in to_dict
 
     @property
     def passed(self) -> bool:
@@ -78,7 +81,8 @@ class CaseReport:
 
     def to_dict(self) -> dict:
         stages = {name: verdict.to_dict() for name, verdict in self.stages.items()}
-        return {**vars(self), "passed": self.passed, "stages": stages}
+        fields = {key: value for key, value in vars(self).items() if key != "errors"}
+        return {**fields, "passed": self.passed, "stages": stages}
 
 
 def _same_bits(left: np.ndarray, right: np.ndarray) -> bool:
@@ -150,9 +154,13 @@ def compare_step(outcome: StepOutcome, stages: Sequence[str], ulp: int = 0) -> l
 
 
 def check_case(
-    golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int = 0
+    golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int = 0,
+    measure: bool = False,
 ) -> CaseReport:
-    """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors."""
+    """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors.
+
+    ``measure`` also gathers the error statistics of every compared payload (``report.errors``), which
+    ``diff --tolerance`` judges against a calibrated envelope."""
     info = golden.case_info(case_id)
     ratio = info.attrs.get("compression_ratio")
     if ratio in (4, 128):
@@ -167,6 +175,8 @@ def check_case(
     }
     applicable = tuple(placement)
     report = CaseReport(case_id, ratio if isinstance(ratio, int) else 0, info.step_count, stages=verdicts)
+    if measure:
+        report.errors = Gap(REFERENCE, "device")
     for outcome in replay(golden, case_id, runner):
         if outcome.expected_error is not None:
             report.rejected_steps.append(outcome.index)
@@ -178,6 +188,11 @@ def check_case(
                 verdict.status, verdict.step, verdict.message = DIVERGED, outcome.index, outcome.failure
             break
         report.compared_steps += 1
+        if measure:
+            chosen = [stage for stage in stages if stage in applicable]
+            report.errors.steps += 1
+            report.errors.add_step(case_id, outcome.index, {stage: outcome.expected[stage] for stage in chosen
+                                                            if stage in outcome.expected}, outcome.actual.stages)
         for finding in outcome.actual.findings:
             report.findings.append({"type": finding.kind, "step": outcome.index, **finding.to_dict(),
                                     "message": finding.message})

@@ -95,3 +95,20 @@ def test_header_and_json_carry_the_build_of_every_module(device_goldens):
     assert all(module["options"][-3] == "-DCSA_UNUSED_SWITCH" for module in modules.values())
     assert document["kernels"]["kernels"]["build"]["profile"] == "strict"
     assert document["options"]["nvrtc_options"] == ["-DCSA_UNUSED_SWITCH"]
+
+
+CI_GOLDENS = KERNELS.parent / "goldens" / "ci.h5"
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_an_unchanged_copy_passes_the_ci_suite_under_the_production_build(tmp_path):
+    """The built-ins round every product a sum consumes explicitly (__fmul_rn), so a kernel team's
+    copy judged under NVRTC's defaults (the emulation: -ffp-contract=fast -mfma) is still exact;
+    the same copy with plain products (-DCSA_CONTRACTIBLE) is not."""
+    kernels = _copy(tmp_path)
+    exact = CliRunner().invoke(diff, [str(CI_GOLDENS), "--kernels", str(kernels), "--build", "production", "-q"])
+    assert exact.exit_code == ExitCode.OK, exact.output
+    assert " conformant, 0 diverged" in exact.output
+    plain = CliRunner().invoke(diff, [str(CI_GOLDENS), "--kernels", str(kernels), "--build", "production",
+                                      "--nvrtc-option=-DCSA_CONTRACTIBLE", "-q", "--case", "random.r4-*"])
+    assert plain.exit_code == ExitCode.DIVERGED and " diverged" in plain.output

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from csa_conform.device.kernels import KernelDirectory, ModuleSource
+from csa_conform.device.kernels import MODULES, KernelDirectory, ModuleSource
 from csa_conform.device.ptx import LIBRARY, OWN, analyse, categories, math_call_lines
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").exists() else None)
@@ -61,9 +61,19 @@ def test_strict_builtin_kernels_have_nothing_to_report(module, tmp_path):
 
 
 @needs_nvcc
-def test_production_build_names_the_contracted_lines(tmp_path):
-    """--fmad=true fuses the prelude's own a*b+c lines: each is named, and each named line multiplies and adds."""
-    kernels = KernelDirectory(build="production")
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_production_build_of_builtin_kernels_fuses_nothing_of_its_own(module, tmp_path):
+    """Every product a sum consumes is __fmul_rn/__dmul_rn, which --fmad=true leaves alone."""
+    report = _report(KernelDirectory(build="production").module(module), tmp_path)
+    assert report.counts["fma.f32"][OWN] == 0, report.summary()
+    assert report.total("ftz") == report.total("approx") == 0, report.summary()
+
+
+@needs_nvcc
+def test_production_build_of_plain_products_names_the_contracted_lines(tmp_path):
+    """With -DCSA_CONTRACTIBLE --fmad=true fuses the prelude's own a*b+c lines: each is named, and each
+    named line multiplies and adds."""
+    kernels = KernelDirectory(build="production", nvrtc_options=("-DCSA_CONTRACTIBLE",))
     report = _report(kernels.module("csa_ratio4_attention"), tmp_path)
     assert report.counts["fma.f32"][OWN] > 0 and report.counts["fma.f32"][LIBRARY] == 0
     prelude = (kernels.path / "block_quant.cuh").read_text().splitlines()
@@ -71,7 +81,7 @@ def test_production_build_names_the_contracted_lines(tmp_path):
         file, line = where.split(":")
         assert file == "block_quant.cuh"
         text = prelude[int(line) - 1]
-        assert "*" in text and "+" in text, f"{where}: {text}"
+        assert "csa_mul(" in text and "+" in text, f"{where}: {text}"
 
 
 @needs_nvcc

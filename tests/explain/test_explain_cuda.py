@@ -49,8 +49,8 @@ def test_the_probe_evaluates_cuda_libm_on_exact_points(device):
     {"nvrtc_options": ("-DCSA_LIBM_PLATFORM",)},
     {"nvrtc_options": ("--ftz=true",)},
     {"nvrtc_options": ("-DCSA_BLOCK_SCALE_PLATFORM_LOG2F",)},
-    {"build": "production"},
-], ids=["cuda-libm", "ftz", "block-scale-log2f", "production"])
+    {"build": "production", "nvrtc_options": ("-DCSA_CONTRACTIBLE",)},
+], ids=["cuda-libm", "ftz", "block-scale-log2f", "production-contractible"])
 def test_every_variant_divergence_is_explained_with_every_hypothesis(device, variant):
     explanations = _explanations(KernelDirectory(**variant))
     artifacts = os.environ.get("CSA_CONFORM_ARTIFACTS")

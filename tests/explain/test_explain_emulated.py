@@ -71,9 +71,13 @@ def test_platform_libm_switch_is_flagged_at_attention_and_named_expf_correctly_r
     assert inherited == {"writeback"}
 
 
-def test_production_build_is_named_fma_accumulation(variant_goldens):
-    assert "sparse_sink_softmax_attention" in _isolated_stages(variant_goldens, "--build", "production")
-    explanations = _explain(variant_goldens, KernelDirectory(build="production"), "random.r4-5out*")
+CONTRACTIBLE = KernelDirectory(build="production", nvrtc_options=("-DCSA_CONTRACTIBLE",))
+
+
+def test_production_build_of_plain_products_is_named_fma_accumulation(variant_goldens):
+    stages = _isolated_stages(variant_goldens, "--build", "production", "--nvrtc-option=-DCSA_CONTRACTIBLE")
+    assert "sparse_sink_softmax_attention" in stages
+    explanations = _explain(variant_goldens, CONTRACTIBLE, "random.r4-5out*")
     causes = {(e.stage, e.verdict, e.cause.key if e.cause else None) for e in explanations}
     assert ("sparse_sink_softmax_attention", EXPLAINED, "fma:accumulate") in causes
     assert all(e.verdict in (EXPLAINED, INHERITED) for e in explanations), [e.headline() for e in explanations]
@@ -96,7 +100,7 @@ def test_block_scale_switch_changes_no_exponent_with_the_host_stand_in(variant_g
 
 
 def test_first_element_provenance_of_y_lists_the_candidates_it_mixes(variant_goldens):
-    explanation = next(e for e in _explain(variant_goldens, KernelDirectory(build="production"), "random.r4-5out*")
+    explanation = next(e for e in _explain(variant_goldens, CONTRACTIBLE, "random.r4-5out*")
                        if e.stage == "sparse_sink_softmax_attention")
     first = explanation.first
     assert first["tensor"] == "Y" and first["valid_candidates"] >= len(first["candidates"]) > 0

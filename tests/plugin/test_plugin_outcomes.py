@@ -282,11 +282,14 @@ def test_a_file_without_stage_payloads_skips_their_oracle_items_and_still_compar
         assert found[f"bare.h5::{R4_ID}::{stage}[device]"][0] == "passed"
 
 
-def test_the_build_reaches_the_runner(inner, emulation_backend):
-    """--csa-build production compiles without --fmad=false: the emulation contracts a*b+c into fmas,
-    the device items see what that does and their reproduce commands spell the build."""
+def test_the_build_reaches_the_runner(inner, emulation_backend, tmp_path):
+    """--csa-build production compiles without --fmad=false: with the kernels' products left plain
+    (-DCSA_CONTRACTIBLE, from the directory's manifest) the emulation contracts a*b+c into fmas, the
+    device items see what that does and their reproduce commands spell the build."""
+    kernels = Path(shutil.copytree(KERNELS, tmp_path / "kernels"))
+    (kernels / "csa-kernels.toml").write_text('nvrtc-options = ["-DCSA_CONTRACTIBLE"]\n')
     inner.emulate_device(emulation_backend)
-    found = outcomes(inner.run("--csa-build", "production", "--csa-case", R4_ID))
+    found = outcomes(inner.run("--csa-build", "production", "--csa-case", R4_ID, f"--csa-kernels={kernels}"))
     assert {found[node][0] for node in found if node.endswith("[oracle]")} == {"passed"}
     failed = [text for node, (outcome, text) in found.items() if node.endswith("[device]") and outcome == "failed"]
     assert failed and all("--build production" in text for text in failed)

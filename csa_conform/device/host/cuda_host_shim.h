@@ -43,6 +43,7 @@ CSA_UNFUSED float __fmul_rn(float a, float b) { return a * b; }
 CSA_UNFUSED float __fdiv_rn(float a, float b) { return a / b; }
 CSA_UNFUSED float __frcp_rn(float a) { return 1.0f / a; }
 CSA_UNFUSED float __fsqrt_rn(float a) { return sqrtf(a); }
+CSA_UNFUSED double __dmul_rn(double a, double b) { return a * b; }
 
 // The host's stand-in for the platform libm of the numerics variants: the
 // correctly rounded value (float)f((double)x). CUDA's own libm cannot run

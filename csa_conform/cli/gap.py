@@ -1,0 +1,84 @@
+"""``csa-conform gap``: how far the official numerics are from the CPU reference, per stage and tensor."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.table import Table
+
+from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
+from csa_conform.cli.verify import selected_cases
+from csa_conform.exitcodes import ExitCode
+from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
+from csa_conform.golden import GoldenFile
+from csa_conform.oracle.engine import use_engine
+from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
+from csa_conform.results import golden_reference, results_document
+
+
+@click.command("gap")
+@golden_file(DEFAULT_FILE)
+@case_selection()
+@click.option("--profile", type=click.Choice([p for p in NUMERICS_PROFILES if p != REFERENCE]), default=OFFICIAL,
+              show_default=True, help="The profile compared with the reference.")
+@click.option("--mode", type=click.Choice(MODES), default=CHAINED, show_default=True,
+              help="chained: the profile's stages read its own payloads; isolated: each reads the reference's.")
+@click.option("--markdown", is_flag=True, help="Print the table as markdown (as specs/official-profile.md records it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results document (its gap field holds the statistics).")
+@engine_option
+@boundary
+def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markdown: bool, as_json: bool,
+                engine: str | None) -> ExitCode:
+    """Run the reference and another numerics profile on the same inputs; error statistics per stage.
+
+    Every step of FILE (default: the packaged ci suite) runs under both
+    profiles; per stage and tensor: steps and elements identical bit for bit,
+    max / mean / median / p99 / p99.9 of absolute, relative and ULP error,
+    the largest cosine distance of a step, -inf mask agreement, top-k set
+    overlap and rank changes, per-row argmax identity of Y. Exit 0 once
+    measured: the gap is a measurement, not a gate.
+
+    \b
+    Examples:
+      csa-conform gap
+      csa-conform gap build/full.h5 --markdown
+      csa-conform gap build/full.h5 --mode isolated
+      csa-conform gap goldens/ci.h5 --case 'random.*' --json > gap.json
+    """
+    use_engine(engine)
+    started = time.monotonic()
+    gap = Gap(REFERENCE, profile, mode)
+    with GoldenFile(file) as golden:
+        case_ids = selected_cases(golden, case_glob)
+        schema_version = golden.schema_version
+    measure_file(gap, file, case_ids)
+    entry = gap.entry()
+    if as_json:
+        elapsed = time.monotonic() - started
+        cases = [_case_entry(case_id, file, elapsed / max(1, len(case_ids))) for case_id in case_ids]
+        emit_json(results_document("gap", argv(), cases, exit_code=ExitCode.OK,
+                                   golden=golden_reference(file, schema_version),
+                                   options={"profile": profile, "mode": mode}, extra={"gap": entry}))
+    elif markdown:
+        click.echo(markdown_table(entry))
+    elif stdout_is_terminal():
+        table = Table(title=headline(entry, file))
+        for column in COLUMNS:
+            table.add_column(column, overflow="fold")
+        for cells in table_rows(entry):
+            table.add_row(*cells)
+        print_table(console(), table)
+    else:
+        click.echo(headline(entry, file))
+        click.echo("\t".join(COLUMNS))
+        for cells in table_rows(entry):
+            click.echo("\t".join(cells))
+    return ExitCode.OK
+
+
+def _case_entry(case_id: str, file: str, time_s: float) -> dict:
+    return {"case": case_id, "family": case_id.split(".", 1)[0], "passed": True, "time_s": round(time_s, 3),
+            "steps_total": 0, "steps_compared": 0, "reproduce": f"csa-conform gap {file} --case {case_id}",
+            "steps": []}
