@@ -50,6 +50,8 @@ REJECTION_MISMATCH = "rejection-mismatch"
 STEP_REJECTED = "step-rejected"
 NON_DETERMINISTIC = "non-deterministic"
 REPLAY_MISMATCH = "replay-mismatch"
+BATCH_VARIANT = "batch-variant"
+CHUNK_VARIANT = "chunk-variant"
 SANITIZER = "sanitizer"
 ERROR = "error"
 

@@ -7,9 +7,11 @@ later held to (``diff --tolerance``):
 
 - a tensor both profiles produce bit for bit everywhere gets ``exact = true``:
   inside the envelope means bit-exact;
-- a float tensor: ``abs.max``, ``abs.p99``, ``rel.p99`` and
-  ``cosine_distance_max`` at MARGIN times the measured value, and
-  ``neginf_mask_mismatches = 0`` (the -inf masks must agree exactly);
+- a float tensor: ``abs.max``, ``abs.p99`` and ``cosine_distance_max`` at
+  MARGIN times the measured value, and ``neginf_mask_mismatches = 0`` (the
+  -inf masks must agree exactly). Relative error is reported, not bounded:
+  its tail is set by elements whose reference value is near zero and moves
+  between subsets of a suite by more than any sensible margin;
 - an index tensor: the share of rows whose set differs and ``1 - overlap_min``
   at MARGIN times the measured value (at most 1);
 - a byte tensor (packed records): the share of differing bytes at MARGIN times.
@@ -43,7 +45,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 MARGIN = 2.0
-FLOAT_BOUNDS = ("abs.max", "abs.p99", "rel.p99", "cosine_distance_max", "neginf_mask_mismatches")
+FLOAT_BOUNDS = ("abs.max", "abs.p99", "cosine_distance_max", "neginf_mask_mismatches")
 INDEX_BOUNDS = ("rows_differing", "overlap_deficit")
 BYTE_BOUNDS = ("bytes_differing",)
 FORMAT = "csa-conform-tolerances"

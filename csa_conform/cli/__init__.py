@@ -16,6 +16,7 @@ from csa_conform.cli.explain import explain_command
 from csa_conform.cli.gap import gap_command
 from csa_conform.cli.generate import generate_command
 from csa_conform.cli.inspect import inspect_command
+from csa_conform.cli.reduce import reduce_command
 from csa_conform.cli.report import report_command
 from csa_conform.cli.verify import verify_command
 
@@ -38,7 +39,7 @@ def main() -> None:
     """
 
 
-COMMANDS = (generate_command, verify_command, diff_command, bisect_command, explain_command, inspect_command,
-            report_command, gap_command, calibrate_command)
+COMMANDS = (generate_command, verify_command, diff_command, bisect_command, reduce_command, explain_command,
+            inspect_command, report_command, gap_command, calibrate_command)
 for command in COMMANDS:
     main.add_command(command)

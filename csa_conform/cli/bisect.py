@@ -21,7 +21,7 @@ from csa_conform.cli.options import (
     golden_file,
     output_options,
 )
-from csa_conform.device.conformance import compare_step, replay
+from csa_conform.device.conformance import compare_step, first_divergence, replay
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -43,23 +43,7 @@ def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions, runne
                       quiet: bool) -> dict | None:
     outcomes = progress(replay(golden, case, runner), steps, "bisect (chained)",
                         lambda outcome: f"step {outcome.index}", quiet)
-    for outcome in outcomes:
-        if outcome.expected_error is not None:
-            continue
-        if outcome.failure is not None:
-            return {"step": outcome.index, "stage": outcome.failure_stage, "message": outcome.failure}
-        failing = [diff for diff in compare_step(outcome, STAGES, options.ulp) if not diff.passed]
-        if failing:
-            first = min(failing, key=lambda diff: STAGES.index(diff.stage))
-            return {
-                "step": outcome.index,
-                "stage": first.stage,
-                "tensor": first.tensor,
-                "element": first.first,
-                "diffs": [diff for diff in failing if diff.stage == first.stage],
-                "diverged_stages": sorted({diff.stage for diff in failing}, key=STAGES.index),
-            }
-    return None
+    return first_divergence(outcomes, STAGES, options.ulp)
 
 
 def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOptions, runner) -> list[str]:

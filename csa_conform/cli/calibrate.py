@@ -35,8 +35,8 @@ def calibrate_command(files: tuple[str, ...], output: Path, profile: str, mode: 
     """Measure the reference-to-official gap over FILE... and write the envelope diff --tolerance gates with.
 
     Per stage and tensor: exact when both profiles agree bit for bit on every
-    step; otherwise limits at MARGIN times the measured abs.max, abs.p99,
-    rel.p99 and largest cosine distance (floats, -inf masks exact), share of
+    step; otherwise limits at MARGIN times the measured abs.max, abs.p99
+    and largest cosine distance (floats, -inf masks exact), share of
     differing rows and worst set overlap (indices), share of differing bytes
     (records). specs/official-profile.md, "Calibrated tolerances".
 

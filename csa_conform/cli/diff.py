@@ -11,7 +11,9 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -37,6 +39,7 @@ from csa_conform.device.conformance import (
     IDENTICAL,
     NONDETERMINISTIC,
     NOT_APPLICABLE,
+    NOT_COMPARED,
     REPLAY_MISMATCH,
     CaseReport,
     check_case,
@@ -50,6 +53,8 @@ from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile
+from csa_conform.invariance import KINDS as INVARIANCES
+from csa_conform.invariance import VARIANT, check_invariance
 from csa_conform.profile import REFERENCE
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.shards import Shard
@@ -69,6 +74,7 @@ class DiffOptions:
     repeat: int = 1
     replay: str | None = None
     tolerance: str | None = None  # --tolerance FILE: also judge every stage against its calibrated envelope
+    invariance: tuple[str, ...] = ()
     backend: str = CUDA
 
     @property
@@ -94,6 +100,8 @@ class DiffOptions:
             words += ["--replay", self.replay]
         if self.tolerance:
             words += ["--tolerance", self.tolerance]
+        for kind in self.invariance:
+            words += ["--invariance", kind]
         return shlex.join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
@@ -104,7 +112,7 @@ class DiffOptions:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
                 **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay,
-                **({"tolerance": self.tolerance} if self.tolerance else {})}
+                **({"tolerance": self.tolerance} if self.tolerance else {}), "invariance": list(self.invariance)}
 
 
 def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
@@ -138,6 +146,8 @@ def _cell(report: CaseReport, stage: str) -> str:
         return "NDET"
     if verdict.status == REPLAY_MISMATCH:
         return "GRAPH"
+    if verdict.status in VARIANT.values():
+        return "VARY"
     if verdict.status == IDENTICAL:
         return "ok" if verdict.placement == "device" else "ok(host)"
     return "."
@@ -197,7 +207,7 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
-    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "ok": "green",
+    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "VARY": "bold magenta", "ok": "green",
               "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
@@ -306,9 +316,17 @@ def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], cas
 
 
 def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
-           ulp: int, measure: bool = False) -> tuple[CaseReport, float]:
+           ulp: int, measure: bool = False, invariance: tuple[str, ...] = ()) -> tuple[CaseReport, float]:
     started = time.perf_counter()
     report = check_case(golden, case, runner, stages, ulp, measure)
+    if invariance:
+        with tempfile.TemporaryDirectory(prefix="csa-invariance-") as work:
+            found, _ = check_invariance(golden, case, runner, invariance, Path(work))
+        report.findings.extend(found)
+        for finding in found:
+            verdict = report.stages.get(finding["stage"])
+            if verdict is not None and verdict.status in (IDENTICAL, NOT_COMPARED):
+                verdict.status, verdict.step = finding["type"], finding["step"]
     return report, time.perf_counter() - started
 
 
@@ -316,7 +334,7 @@ def check_cases(options: DiffOptions, stages: tuple[str, ...], cases: Sequence[s
     """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
-        return [_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None)
+        return [_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance)
                 for case in cases], runner.provenance
 
 
@@ -339,7 +357,8 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
         return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
 
     with GoldenFile(options.file) as golden:
-        timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None) for case in cases)
+        timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance)
+                 for case in cases)
         timed_reports = list(progress(timed, len(cases), "diff", describe, quiet))
     return timed_reports, runner.provenance, golden_ref
 
@@ -359,9 +378,13 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
 @click.option("--tolerance", "tolerance", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also judge every stage against the envelope of a tolerance file (csa-conform calibrate); "
               "the envelope, not bit equality, is then the gate.")
+@click.option("--invariance", "invariance", multiple=True, type=click.Choice(INVARIANCES),
+              help="Also run each case as a variant whose rows must keep their bits by the contract and compare "
+              "device with device: batch (its rows beside 4 random rows), chunks (its first prefill in two "
+              "steps). Repeatable.")
 @boundary
 def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bisect, repeat, replay, sanitize, shard,
-         devices, as_json, quiet, explain, tolerance):
+         devices, as_json, quiet, explain, tolerance, invariance):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
@@ -375,12 +398,13 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       csa-conform diff --force-host all -q            # control run: no kernel launched
       csa-conform diff --kernels ./my-kernels --build production --explain
       csa-conform diff --repeat 5 --shard 1/4
+      csa-conform diff --kernels ./my-kernels --invariance batch --invariance chunks
       csa-conform diff --kernels ./my-kernels --backend host   # no GPU: modules built with g++
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, tolerance,
-                          backend)
+                          tuple(dict.fromkeys(invariance)), backend)
     if backend != CUDA and (devices is not False or sanitize):
         raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")
     shard = effective_shard(shard)

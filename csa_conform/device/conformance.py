@@ -11,7 +11,7 @@ rejects are not run: there is nothing to compare.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -151,6 +151,29 @@ def compare_step(outcome: StepOutcome, stages: Sequence[str], ulp: int = 0) -> l
     expected = {stage: outcome.expected[stage] for stage in stages if stage in outcome.expected}
     actual = {stage: outcome.actual.stages.get(stage, {}) for stage in expected}
     return compare_payloads(expected, actual, ulp=ulp)
+
+
+def first_divergence(outcomes: Iterable[StepOutcome], stages: Sequence[str], ulp: int = 0) -> dict | None:
+    """The first step that diverges or that the device run refused, and there the earliest stage:
+    ``step``, ``stage`` and either ``message`` (refused) or ``tensor``, its first ``element``, the
+    stage's failing ``diffs`` and every ``diverged_stages`` of that step."""
+    for outcome in outcomes:
+        if outcome.expected_error is not None:
+            continue
+        if outcome.failure is not None:
+            return {"step": outcome.index, "stage": outcome.failure_stage, "message": outcome.failure}
+        failing = [diff for diff in compare_step(outcome, stages, ulp) if not diff.passed]
+        if failing:
+            first = min(failing, key=lambda diff: stages.index(diff.stage))
+            return {
+                "step": outcome.index,
+                "stage": first.stage,
+                "tensor": first.tensor,
+                "element": first.first,
+                "diffs": [diff for diff in failing if diff.stage == first.stage],
+                "diverged_stages": sorted({diff.stage for diff in failing}, key=stages.index),
+            }
+    return None
 
 
 def check_case(

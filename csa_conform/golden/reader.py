@@ -17,6 +17,8 @@ from csa_conform.errors import CorruptDataset, GoldenFormatError
 from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
 from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex
 from csa_conform.golden.validation import CheckedFile
+from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
+from csa_conform.spec import DECODED_PAYLOADS
 
 
 class GoldenFile:
@@ -101,6 +103,10 @@ class GoldenFile:
                 read.outputs[name] = array
             else:
                 read.stages.setdefault(group.split("/", 1)[1], {})[name] = array
+        for (stage, tensor), cache in DECODED_PAYLOADS.items():
+            payload = read.stages.get(stage, {})
+            if tensor not in payload and cache in payload:
+                payload[tensor] = decoded_payload(stage, payload[cache])
         return read
 
     def _read_window(self, case_id: str, step: StepIndex) -> np.ndarray:
@@ -169,3 +175,10 @@ class GoldenFile:
             address = h5py.h5o.get_info(dataset.id).addr
         verified = self._verified.get(address)
         return verified if verified is not None else self._file.read(entry, dataset)
+
+
+def decoded_payload(stage: str, cache: np.ndarray) -> np.ndarray:
+    """The logical rows of a stored cache: FP8 hybrid or FP4 records decoded, an f32 cache as it is."""
+    if stage == "index_key_update":
+        return decode_fp4_record(cache)
+    return decode_fp8_record(cache) if cache.dtype == np.uint8 else cache.copy()

@@ -35,14 +35,14 @@ def official_attention(
     geometry: StepGeometry,
     query: np.ndarray,
     current_kv: np.ndarray,
-    logical_records: np.ndarray,
+    present_compressed_kv: np.ndarray,
     candidates: np.ndarray,
     head_sink: np.ndarray,
     bias: np.ndarray | None,
     exp: str = "exact",
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, dim = query.shape
-    source, rows = candidate_rows(geometry, current_kv, logical_records, candidates)
+    source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates)
     source = bf16_round(source)
     empty_row = source.shape[1] - 1
     count = candidates.shape[-1]

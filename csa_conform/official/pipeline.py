@@ -77,7 +77,7 @@ def run_official_step(
         geometry,
         tensors["query"],
         tensors["current_kv"],
-        source["compression_update"]["logical_records"],
+        source["compression_update"]["present_compressed_kv"],
         source["candidate_assembly"]["candidates"],
         tensors["head_sink"],
         _bias(geometry, tensors),

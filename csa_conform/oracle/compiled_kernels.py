@@ -21,6 +21,9 @@ KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "error_model"
 _ZERO = np.float32(0)
 _MINUS_INFINITY = np.float32(-np.inf)
 HEAD_BLOCK = 4
+# Index keys decoded per tile: [128, 64] f32 (32 KiB) and the dots of 64 heads (16 KiB) stay in L1/L2.
+SCORE_TILE = 64
+FP4_BLOCK = 32
 
 
 @njit(**KERNEL_OPTIONS)
@@ -150,34 +153,53 @@ def attention_values(probabilities, source, rows, empty_row, begin, end, output)
 
 
 @njit(**KERNEL_OPTIONS)
-def index_scores(queries, keys, weights, weight_scale, causal, begin, end, scores):
-    """scores[b, s, c] for causal records c < causal[s], s in [begin, end).
+def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal, first, last, scores):
+    """scores[b, s, c] for records c in [first, last) with c < causal[s], from packed FP4 keys.
 
     Sum over heads, ascending, of fmax(dot, 0) * weight * weight_scale
-    (fmax: a NaN dot counts as 0). Keys are [B, d, records] so the innermost
-    loops run over records. Entries past causal[s] are left as they are.
+    (fmax: a NaN dot counts as 0), dots ascending in d. Keys stay packed
+    ([B, records, 68] bytes) and are decoded a tile of records at a time
+    (code value times E8M0 scale, one binary32 product, as the NumPy
+    decode); the tile, [d, records], is read by every query and every head
+    while it is in cache, so each key byte is read once per call. Entries
+    past causal[s] are left as they are.
     """
-    batch, _, heads, width = queries.shape
-    records = keys.shape[-1]
-    dots = np.empty(records, dtype=np.float32)
-    total = np.empty(records, dtype=np.float32)
+    batch, sequence, heads, width = queries.shape
+    key_tile = np.empty((width, SCORE_TILE), dtype=np.float32)
+    dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
+    total = np.empty(SCORE_TILE, dtype=np.float32)
+    blocks = width // FP4_BLOCK
     for b in range(batch):
-        for s in range(begin, end):
-            live = causal[s]
-            total[:live] = _ZERO
-            for h in range(heads):
-                dots[:live] = _ZERO
+        for tile in range(first, last, SCORE_TILE):
+            count = min(SCORE_TILE, last - tile)
+            for c in range(count):
+                for block in range(blocks):
+                    base = block * (FP4_BLOCK // 2 + 1)
+                    scale = e8m0[keys[b, tile + c, base]]
+                    for pair in range(FP4_BLOCK // 2):
+                        byte = keys[b, tile + c, base + 1 + pair]
+                        d = block * FP4_BLOCK + 2 * pair
+                        key_tile[d, c] = e2m1[byte & 15] * scale
+                        key_tile[d + 1, c] = e2m1[byte >> 4] * scale
+            for s in range(sequence):
+                live = min(causal[s] - tile, count)
+                if live <= 0:
+                    continue
+                dots[:, :live] = _ZERO
                 for d in range(width):
-                    weight = queries[b, s, h, d]
+                    for h in range(heads):
+                        weight = queries[b, s, h, d]
+                        for c in range(live):
+                            dots[h, c] += weight * key_tile[d, c]
+                total[:live] = _ZERO
+                for h in range(heads):
+                    head_weight = weights[b, s, h]
                     for c in range(live):
-                        dots[c] += weight * keys[b, d, c]
-                head_weight = weights[b, s, h]
+                        dot = dots[h, c]
+                        relu = dot if dot > _ZERO else _ZERO
+                        total[c] += relu * head_weight * weight_scale
                 for c in range(live):
-                    dot = dots[c]
-                    relu = dot if dot > _ZERO else _ZERO
-                    total[c] += relu * head_weight * weight_scale
-            for c in range(live):
-                scores[b, s, c] = total[c]
+                    scores[b, s, tile + c] = total[c]
 
 
-KERNELS = (attention_scores, _four_head_dots, _one_head_dots, attention_values, index_scores)
+KERNELS = (attention_scores, _four_head_dots, _one_head_dots, attention_values, packed_index_scores)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
+from csa_conform.numerics.e8m0 import E8M0_TABLE
+from csa_conform.numerics.fp4 import E2M1_TABLE
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_RECORD_BYTES, HEAD_DIM, INDEX_DIM, ROPE_DIM
 from csa_conform.oracle import compression_update as reference_compression
 from csa_conform.oracle import index_key_update as reference_index_keys
 from csa_conform.oracle import index_query_finalize as reference_queries
-from csa_conform.oracle.compiled_kernels import attention_scores, attention_values, index_scores
+from csa_conform.oracle.compiled_kernels import SCORE_TILE, attention_scores, attention_values, packed_index_scores
 from csa_conform.oracle.compiled_records import (
     attention_records,
     decode_fp4_record,
@@ -30,7 +32,7 @@ from csa_conform.oracle.compiled_records import (
 from csa_conform.oracle.compiled_softmax import softmax_with_sink
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
-from csa_conform.oracle.parallel import map_chunks, query_chunks
+from csa_conform.oracle.parallel import map_chunks, query_chunks, worker_count
 from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, raise_first_invalid
 
 # Query chunks hold this many softmax elements: each chunk's probabilities
@@ -38,32 +40,45 @@ from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, rai
 SOFTMAX_CHUNK_ELEMENTS = 1 << 18
 
 
-def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weight, row_limit: int | None):
+def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight, row_limit: int | None):
+    """Scores from the packed keys, in record chunks over the cores: a decode step has one query."""
     batch, sequence, heads, width = transformed.shape
-    records = logical_keys.shape[1]
+    records = index_keys.shape[1]
     weight_scale = head_weight_scale(width, heads)
     causal = causal_records(geometry)
-    keys = np.ascontiguousarray(np.swapaxes(logical_keys, 1, 2), dtype=np.float32)
+    keys = np.ascontiguousarray(index_keys, dtype=np.uint8)
+    queries = np.ascontiguousarray(transformed, dtype=np.float32)
+    weights = np.ascontiguousarray(index_weight, dtype=np.float32)
     scores = np.full((batch, sequence, records), -np.inf, dtype=np.float32)
 
     def score_chunk(chunk: slice) -> None:
-        index_scores(transformed, keys, index_weight, weight_scale, causal, chunk.start, chunk.stop, scores)
+        packed_index_scores(
+            queries, keys, E2M1_TABLE, E8M0_TABLE, weights, weight_scale, causal, chunk.start, chunk.stop, scores
+        )
 
-    map_chunks(score_chunk, query_chunks(sequence, records * batch * heads))
+    map_chunks(score_chunk, record_chunks(records))
     return masked_scores(geometry, scores, row_limit)
+
+
+def record_chunks(records: int) -> list[slice]:
+    """Whole score tiles, a few chunks per core so that uneven causal rows still balance."""
+    tiles = -(-records // SCORE_TILE)
+    per_chunk = max(1, -(-tiles // (4 * worker_count())))
+    size = per_chunk * SCORE_TILE
+    return [slice(begin, min(records, begin + size)) for begin in range(0, records, size)]
 
 
 def sparse_sink_softmax_attention(
     geometry: StepGeometry,
     query: np.ndarray,
     current_kv: np.ndarray,
-    logical_records: np.ndarray,
+    present_compressed_kv: np.ndarray,
     candidates: np.ndarray,
     head_sink: np.ndarray,
     bias: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, _ = query.shape
-    source, rows = candidate_rows(geometry, current_kv, logical_records, candidates)
+    source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates)
     empty_row = source.shape[1] - 1
     count = candidates.shape[-1]
     scores = np.empty((batch, sequence, heads, count), dtype=np.float32)

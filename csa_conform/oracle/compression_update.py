@@ -3,11 +3,14 @@ and emit finalized hybrid FP8/BF16 (or f32) records at block ends."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.oracle.compressor import pool_and_finalize, stream
+from csa_conform.oracle.payloads import StagePayload
 from csa_conform.oracle.pooling import finalize_attention_records
 
 
@@ -39,20 +42,15 @@ def attention_records(geometry: StepGeometry, candidates, block_starts, compress
 
 def present_compression(
     geometry: StepGeometry, past_compressed_kv, logical, packed, carry, decode=decode_fp8_record
-) -> dict[str, np.ndarray]:
-    """The stage payload: the step's records appended to the cache, the carry, every logical record
-    (the cache's own through `decode`, which the numba engine compiles)."""
+) -> StagePayload:
+    """The stage payload: the step's records appended to the cache, the carry, and every logical
+    record, decoded from the present cache (through `decode`, which the numba engine compiles) only
+    when read."""
     if geometry.cache_format == "f32":
-        past_logical = np.asarray(past_compressed_kv, dtype=np.float32)
-        present = np.concatenate([past_logical, logical], axis=1)
-        return {
-            "present_compressed_kv": present,
-            "present_compression_carry": carry,
-            "logical_records": present.copy(),
-        }
-    past_logical = decode(past_compressed_kv)
-    return {
-        "present_compressed_kv": np.concatenate([past_compressed_kv, packed], axis=1),
-        "present_compression_carry": carry,
-        "logical_records": np.concatenate([past_logical, logical], axis=1),
-    }
+        present = np.concatenate([np.asarray(past_compressed_kv, dtype=np.float32), logical], axis=1)
+        logical_records = present.copy
+    else:
+        present = np.concatenate([past_compressed_kv, packed], axis=1)
+        logical_records = partial(decode, present)
+    tensors = {"present_compressed_kv": present, "present_compression_carry": carry}
+    return StagePayload(tensors, {"logical_records": logical_records})

@@ -3,11 +3,14 @@ the index tensors, finalized as Hadamard-rotated FP4 index keys."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp4_record
 from csa_conform.oracle.compressor import pool_and_finalize, stream
+from csa_conform.oracle.payloads import StagePayload
 from csa_conform.oracle.pooling import finalize_index_records
 
 
@@ -36,10 +39,9 @@ def index_records(geometry: StepGeometry, candidates, block_starts, index_compre
     return pool_and_finalize(candidates, block_starts, finalize, "ratio-4 ")
 
 
-def present_index_keys(past_index_key, logical, packed, carry, decode=decode_fp4_record) -> dict[str, np.ndarray]:
-    """The stage payload; `decode` reads the past keys (the numba engine compiles it)."""
-    return {
-        "present_index_key": np.concatenate([past_index_key, packed], axis=1),
-        "present_index_carry": carry,
-        "logical_keys": np.concatenate([decode(past_index_key), logical], axis=1),
-    }
+def present_index_keys(past_index_key, logical, packed, carry, decode=decode_fp4_record) -> StagePayload:
+    """The stage payload; every logical key is decoded from the present keys (through `decode`, which
+    the numba engine compiles) only when read: scoring reads the packed keys."""
+    present = np.concatenate([past_index_key, packed], axis=1)
+    tensors = {"present_index_key": present, "present_index_carry": carry}
+    return StagePayload(tensors, {"logical_keys": partial(decode, present)})

@@ -12,6 +12,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP
 from csa_conform.numerics import variant
+from csa_conform.numerics.records import decode_fp4_record
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure
 
@@ -24,9 +25,11 @@ def causal_records(geometry: StepGeometry) -> np.ndarray:
     return np.minimum((positions + 1) // 4, geometry.next_records)
 
 
-def index_scoring(geometry: StepGeometry, transformed, logical_keys, index_weight, row_limit: int | None):
-    """Returns ({"scores": f32[B,S,T/4]}, first RowFailure or None); rows >= row_limit stay -inf."""
+def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight, row_limit: int | None):
+    """Returns ({"scores": f32[B,S,T/4]}, first RowFailure or None) from the packed present keys
+    u8[B,T/4,68], decoded as scoring reads them; rows >= row_limit stay -inf."""
     batch, sequence, heads, width = transformed.shape
+    logical_keys = decode_fp4_record(index_keys)
     records = logical_keys.shape[1]
     weight_scale = head_weight_scale(width, heads)
     keys = np.ascontiguousarray(np.moveaxis(logical_keys, -1, 0))

@@ -17,6 +17,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP, ContractError
 from csa_conform.numerics import variant
+from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 
 
@@ -24,13 +25,13 @@ def sparse_sink_softmax_attention(
     geometry: StepGeometry,
     query: np.ndarray,
     current_kv: np.ndarray,
-    logical_records: np.ndarray,
+    present_compressed_kv: np.ndarray,
     candidates: np.ndarray,
     head_sink: np.ndarray,
     bias: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, dim = query.shape
-    source, rows = candidate_rows(geometry, current_kv, logical_records, candidates)
+    source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates)
     source_by_dim = np.ascontiguousarray(np.moveaxis(source, -1, 0)).reshape(dim, -1)
     flat_rows = rows + (np.arange(batch) * source.shape[1])[:, None, None]
     empty_row = source.shape[1] - 1
@@ -75,19 +76,29 @@ def _per_query(count: int, batch: int, heads: int, dim: int) -> int:
     return max(count * batch * heads, count * batch * dim // 16)
 
 
-def candidate_rows(geometry, current_kv, logical_records, candidates):
-    """Rows of [current_kv | records | zeros] per batch, and each candidate's row in it."""
+def candidate_rows(geometry, current_kv, present_compressed_kv, candidates):
+    """Rows of [current_kv | the records candidates name | zeros] per batch, and each candidate's row in it.
+
+    Only the records some candidate names are read from the present cache
+    (decoded when it is FP8): a ratio-4 decode at 2^20 tokens reads 512 of
+    262,144, and the gather never copies the cache.
+    """
     batch, dim = current_kv.shape[0], current_kv.shape[-1]
-    source = np.concatenate(
-        [current_kv, logical_records, np.zeros((batch, 1, dim), dtype=np.float32)], axis=1
-    )
-    empty_row = source.shape[1] - 1
     dense = candidates[..., : geometry.dense_candidates]
     compressed = candidates[..., geometry.dense_candidates :]
+    named = np.unique(compressed[compressed >= 0])
+    records = np.take(present_compressed_kv, named, axis=1)
+    if records.dtype == np.uint8:
+        records = decode_fp8_record(records)
+    source = np.concatenate(
+        [current_kv, records.astype(np.float32, copy=False), np.zeros((batch, 1, dim), dtype=np.float32)], axis=1
+    )
+    empty_row = source.shape[1] - 1
+    record_rows = geometry.current_kv_len + np.searchsorted(named, np.maximum(compressed, 0))
     rows = np.concatenate(
         [
             np.where(dense >= 0, dense - geometry.current_kv_base, empty_row),
-            np.where(compressed >= 0, geometry.current_kv_len + compressed, empty_row),
+            np.where(compressed >= 0, record_rows, empty_row),
         ],
         axis=-1,
     )

@@ -12,7 +12,7 @@ oracle) or raised at once (a host fallback).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -70,7 +70,7 @@ def _score(run: StageInputs) -> dict:
     payload, failure = run.engine.index_scoring(
         run.geometry,
         run.upstream("index_query_finalize", "transformed"),
-        run.upstream("index_key_update", "logical_keys"),
+        run.upstream("index_key_update", "present_index_key"),
         run.input("index_weight"),
         _row_limit(run),
     )
@@ -101,7 +101,7 @@ def _attend(run: StageInputs) -> dict:
         g,
         run.input("query"),
         run.input("current_kv"),
-        run.upstream("compression_update", "logical_records"),
+        run.upstream("compression_update", "present_compressed_kv"),
         run.upstream("candidate_assembly", "candidates"),
         run.input("head_sink"),
         bias,
@@ -112,7 +112,7 @@ def _write_back(run: StageInputs) -> dict:
     return {name: run.upstream(*WRITEBACK_SOURCES[name]) for name in run.geometry.output_names}
 
 
-STAGE_FUNCTIONS: Mapping[str, StageFunction] = {
+STAGE_FUNCTIONS: dict[str, StageFunction] = {
     "compression_update": _compress,
     "index_key_update": _index_keys,
     "index_query_finalize": _finalize_queries,

@@ -10,6 +10,7 @@ from csa_conform.spec.launches import LAUNCHES, Launch, ReadBack, kernel_modules
 from csa_conform.spec.stages import (
     BY_NAME,
     COMPRESSOR_INPUTS,
+    DECODED_PAYLOADS,
     FLOAT_STAGES,
     PAST_STATE,
     STAGE_NAMES,
@@ -27,7 +28,7 @@ from csa_conform.spec.stages import (
 from csa_conform.spec.table import payload_table
 
 __all__ = [
-    "BY_NAME", "COMPRESSOR_INPUTS", "FLOAT_STAGES", "LAUNCHES", "OPERATOR_AXES", "PAST_STATE", "STAGES",
+    "BY_NAME", "COMPRESSOR_INPUTS", "DECODED_PAYLOADS", "FLOAT_STAGES", "LAUNCHES", "OPERATOR_AXES", "PAST_STATE", "STAGES",
     "STAGE_NAMES", "STATE_THREADING", "WRITEBACK", "WRITEBACK_SOURCES", "Launch", "Payload", "ReadBack", "Role",
     "Stage", "kernel_modules", "launches_for_ratio", "payload_axes", "payload_table", "resolve_stage",
     "stage_spellings", "stages_for_ratio",

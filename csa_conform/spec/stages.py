@@ -188,6 +188,14 @@ WRITEBACK_SOURCES: dict[str, tuple[str, str]] = {
 # present_* output -> the past_* input it becomes in the next step of a stream.
 STATE_THREADING: dict[str, str] = {present: past for stage in STAGES for present, past in stage.state.items()}
 
+# Payloads that only decode a cache their stage also stores: (stage, tensor) -> that cache. A
+# golden step may leave them out (the long suite does: at 2^20 tokens the decoded records are
+# 512 MiB a step) and a reader restores them from the stored cache (specs/stage-payloads.md).
+DECODED_PAYLOADS: dict[tuple[str, str], str] = {
+    ("compression_update", "logical_records"): "present_compressed_kv",
+    ("index_key_update", "logical_keys"): "present_index_key",
+}
+
 # Stages whose float arithmetic a fused multiply-add can change.
 FLOAT_STAGES: tuple[str, ...] = tuple(stage.name for stage in STAGES if stage.fusions)
 

@@ -38,7 +38,7 @@ def test_ci_suite_names_cases_uniquely_in_sorted_order_and_covers_every_family()
     recipes = suite_recipes("ci")
     ids = [recipe.case_id for recipe in recipes]
     assert ids == sorted(ids) and len(ids) == len(set(ids))
-    assert {recipe.family for recipe in recipes} == set(FAMILIES) == set(SUITES["ci"])
+    assert {recipe.family for recipe in recipes} == set(SUITES["ci"]) == set(FAMILIES) - {"long"}
     assert all(recipe.description for recipe in recipes)
 
 

@@ -14,7 +14,9 @@
 struct csa_host_dim3 {
     unsigned int x, y, z;
 };
-static csa_host_dim3 blockIdx, threadIdx, blockDim;
+static csa_host_dim3 blockIdx, threadIdx, blockDim, gridDim;
+
+extern "C" void csa_host_set_grid(unsigned int blocks) { gridDim.x = blocks; }
 
 extern "C" void csa_host_set_thread(unsigned int block, unsigned int thread, unsigned int threads)
 {

@@ -147,6 +147,7 @@ class HostEmulationBackend:
                 converted.append(ctypes.c_int(int(arg)))
         library.csa_host_flush_subnormals.restype = ctypes.c_uint
         previous = library.csa_host_flush_subnormals(int(ftz))
+        library.csa_host_set_grid(grid[0])
         try:
             for block_index in range(grid[0]):
                 for thread in range(block[0]):

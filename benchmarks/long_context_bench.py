@@ -1,0 +1,201 @@
+"""The oracle at long context, before vs after, side by side: one step of the `long` suite per case.
+
+Run by hand, never asserted in tests:
+
+    python benchmarks/long_context_bench.py [--before REF] [--repeat N]
+
+Cases (the first step of each `long` recipe, numba engine): (a) ratio-4 decode
+at T = 2^20, N = I = 64, top-k 512; (b) ratio-128 FP8 decode at 2^20, N = 64;
+(c) ratio-128 f32 decode at 2^20, N = 64. The steps' inputs are built once by
+this tree and saved under build/long-bench/; each tree ("after": this one,
+"before": a detached worktree of REF, default main's merge base with HEAD)
+then runs every step in a fresh process, the trees interleaved, best of
+--repeat, reporting wall time, the process's peak resident memory (VmHWM)
+and that peak less the resident memory before the step, and each stage's
+time with its G mul-add/s (index scoring: S x causal records x I x 128;
+attention: S x N x C x 512, twice: scores and values). The no-FMA peak is
+measured here: independent binary32 multiply-then-add chains, numba,
+fastmath off, one thread per core. Targets on 2 cores: (a) <= 0.15 s and
+<= 0.5 GB, (b) and (c) <= 30 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "build" / "long-bench"
+CASES = {
+    "a": ("long.r4-n64-t1048576", "ratio-4 decode T=2^20 N=64 I=64 k=512"),
+    "b": ("long.r128-fp8-n64-t1048576", "ratio-128 fp8 decode T=2^20 N=64"),
+    "c": ("long.r128-f32-n64-t1048576", "ratio-128 f32 decode T=2^20 N=64"),
+}
+CHILD = "--child"
+
+
+def build_inputs() -> None:
+    """Save each case's first step (attrs, outputs, inputs) as this tree's recipes build it."""
+    from csa_conform.fixtures import suite_recipes
+    from csa_conform.fixtures.stream import assemble
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    for name, (case_id, _) in CASES.items():
+        target = DATA / f"{name}.npz"
+        if target.exists():
+            continue
+        (recipe,) = suite_recipes("long", 0, case_id)
+        plan = recipe.build(recipe.seed)
+        inputs = assemble(plan, plan.steps[0], plan.initial_state)
+        header = json.dumps({"attrs": plan.attrs, "outputs": list(plan.output_names)})
+        np.savez(target, header=np.array(header), **inputs)
+
+
+def _resident_kib(field: str) -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split(f"{field}:")[1].split()[0])
+
+
+def child(case: str) -> None:
+    """One step in this process (the tree on PYTHONPATH): prints a JSON line of timings and memory."""
+    from csa_conform.oracle import run_step, stage_functions
+    from csa_conform.spec import STAGES
+
+    data = np.load(DATA / f"{case}.npz")
+    header = json.loads(str(data["header"]))
+    inputs = {name: data[name] for name in data.files if name != "header"}
+    attrs, outputs = header["attrs"], header["outputs"]
+    run_step(attrs, inputs, outputs)  # compile or load the numba cache, warm up
+    stage_seconds: dict[str, float] = {}
+    for stage in STAGES:
+        original = stage_functions.STAGE_FUNCTIONS[stage.name]
+
+        def timed(run, original=original, name=stage.name):
+            begin = time.perf_counter()
+            payload = original(run)
+            stage_seconds[name] = time.perf_counter() - begin
+            return payload
+
+        stage_functions.STAGE_FUNCTIONS[stage.name] = timed
+    before = _resident_kib("VmRSS")
+    begin = time.perf_counter()
+    result = run_step(attrs, inputs, outputs)
+    wall = time.perf_counter() - begin
+    work = _work(attrs, inputs, result)
+    print(json.dumps({
+        "wall": wall, "peak_mib": _resident_kib("VmHWM") / 1024, "step_mib": (_resident_kib("VmHWM") - before) / 1024,
+        "stages": stage_seconds, "work": work, "tree": str(Path(stage_functions.__file__).parents[2]),
+    }))
+
+
+def _work(attrs, inputs, result) -> dict[str, float]:
+    """Multiply-adds of the stages that are dot products, from the step's own payloads."""
+    stages = result.stages
+    work = {}
+    if "index_scoring" in stages:
+        scores = np.asarray(stages["index_scoring"]["scores"])
+        work["index_scoring"] = float(np.isfinite(scores).sum()) * attrs["index_num_heads"] * 128
+    scores = np.asarray(stages["sparse_sink_softmax_attention"]["scores"])
+    work["sparse_sink_softmax_attention"] = float(np.isfinite(scores).sum()) * 512 * 2
+    return work
+
+
+def no_fma_peak(seconds: float = 0.5) -> float:
+    """G mul-add/s of independent multiply-then-add chains on every core (fastmath off: never fused)."""
+    from numba import njit
+
+    @njit(nogil=True, fastmath=False, cache=False)
+    def chains(lanes, factor, addend, repeats):
+        for _ in range(repeats):
+            for lane in range(lanes.size):
+                lanes[lane] = lanes[lane] * factor + addend
+        return lanes
+
+    lanes = np.ones(256, dtype=np.float32)
+    chains(lanes, np.float32(0.5), np.float32(0.5), 1)
+    repeats = 1
+    while True:
+        begin = time.perf_counter()
+        chains(lanes, np.float32(0.5), np.float32(0.5), repeats)
+        if time.perf_counter() - begin > seconds / 10:
+            break
+        repeats *= 2
+    cores = os.cpu_count() or 1
+    buffers = [np.ones(256, dtype=np.float32) for _ in range(cores)]
+    begin = time.perf_counter()
+    with ThreadPoolExecutor(cores) as pool:
+        list(pool.map(lambda lane: chains(lane, np.float32(0.5), np.float32(0.5), repeats * 10), buffers))
+    elapsed = time.perf_counter() - begin
+    return cores * lanes.size * repeats * 10 / elapsed / 1e9
+
+
+def before_tree(reference: str) -> Path:
+    """A detached worktree of ``reference`` under build/ (reused when it is already at that commit)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", reference], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    tree = ROOT / "build" / "long-bench-before"
+    if tree.exists():
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        if head.strip() == commit:
+            return tree
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
+                   check=True, capture_output=True)
+    return tree
+
+
+def run_child(tree: Path, case: str) -> dict:
+    environment = dict(os.environ, PYTHONPATH=str(tree), CSA_CONFORM_ENGINE="numba")
+    result = subprocess.run([sys.executable, __file__, CHILD, case], capture_output=True, text=True, env=environment)
+    if result.returncode != 0:
+        raise SystemExit(f"{tree} case {case} failed:\n{result.stderr}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default=None, help="git ref of the 'before' oracle (default: merge base with main)")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per tree")
+    parser.add_argument("--cases", default="".join(CASES), help="which cases, e.g. 'ab'")
+    options = parser.parse_args()
+    reference = options.before or subprocess.run(
+        ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    build_inputs()
+    trees = {"before": before_tree(reference), "after": ROOT}
+    peak = no_fma_peak()
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; no-FMA peak {peak:.1f} G mul-add/s; "
+          f"before = {reference[:12]}; best of {options.repeat}")
+    for case in options.cases:
+        best: dict[str, dict] = {}
+        for _ in range(options.repeat):
+            for label, tree in trees.items():
+                run = run_child(tree, case)
+                if label not in best or run["wall"] < best[label]["wall"]:
+                    best[label] = run
+        print(f"({case}) {CASES[case][1]}: after/before {best['after']['wall'] / best['before']['wall']:.3f}")
+        for label in trees:
+            run = best[label]
+            stages = ", ".join(
+                f"{stage} {seconds * 1e3:.1f} ms" + (
+                    f" ({run['work'][stage] / seconds / 1e9:.1f} G/s, {run['work'][stage] / seconds / 1e9 / peak:.0%})"
+                    if stage in run["work"] and seconds > 0 else "")
+                for stage, seconds in run["stages"].items() if seconds >= 5e-4
+            )
+            print(f"    {label:<6} {run['wall']:7.3f} s  peak {run['peak_mib']:6.0f} MiB (step {run['step_mib']:+6.0f})  "
+                  f"{stages}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == CHILD:
+        child(sys.argv[2])
+    else:
+        main()

@@ -1,0 +1,38 @@
+"""Stage payloads whose decoded caches are computed only when something reads them.
+
+``logical_records`` and ``logical_keys`` decode the whole present cache: at
+2^20 tokens 262,144 records, 640 MiB, of which a decode step reads 512. The
+stages that need records decode just those (scoring reads the packed keys,
+attention the rows its candidates name), so the payload decodes the cache on
+first access instead: a golden file that stores the decoded caches, a diff
+and verify read them and get the same bytes, and a long step that never
+asks for them never pays for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Callable, Iterator
+
+import numpy as np
+
+
+class StagePayload(Mapping):
+    """Tensors by name, in a fixed order; ``deferred`` ones are built by their function on first read."""
+
+    def __init__(self, tensors: dict[str, np.ndarray], deferred: dict[str, Callable[[], np.ndarray]]):
+        self._tensors = dict(tensors)
+        self._deferred = dict(deferred)
+        self._order = tuple(tensors) + tuple(deferred)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._tensors:
+            build = self._deferred[name]
+            self._tensors[name] = build()
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)

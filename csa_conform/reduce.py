@@ -1,0 +1,166 @@
+"""Shrinking a divergent case to a minimal repro: the engine behind ``csa-conform reduce``.
+
+A case's divergence is named by the first divergent step's earliest stage and
+tensor (what ``bisect`` reports). Any smaller case whose chained device run
+diverges at the same stage and tensor replaces it: first the stream started
+at the failing step from its stored past state (earlier steps put back only
+when the divergence needs the device's own state from them) with the later
+steps dropped, then, greedily, fewer batch rows, fewer query tokens of the
+last step, fewer heads, index heads and top-k slots, and fewer leading steps.
+Every candidate is a fresh oracle run of the transformed inputs (one the
+contract rejects is skipped), so the reduced case verifies by construction;
+the search stops at a fixed point or when its time budget is spent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+
+from csa_conform.device.conformance import first_divergence, replay
+from csa_conform.device.modes import STAGES
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.golden import GoldenCase, GoldenFile, write_goldens
+from csa_conform.streams import Stream, heads, index_heads, kv_window, later_tokens, rows, tokens, topk
+
+# At most this many single-row / single-head candidates are tried before halves.
+SINGLES = 4
+
+
+def _subsets(count: int, first: int | None) -> list[list[int]]:
+    """Single members (``first`` first, then the ends), then each half: the reductions to try."""
+    if count <= 1:
+        return []
+    singles = list(dict.fromkeys(member for member in (first, 0, count - 1, 1) if member is not None
+                                 and 0 <= member < count))[:SINGLES]
+    half = count // 2
+    halves = [list(range(half)), list(range(half, count))] if count > 2 else []
+    return [[member] for member in singles] + halves
+
+
+def _smaller(count: int, hint: int | None = None) -> list[int]:
+    return sorted({value for value in (1, hint, count // 4, count // 2, count - 1) if value and 0 < value < count})
+
+
+def candidates(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
+    """Smaller streams, the biggest reductions first, each with what it changed."""
+    for keep in _subsets(stream.batch, element.get("b")):
+        yield f"B {stream.batch} -> {len(keep)} (rows {keep})", rows(stream, keep)
+    hint = element["s"] + 1 if "s" in element else None
+    for count in _smaller(stream.tokens, hint):
+        yield f"S {stream.tokens} -> {count}", tokens(stream, count)
+    for first in _smaller(stream.tokens, element.get("s")):
+        later = later_tokens(stream, first)
+        if later is not None:
+            yield (f"S {stream.tokens} -> {stream.tokens - first} (tokens {first}.. resumed from the oracle's "
+                   "state)"), later
+    window = int(stream.steps[-1]["current_kv"].shape[1])
+    for count in _smaller(window):
+        yield f"Kc {window} -> {count}", kv_window(stream, count)
+    for keep in _subsets(stream.heads, element.get("h")):
+        yield f"N {stream.heads} -> {len(keep)} (heads {keep})", heads(stream, keep)
+    for keep in _subsets(stream.index_heads, element.get("i")):
+        yield f"I {stream.index_heads} -> {len(keep)} (index heads {keep})", index_heads(stream, keep)
+    for k in _smaller(stream.topk):
+        yield f"top-k {stream.topk} -> {k}", topk(stream, k)
+    for first in range(1, len(stream.steps)):
+        yield f"steps {len(stream.steps)} -> {len(stream.steps) - first}", stream.from_step(first)
+
+
+def coordinates(element: dict | None) -> dict[str, int]:
+    """'b=0 s=3 h=1 d=7' as {'b': 0, 's': 3, 'h': 1, 'd': 7}."""
+    words = (element or {}).get("coords") or ""
+    return {key: int(value) for key, _, value in (word.partition("=") for word in words.split()) if value.isdigit()}
+
+
+@dataclass
+class Probe:
+    """Runs a stream chained on one runner and names its first divergence."""
+
+    runner: DeviceRunner
+    workdir: Path
+    ulp: int = 0
+    runs: int = 0
+
+    def __call__(self, case: GoldenCase) -> dict | None:
+        self.runs += 1
+        path = self.workdir / f"probe-{self.runs}.h5"
+        write_goldens(path, [case])
+        try:
+            with GoldenFile(path) as golden:
+                return first_divergence(replay(golden, case.case_id, self.runner), STAGES, self.ulp)
+        finally:
+            path.unlink()
+
+
+def signature(found: dict | None) -> tuple[str, str | None] | None:
+    return None if found is None else (found["stage"], found.get("tensor"))
+
+
+def describe(found: dict) -> str:
+    """'stage/tensor', or the stage alone when the device run refused the step."""
+    return found["stage"] + (f"/{found['tensor']}" if found.get("tensor") else "")
+
+
+@dataclass
+class Reduction:
+    original: Stream
+    reduced: Stream
+    case: GoldenCase
+    found: dict
+    trials: int
+    kept: list[str]
+    seconds: float
+    complete: bool  # False when the budget ran out before a fixed point
+
+
+def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
+                say: Callable[[str], None]) -> Reduction | None:
+    """The smallest stream found whose first divergence is the original's; None if it has none."""
+    started = time.perf_counter()
+    description = f"reduced from {case_id}"
+    reduced_id = f"{case_id}.reduced"
+    found = probe(stream.case(reduced_id, description))
+    if found is None:
+        return None
+    target = signature(found)
+    say(f"reduce: {case_id} diverges first at step {found['step']}, {describe(found)}")
+    trials = 0
+    kept: list[str] = []
+
+    def attempt(change: str, candidate: Stream) -> dict | None:
+        nonlocal trials
+        trials += 1
+        case = candidate.case(reduced_id, description)
+        result = None if case is None else probe(case)
+        same = result is not None and signature(result) == target
+        verdict = "kept" if same else ("rejected by the contract" if case is None else "lost the divergence")
+        say(f"reduce: trial {trials}: {change}: {verdict}")
+        return result if same else None
+
+    current, current_found = stream.upto(found["step"]), found
+    last = found["step"]
+    for first in range(last, 0, -1):
+        result = attempt(f"start at step {first} from its stored state", current.from_step(first))
+        if result is not None:
+            current, current_found = current.from_step(first), result
+            kept.append(f"start at step {first}")
+            break
+    complete = False
+    while time.perf_counter() - started < budget_s:
+        for change, candidate in candidates(current, coordinates(current_found.get("element"))):
+            if time.perf_counter() - started >= budget_s:
+                break
+            result = attempt(change, candidate)
+            if result is not None:
+                current, current_found = candidate, result
+                kept.append(change)
+                break
+        else:
+            complete = True
+            break
+    case = current.case(reduced_id, description)
+    return Reduction(stream, current, case, current_found, trials, kept, time.perf_counter() - started, complete)

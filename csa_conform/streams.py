@@ -1,0 +1,246 @@
+"""A golden case as a stream of editable step inputs, and the edits that shrink or widen it.
+
+``reduce`` shrinks a divergent case with these edits and ``diff --invariance``
+widens one; either way the edited stream is re-run through the oracle
+(``Stream.case``), so what comes out verifies by construction. Every edit
+keeps the contract's geometry: per-row inputs lose rows on axis 0, per-token
+inputs tokens on axis 1 (with the cursors and current_kv moved to match),
+attention_bias only on the broadcast axes it really has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from csa_conform.errors import ContractError
+from csa_conform.golden import GoldenCase, GoldenFile, GoldenStep
+from csa_conform.oracle import run_step
+from csa_conform.spec import STATE_THREADING
+
+# The axis of each per-row, per-token, per-head and per-index-head input (attention_bias aside).
+BATCH_AXIS = dict.fromkeys(
+    ("query", "current_kv", "compressor_kv", "compressor_gate", "past_compressed_kv", "past_compression_carry",
+     "seqlens_k", "index_query", "index_weight", "index_compressor_kv", "index_compressor_gate", "past_index_key",
+     "past_index_carry"), 0)
+TOKEN_AXIS = dict.fromkeys(
+    ("query", "compressor_kv", "compressor_gate", "index_query", "index_weight", "index_compressor_kv",
+     "index_compressor_gate"), 1)
+HEAD_AXIS = {"query": 2, "head_sink": 0}
+INDEX_HEAD_AXIS = {"index_query": 2, "index_weight": 2}
+BIAS = "attention_bias"
+# attention_bias broadcasts to [B, N, S, C] from the right: its axis for each of those, by rank.
+BIAS_DIMENSION = {"B": 4, "N": 3, "S": 2, "C": 1}
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A case as the reducer edits it: attributes and each step's inputs; ``threaded[i]`` names the
+    past_* inputs of step i that are the previous step's present_* (re-derived by the oracle)."""
+
+    attrs: dict
+    output_names: tuple[str, ...]
+    steps: tuple[dict[str, np.ndarray], ...]
+    threaded: tuple[frozenset[str], ...]
+
+    @property
+    def batch(self) -> int:
+        return int(self.steps[-1]["query"].shape[0])
+
+    @property
+    def tokens(self) -> int:
+        return int(self.steps[-1]["query"].shape[1])
+
+    @property
+    def heads(self) -> int:
+        return int(self.attrs["num_heads"])
+
+    @property
+    def index_heads(self) -> int:
+        return int(self.attrs.get("index_num_heads", 0))
+
+    @property
+    def topk(self) -> int:
+        return int(self.attrs.get("index_topk", 0))
+
+    def elements(self) -> int:
+        """Input elements over every step: the size the acceptance criteria measure."""
+        return sum(int(array.size) for step in self.steps for array in step.values())
+
+    def shape(self) -> dict[str, int]:
+        longest = {axis: max(int(step[name].shape[1]) for step in self.steps)
+                   for axis, name in (("S", "query"), ("Kc", "current_kv"))}
+        shape = {"steps": len(self.steps), "B": self.batch, **longest, "N": self.heads}
+        if self.index_heads:
+            shape.update(I=self.index_heads, topk=self.topk)
+        return shape
+
+    def from_step(self, first: int) -> Stream:
+        return replace(self, steps=self.steps[first:], threaded=(frozenset(),) + self.threaded[first + 1:])
+
+    def upto(self, last: int) -> Stream:
+        return replace(self, steps=self.steps[: last + 1], threaded=self.threaded[: last + 1])
+
+    def case(self, case_id: str, description: str) -> GoldenCase | None:
+        """The oracle's golden case of this stream, None when the contract rejects a step."""
+        steps: list[GoldenStep] = []
+        for index, stored in enumerate(self.steps):
+            inputs = dict(stored)
+            if index:
+                before = steps[-1].outputs
+                inputs.update({past: before[present] for present, past in STATE_THREADING.items()
+                               if past in self.threaded[index] and present in before})
+            try:
+                result = run_step(self.attrs, inputs, list(self.output_names))
+            except ContractError:
+                return None
+            steps.append(GoldenStep(inputs=inputs, outputs=dict(result.outputs), stages=dict(result.stages)))
+        return GoldenCase(case_id, dict(self.attrs), self.output_names, steps, family="reduced",
+                          description=description)
+
+
+def stream_of(golden: GoldenFile, case_id: str) -> Stream:
+    info = golden.case_info(case_id)
+    steps = [golden.read_step(case_id, index) for index in range(info.step_count)]
+    threaded = [frozenset()]
+    for before, step in zip(steps, steps[1:]):
+        threaded.append(frozenset(
+            past for present, past in STATE_THREADING.items()
+            if past in step.inputs and present in before.outputs
+            and before.outputs[present].tobytes() == step.inputs[past].tobytes()
+            and before.outputs[present].shape == step.inputs[past].shape))
+    return Stream(dict(info.attrs), tuple(info.output_names), tuple(step.inputs for step in steps), tuple(threaded))
+
+
+def _take(array: np.ndarray, axis: int, keep) -> np.ndarray:
+    return np.ascontiguousarray(np.take(array, keep, axis=axis))
+
+
+def _bias_axis(array: np.ndarray, dimension: str) -> int | None:
+    axis = array.ndim - BIAS_DIMENSION[dimension]
+    return axis if axis >= 0 and array.shape[axis] != 1 else None
+
+
+def _select(stream: Stream, axes: dict[str, int], bias: str, keep, attrs: dict | None = None) -> Stream:
+    steps = []
+    for inputs in stream.steps:
+        edited = {}
+        for name, array in inputs.items():
+            axis = _bias_axis(array, bias) if name == BIAS else axes.get(name)
+            edited[name] = array if axis is None else _take(array, axis, keep)
+        steps.append(edited)
+    return replace(stream, steps=tuple(steps), attrs={**stream.attrs, **(attrs or {})})
+
+
+def rows(stream: Stream, keep) -> Stream:
+    return _select(stream, BATCH_AXIS, "B", keep)
+
+
+def heads(stream: Stream, keep) -> Stream:
+    return _select(stream, HEAD_AXIS, "N", keep, {"num_heads": len(keep)})
+
+
+def index_heads(stream: Stream, keep) -> Stream:
+    steps = tuple({name: _take(array, INDEX_HEAD_AXIS[name], keep) if name in INDEX_HEAD_AXIS else array
+                   for name, array in inputs.items()} for inputs in stream.steps)
+    return replace(stream, steps=steps, attrs={**stream.attrs, "index_num_heads": len(keep)})
+
+
+def topk(stream: Stream, k: int) -> Stream:
+    """index_topk = k; a bias with a candidate axis loses the dropped top-k slots at its end."""
+    dropped = stream.topk - k
+    steps = []
+    for inputs in stream.steps:
+        edited = dict(inputs)
+        if BIAS in inputs and (axis := _bias_axis(inputs[BIAS], "C")) is not None:
+            edited[BIAS] = _take(inputs[BIAS], axis, range(inputs[BIAS].shape[axis] - dropped))
+        steps.append(edited)
+    return replace(stream, steps=tuple(steps), attrs={**stream.attrs, "index_topk": k})
+
+
+def tokens(stream: Stream, count: int) -> Stream:
+    """The last step's first ``count`` query tokens: the cursors and current_kv end ``dropped`` earlier."""
+    inputs = stream.steps[-1]
+    dropped = int(inputs["query"].shape[1]) - count
+    edited = {}
+    for name, array in inputs.items():
+        axis = _bias_axis(array, "S") if name == BIAS else TOKEN_AXIS.get(name)
+        edited[name] = array if axis is None else _take(array, axis, range(count))
+    edited["current_kv"] = np.ascontiguousarray(inputs["current_kv"][:, : inputs["current_kv"].shape[1] - dropped])
+    edited["seqlens_k"] = (inputs["seqlens_k"] - dropped).astype(inputs["seqlens_k"].dtype)
+    edited["total_sequence_length"] = np.array(int(inputs["total_sequence_length"]) - dropped, np.int64)
+    return replace(stream, steps=stream.steps[:-1] + (edited,))
+
+
+def kv_window(stream: Stream, count: int) -> Stream:
+    """The last step's current_kv cut to its last ``count`` positions (Kc = count)."""
+    inputs = dict(stream.steps[-1])
+    inputs["current_kv"] = np.ascontiguousarray(inputs["current_kv"][:, -count:])
+    return replace(stream, steps=stream.steps[:-1] + (inputs,))
+
+
+def later_tokens(stream: Stream, first: int) -> Stream | None:
+    """The last step's tokens from ``first`` on, alone: a resumed step whose past_* inputs are the
+    oracle's state after the tokens before ``first`` (None when the contract rejects that prefix)."""
+    inputs = stream.steps[-1]
+    count = int(inputs["query"].shape[1])
+    prefix = tokens(stream, first)
+    case = prefix.case("prefix", "")
+    if case is None:
+        return None
+    state = case.steps[-1].outputs
+    rest = {}
+    for name, array in inputs.items():
+        axis = _bias_axis(array, "S") if name == BIAS else TOKEN_AXIS.get(name)
+        rest[name] = array if axis is None else _take(array, axis, range(first, count))
+    rest.update({past: state[present] for present, past in STATE_THREADING.items() if past in inputs})
+    return replace(stream, steps=(rest,), threaded=(frozenset(),))
+
+
+# Per-row inputs a random neighbour row draws afresh (a permutation of its source row's own values);
+# the other per-row inputs (past state, cursors) it copies, so the neighbour is as valid as its source.
+FRESH = ("query", "current_kv", "compressor_kv", "compressor_gate", "index_query", "index_weight",
+         "index_compressor_kv", "index_compressor_gate", BIAS)
+
+
+def embedded(stream: Stream, extra: int, rng: np.random.Generator) -> tuple[Stream, list[int]]:
+    """The stream with its B rows at rows 2.. of a batch of B + extra, beside neighbour rows whose
+    fresh inputs are permutations of a case row's and whose past state is that row's; also the
+    rows the case's rows landed on."""
+    batch = stream.batch
+    wide = batch + extra
+    placed = list(range(2, 2 + batch)) if extra >= 2 else list(range(batch))
+    source = [placed.index(row) if row in placed else row % batch for row in range(wide)]
+    steps = []
+    for inputs in stream.steps:
+        edited = {}
+        for name, array in inputs.items():
+            axis = _bias_axis(array, "B") if name == BIAS else BATCH_AXIS.get(name)
+            if axis is None:
+                edited[name] = array
+                continue
+            rows_out = []
+            for row, origin in enumerate(source):
+                value = array[origin]
+                if row not in placed and name in FRESH:
+                    value = rng.permutation(value.reshape(-1)).reshape(value.shape)
+                rows_out.append(value)
+            edited[name] = np.ascontiguousarray(np.stack(rows_out))
+        steps.append(edited)
+    return replace(stream, steps=tuple(steps)), placed
+
+
+def split(stream: Stream, step: int, first: int) -> Stream:
+    """Step ``step`` as two steps: its first ``first`` tokens, then the rest resumed from their state
+    (the second's past_* inputs are threaded from the first's present_* by the oracle)."""
+    inputs = stream.steps[step]
+    count = int(inputs["query"].shape[1])
+    head = tokens(replace(stream, steps=stream.steps[: step + 1], threaded=stream.threaded[: step + 1]), first)
+    rest = {}
+    for name, array in inputs.items():
+        axis = _bias_axis(array, "S") if name == BIAS else TOKEN_AXIS.get(name)
+        rest[name] = array if axis is None else _take(array, axis, range(first, count))
+    threads = frozenset(past for past in STATE_THREADING.values() if past in inputs)
+    return replace(stream, steps=head.steps + (rest,) + stream.steps[step + 1:],
+                   threaded=stream.threaded[: step + 1] + (threads,) + stream.threaded[step + 1:])
