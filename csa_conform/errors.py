@@ -115,6 +115,12 @@ class DeviceUnavailable(CsaConformError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class MissingExtra(CsaConformError):
+    """A command needs an optional dependency that is not installed (fuzz: hypothesis)."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
 class WorkerCrashed(CsaConformError):
     """A worker process of --jobs died (killed, out of memory) before returning its result."""
 

@@ -144,8 +144,12 @@ def failure_entry(kind: str, message: str, reproduce: str, **where) -> dict:
     return {"type": kind, "message": message, "reproduce": reproduce, **where}
 
 
-def stage_entry(stage: str, reproduce: str, diffs: Iterable[TensorDiff]) -> dict:
-    return {"stage": stage, "reproduce": reproduce, "tensors": [tensor_entry(diff) for diff in diffs]}
+def stage_entry(stage: str, reproduce: str, diffs: Iterable[TensorDiff], kernel: str | None = None,
+                diagnosis: Iterable = ()) -> dict:
+    """A divergent stage: its reproducer, the kernel that wrote it, its structural findings, its tensors."""
+    return {"stage": stage, "reproduce": reproduce, "kernel": kernel,
+            "diagnosis": [finding.to_dict() for finding in diagnosis],
+            "tensors": [tensor_entry(diff) for diff in diffs]}
 
 
 def step_entry(step: int, *, failure: dict | None = None, stages: list[dict] | None = None) -> dict:
@@ -207,7 +211,8 @@ def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) ->
     for verdict in report.diverged():
         if verdict.diffs:
             step = steps.setdefault(verdict.step, step_entry(verdict.step))
-            step["stages"].append(stage_entry(verdict.stage, reproduce(verdict.stage), verdict.diffs))
+            step["stages"].append(stage_entry(verdict.stage, reproduce(verdict.stage), verdict.diffs,
+                                              verdict.kernel, verdict.diagnosis))
     return case_entry(
         report.case,
         passed=report.passed,
@@ -259,8 +264,10 @@ def kernel_provenance(provenance) -> dict:
 
 
 def control_run(provenance) -> bool:
-    """True when no kernel was launched: every stage ran on the host oracle."""
-    return not any(launch.path != "host-oracle" for launch in provenance.launches)
+    """True when stages ran and every one ran on the host oracle: no kernel was launched. A run in which
+    nothing ran at all (every step rejected by the reference) is no control run."""
+    launches = provenance.launches
+    return bool(launches) and not any(launch.path != "host-oracle" for launch in launches)
 
 
 def results_document(

@@ -13,6 +13,7 @@ from csa_conform.cli.calibrate import calibrate_command
 from csa_conform.cli.common import OneLineErrors
 from csa_conform.cli.diff import diff as diff_command
 from csa_conform.cli.explain import explain_command
+from csa_conform.cli.fuzz import fuzz_command
 from csa_conform.cli.gap import gap_command
 from csa_conform.cli.generate import generate_command
 from csa_conform.cli.inspect import inspect_command
@@ -39,7 +40,7 @@ def main() -> None:
     """
 
 
-COMMANDS = (generate_command, verify_command, diff_command, bisect_command, reduce_command, explain_command,
-            inspect_command, report_command, gap_command, calibrate_command)
+COMMANDS = (generate_command, verify_command, diff_command, bisect_command, reduce_command, fuzz_command,
+            explain_command, inspect_command, report_command, gap_command, calibrate_command)
 for command in COMMANDS:
     main.add_command(command)

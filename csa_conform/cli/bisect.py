@@ -129,7 +129,8 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
         found = _first_divergence(golden, case, options, chained, steps, quiet or as_json)
         isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []
     code = ExitCode.DIVERGED if found else ExitCode.OK
-    control = control_run(chained.provenance) and control_run(isolated_runner.provenance)
+    control = control_run(chained.provenance) and (
+        not isolated_runner.provenance.launches or control_run(isolated_runner.provenance))
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
     if as_json:
@@ -147,6 +148,9 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
     elif found:
         for line in _describe(case, steps, found, isolated, options):
             click.echo(line)
+    elif not chained.provenance.launches:
+        click.echo(f"case {case}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
+                   "was computed and there is nothing to compare")
     else:
         click.echo(f"case {case}: {steps} steps, no divergence (chained, every stage)")
     return code

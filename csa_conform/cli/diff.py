@@ -166,14 +166,49 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
     for finding in report.findings:
         lines.append(f"{report.case} step {finding['step']}: {finding['message']}")
         lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
-    for verdict in report.diverged():
-        lines.append(f"{report.case} / {verdict.stage} (step {verdict.step}, {verdict.placement}):")
+    diverged = report.diverged()
+    # Chained, a stage reads what the stages before it wrote: the first divergence is the block, the rest
+    # are counted. Isolated, every stage read the oracle's inputs, so each divergence is its own block.
+    blocks = diverged[:1] if options.mode is Mode.CHAINED else diverged
+    for verdict in blocks:
+        where = f"[{verdict.kernel}]" if verdict.kernel else f"({verdict.placement})"
+        lines.append(f"{report.case}: diverges at {BY_NAME[verdict.stage].label} step {verdict.step} {where}")
         if verdict.message:
             lines.append(f"  {verdict.message}")
         lines.extend(f"  {diff.summary()}" for diff in verdict.diffs)
+        if verdict.diagnosis:
+            lines.append(f"  diagnosis: {verdict.diagnosis[0].kind}: {verdict.diagnosis[0].headline}")
+        for diff in verdict.diffs:
+            lines.extend(f"    {line}" for line in _decoded(diff))
         lines.append(f"  reproduce: {options.command(report.case, verdict.stage)}")
-    if report.failure is not None and not report.diverged():
+    later = diverged[1:] if options.mode is Mode.CHAINED else []
+    if later:
+        stages = ", ".join(f"{BY_NAME[verdict.stage].label} (step {verdict.step})" for verdict in later)
+        lines.append(f"  {len(later)} later stage{'s' if len(later) > 1 else ''} diverge after it, reading what "
+                     f"it wrote: {stages}")
+    if report.failure is not None and not diverged:
         lines.append(f"  reproduce: {options.command(report.case, 'all')}")
+    return lines
+
+
+DECODED = 4  # record bytes and index rows a failure block decodes
+
+
+def _decoded(diff) -> list[str]:
+    """The first differing record bytes (decoded) or index rows (the slots that differ) of a tensor."""
+    lines = []
+    for entry in (diff.records or {}).get("bytes", [])[:DECODED]:
+        part = entry["field"] + (f" of block {entry['block']}" if "block" in entry else "")
+        part += f", d={entry['dim']}" if "dim" in entry else (f", d={entry['dims']}" if "dims" in entry else "")
+        lines.append(f"{diff.tensor} {entry['record']} byte {entry['byte']} ({part}): expected "
+                     f"0x{entry['expected_byte']:02x} = {entry['expected_value']}, actual 0x{entry['actual_byte']:02x}"
+                     f" = {entry['actual_value']}")
+    for entry in (diff.rows or {}).get("rows", [])[:DECODED]:
+        slots = [(k, e, a) for k, (e, a) in enumerate(zip(entry["expected"], entry["actual"])) if e != a]
+        shown = "; ".join(f"{diff.axes[-1]}={k}: {e} -> {a}" for k, e, a in slots[:8])
+        more = f"; {len(slots) - 8} more" if len(slots) > 8 else ""
+        lines.append(f"{diff.tensor} row {entry['row']}: {len(slots)} of {len(entry['expected'])} slots differ "
+                     f"(expected -> actual) {shown}{more}")
     return lines
 
 

@@ -11,6 +11,7 @@ import click
 from csa_conform.cli.common import boundary
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
+from csa_conform.html_report import render_html
 from csa_conform.report import junit_xml, merge_shards, merged_summary
 from csa_conform.results import load_results
 
@@ -22,11 +23,13 @@ from csa_conform.results import load_results
               help="Write the merged JSON summary here.")
 @click.option("--merged", "merged_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the one results document the shards of one run (--shard K/N) merge into.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write one self-contained HTML page: verdict matrix, error histograms, heatmaps, gap tables.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print the one-line summary.")
 @boundary
 def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, merged_path: Path | None,
-                   quiet: bool) -> ExitCode:
-    """Turn RESULTS (documents written by verify, diff, bisect or explain with --json;
+                   html_path: Path | None, quiet: bool) -> ExitCode:
+    """Turn RESULTS (documents written by verify, diff, bisect, explain or gap with --json;
     '-' reads stdin) into CI artefacts: one JUnit file and one JSON summary, however
     many documents are given. The shards of one run (diff --shard K/N) are first
     merged into the document the unsharded run writes. Exits 0 once written,
@@ -37,9 +40,10 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
       csa-conform diff --json > diff.json; csa-conform report diff.json --junit junit.xml
       csa-conform report shard-*.json --junit junit.xml --json summary.json
       csa-conform report shard-*.json --merged diff.json
+      csa-conform report verify.json gap.json --html report.html
     """
-    if junit is None and json_path is None and merged_path is None:
-        raise UsageError("nothing to write: give --junit FILE, --json FILE and/or --merged FILE")
+    if junit is None and json_path is None and merged_path is None and html_path is None:
+        raise UsageError("nothing to write: give --junit FILE, --json FILE, --merged FILE and/or --html FILE")
     documents = merge_shards([load_results(_read(source), source) for source in results])
     if merged_path is not None and len(documents) != 1:
         raise UsageError(f"--merged writes one run, but the documents given are {len(documents)} runs "
@@ -50,6 +54,8 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
         json_path.write_text(json.dumps(merged_summary(documents), indent=2) + "\n")
     if merged_path is not None:
         merged_path.write_text(json.dumps(documents[0], indent=2) + "\n")
+    if html_path is not None:
+        html_path.write_text(render_html(documents), encoding="utf-8")
     if not quiet:
         total = sum(document["summary"]["cases"] for document in documents)
         failed = sum(document["summary"]["failed"] for document in documents)

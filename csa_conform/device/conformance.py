@@ -15,10 +15,12 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from csa_conform.device.launches import RECORD_CACHES
-from csa_conform.device.modes import Mode
+from csa_conform.contract import validate_step
+from csa_conform.device.launches import RECORD_CACHES, kernel_of
+from csa_conform.device.modes import DEVICE, Mode
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
-from csa_conform.diff import TensorDiff, compare_payloads
+from csa_conform.diagnosis import Context, diagnose
+from csa_conform.diff import TensorDiff, compare_payloads, default_axes
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile, GoldenStep
@@ -44,6 +46,7 @@ class StepOutcome:
     expected_error: str | None = None
     failure_stage: str | None = None
     failure: str | None = None
+    inputs: dict[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -54,9 +57,12 @@ class StageVerdict:
     step: int | None = None
     message: str | None = None
     diffs: list[TensorDiff] = field(default_factory=list)
+    kernel: str | None = None  # 'module.cu:entry' that wrote the stage (None on the host)
+    diagnosis: list = field(default_factory=list)  # csa_conform.diagnosis findings of the first divergent step
 
     def to_dict(self) -> dict:
-        return {**vars(self), "diffs": [diff.to_dict() for diff in self.diffs]}
+        return {**vars(self), "diffs": [diff.to_dict() for diff in self.diffs],
+                "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
 
 
 @dataclass
@@ -143,7 +149,7 @@ def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | N
                               failure=f"this oracle rejects a step the golden file accepted: {error}")
             return
         previous = (step, result)
-        yield StepOutcome(index, expected, actual=result)
+        yield StepOutcome(index, expected, actual=result, inputs=step.inputs)
 
 
 def compare_step(outcome: StepOutcome, stages: Sequence[str], ulp: int = 0) -> list[TensorDiff]:
@@ -151,6 +157,18 @@ def compare_step(outcome: StepOutcome, stages: Sequence[str], ulp: int = 0) -> l
     expected = {stage: outcome.expected[stage] for stage in stages if stage in outcome.expected}
     actual = {stage: outcome.actual.stages.get(stage, {}) for stage in expected}
     return compare_payloads(expected, actual, ulp=ulp)
+
+
+def _diagnosis(info, outcome: StepOutcome, stage: str) -> list:
+    """The structural findings on a stage's first divergent step (without the oracle's trace)."""
+    expected, actual = outcome.expected.get(stage, {}), outcome.actual.stages.get(stage, {})
+    try:
+        geometry = validate_step(info.attrs, outcome.inputs or {}, info.output_names)
+    except (ContractError, KeyError):
+        geometry = None
+    axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
+            for tensor, array in expected.items()}
+    return diagnose(stage, expected, actual, axes, Context(stage, geometry, outcome.inputs or {}, outcome.expected))
 
 
 def first_divergence(outcomes: Iterable[StepOutcome], stages: Sequence[str], ulp: int = 0) -> dict | None:
@@ -230,6 +248,9 @@ def check_case(
             failing = [diff for diff in diffs if not diff.passed]
             if failing and verdict.status != DIVERGED:
                 verdict.status, verdict.step, verdict.diffs = DIVERGED, outcome.index, failing
+                if verdict.placement == DEVICE:
+                    verdict.kernel = kernel_of(stage, report.ratio, [diff.tensor for diff in failing])
+                verdict.diagnosis = _diagnosis(info, outcome, stage)
             elif verdict.status == NOT_COMPARED:
                 verdict.status = IDENTICAL
     return report

@@ -14,7 +14,7 @@ nothing from the step or the runner.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from csa_conform.contract import DENSE_WINDOW, StepGeometry
 from csa_conform.device.candidates import candidates_read_back
 from csa_conform.device.tensors import StepTensors
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
-from csa_conform.spec import BY_NAME, COMPRESSOR_INPUTS, Launch, ReadBack
+from csa_conform.spec import BY_NAME, COMPRESSOR_INPUTS, LAUNCHES, Launch, ReadBack
 
 ATTENTION_BLOCK = 256
 REPLICATE_BLOCK = 256
@@ -34,6 +34,7 @@ class LaunchSite(Protocol):
     g: StepGeometry
     t: StepTensors
     stages: dict[str, dict[str, np.ndarray]]
+    reference: Mapping[str, Mapping[str, np.ndarray]]
 
     def backend(self): ...
 
@@ -86,6 +87,16 @@ def reserved_caches(geometry: StepGeometry, capacity: int) -> dict[str, tuple[in
         reserved[stream.past_cache] = (geometry.past_records, capacity)
         reserved[stream.cache] = (geometry.next_records, capacity)
     return reserved
+
+
+def kernel_of(stage: str, ratio: int, tensors=()) -> str | None:
+    """'module.cu:entry' of the launch that writes the stage's tensors at this ratio (replicate writes
+    selection's selected_indices after index select wrote selected); None when no launch computes it."""
+    writers = [launch for launch in LAUNCHES if launch.ratio == ratio and stage in launch.stages]
+    if not writers:
+        return None
+    launch = writers[-1] if len(writers) > 1 and "selected_indices" in tensors else writers[0]
+    return f"{launch.module}.cu:{launch.entry}"
 
 
 def _ints(*values: int) -> tuple:
@@ -198,7 +209,8 @@ def attend(run: LaunchSite, launch: Launch) -> None:
     if run.on_device("candidate_assembly"):
         selection_rows = None if selected is None else backend.download(selected)[:, 0]
         run.stages["candidate_assembly"] = {
-            "candidates": candidates_read_back(g, row_scores, selection_rows, run.bias() if g.has_bias else None)
+            "candidates": candidates_read_back(g, row_scores, selection_rows, run.bias() if g.has_bias else None,
+                                               run.reference, run.t.host("query"), run.t.host("current_kv"))
         }
     if run.on_device("sparse_sink_softmax_attention"):
         run.t.put("Y", output)

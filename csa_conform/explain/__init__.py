@@ -1,14 +1,22 @@
-"""`explain`: the numeric cause of every divergence a device run shows.
+"""`explain`: the cause of every divergence a device run shows.
 
 Each divergent (case, step, stage) is first localized: the case is replayed
 isolated, so a stage is judged on the oracle's inputs and upstream noise is
 excluded (a stage that diverges only chained inherits it). For each isolated
-divergence the stage is re-run on the host with the inputs the kernel read,
-once per hypothesis (csa_conform.explain.hypotheses), and a hypothesis
-explains it when it reproduces the device payload bit for bit. Singles are
-tried first, then combinations of two, three and four distinct ingredients
-among the closest, and the smallest reproducing one is reported. The first divergent element
-gets its provenance (csa_conform.explain.element).
+divergence the pattern of the difference is diagnosed first
+(csa_conform.diagnosis: shifts, restrictions, never-written memory,
+permutations, scale exponents, constant factors); a structural pattern no
+numeric ingredient can produce ends there. Otherwise the stage is re-run on
+the host with the inputs the kernel read, once per hypothesis
+(csa_conform.explain.hypotheses), and a hypothesis explains it when it
+reproduces the device payload bit for bit. Singles are tried first, in
+order, and the first that reproduces ends the search; then combinations of
+two, three and four distinct ingredients among those that moved the result,
+and the smallest reproducing one is reported; ``closest`` is
+only a hypothesis that left fewer elements differing than the reference's own
+arithmetic. Every verdict names the kernel (module and entry) that wrote the
+stage, and the first divergent element gets its provenance
+(csa_conform.explain.element).
 """
 
 from __future__ import annotations
@@ -22,11 +30,19 @@ import numpy as np
 from csa_conform.contract import validate_step
 from csa_conform.device.conformance import CaseReport, check_case, compare_step, replay
 from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
+from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, SUB_STEP, Context, Finding, diagnose
+from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
-from csa_conform.explain.hypotheses import Hypothesis, stage_hypotheses
+from csa_conform.explain.hypotheses import (
+    SUB_STEPS,
+    Hypothesis,
+    stage_hypotheses,
+    structural_hypotheses,
+)
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
@@ -37,6 +53,8 @@ UNEXPLAINED = "unexplained"
 INHERITED = "inherited"
 COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
+# stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
+TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
 
 __all__ = ["EXPLAINED", "INHERITED", "UNEXPLAINED", "Explanation", "Trial", "explain_case", "explain_report"]
 
@@ -88,18 +106,33 @@ class Explanation:
     skipped: dict[str, str] = field(default_factory=dict)
     first: dict | None = None
     note: str = ""
+    diagnosis: list[Finding] = field(default_factory=list)
+    kernel: str | None = None
+    baseline: int = 0  # elements that differ under the reference's own arithmetic
 
     def headline(self) -> str:
         where = f"{self.case} step {self.step} {self.stage}"
+        if self.kernel:
+            where += f" [{self.kernel}]"
         if self.verdict == EXPLAINED and self.cause is not None:
             return (f"{where}: explained: {self.cause.name} — {self.cause.effect()}; "
                     f"reproduces {self.tensors()} bit for bit")
         if self.verdict == INHERITED:
             return f"{where}: inherited: {self.note}"
-        closest = "no hypothesis applies to this stage" if self.closest is None else (
-            f"closest: {self.closest.name}, {self.closest.mismatches:,} of {self.closest.elements:,} elements "
-            "still differ")
-        return f"{where}: unexplained{': ' + self.note if self.note else ''} ({closest})"
+        finding = self.diagnosis[0] if self.diagnosis else None
+        if finding is not None and finding.kind in STRUCTURAL and finding.decisive:
+            return f"{where}: {finding.kind}: {finding.headline} (structural: no numeric ingredient tried)"
+        pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
+            f": {self.note}" if self.note else "")
+        return f"{where}: unexplained{pattern} ({self.closest_text()})"
+
+    def closest_text(self) -> str:
+        if self.closest is not None:
+            return (f"closest: {self.closest.name} reduces the differing elements from {self.baseline:,} to "
+                    f"{self.closest.mismatches:,} of {self.closest.elements:,}")
+        if any(trial.rejected is None for trial in self.trials):
+            return "no numeric ingredient moves the result"
+        return "no numeric ingredient applies to this stage"
 
     def tensors(self) -> str:
         return ", ".join(line.split(":", 1)[0].split("/", 1)[-1] for line in self.summary) or "the payload"
@@ -107,6 +140,8 @@ class Explanation:
     def lines(self) -> list[str]:
         lines = [self.headline()]
         lines.extend(f"  {line}" for line in self.summary)
+        for finding in self.diagnosis[1:]:
+            lines.append(f"  also {finding.kind}: {finding.headline}")
         for key, reason in self.skipped.items():
             lines.append(f"  skipped {key}: {reason}")
         if self.first:
@@ -119,7 +154,8 @@ class Explanation:
                 "cause": None if self.cause is None else self.cause.to_dict(),
                 "closest": None if self.closest is None else self.closest.to_dict(),
                 "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
-                "first_element": self.first}
+                "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
+                "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
 
 
 def _value(value) -> str:
@@ -185,11 +221,18 @@ def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> Iterator[li
         yield group
 
 
-def _search(stage: str, g, inputs, upstream, target, device_libm) -> tuple[Trial | None, Trial | None, list[Trial]]:
+def _search(stage: str, g, inputs, upstream, target, device_libm,
+            baseline: int) -> tuple[Trial | None, Trial | None, list[Trial]]:
     """(cause, closest, every trial): singles, then the smallest combinations of the closest ingredients
-    (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together)."""
+    (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together). ``closest`` is the
+    trial with fewest mismatches among those with fewer than ``baseline`` (the reference's own), if any."""
     singles = stage_hypotheses(stage, device_libm)
-    trials = [_trial(hypothesis, stage, g, inputs, upstream, target) for hypothesis in singles]
+    trials = []
+    for hypothesis in singles:  # the first single that reproduces ends the search
+        trials.append(_trial(hypothesis, stage, g, inputs, upstream, target))
+        if trials[-1].reproduces:
+            break
+    singles = singles[:len(trials)]
     reproducing = [trial for trial in trials if trial.reproduces]
     for group in _combinations(singles, trials) if not reproducing else ():
         for members in group:
@@ -200,7 +243,7 @@ def _search(stage: str, g, inputs, upstream, target, device_libm) -> tuple[Trial
         reproducing = [trial for trial in trials if trial.reproduces]
         if reproducing:
             break
-    measured = [trial for trial in trials if trial.rejected is None]
+    measured = [trial for trial in trials if trial.rejected is None and trial.mismatches < baseline]
     closest = min(measured, key=lambda trial: trial.mismatches) if measured else None
     cause = min(reproducing, key=lambda trial: sum(changed for changed, _ in trial.changed.values()),
                 default=None) if reproducing else None
@@ -213,11 +256,12 @@ def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
         return None
     coords = tuple(int(i) for i in np.unravel_index(first.first["index"], first.shape))
     trace: dict = {}
-    try:
-        with using(Numerics(trace=trace)):
-            run_stage(stage, g, inputs, expected)
-    except ContractError:
-        trace = {}
+    if stage in TRACED_PROVENANCE:  # the block inputs of a record or query; other stages need no re-run
+        try:
+            with using(Numerics(trace=trace)):
+                run_stage(stage, g, inputs, expected)
+        except ContractError:
+            trace = {}
     return {"tensor": first.tensor, "coords": first.first["coords"],
             **element_provenance(stage, first.tensor, coords, g, inputs, expected, trace)}
 
@@ -226,7 +270,8 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
                  device_libm: Callable[[str], Callable] | None, skipped: dict[str, str]) -> Explanation:
     """Explain one isolated divergence of `stage` (its failing `diffs`)."""
     explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
-                              skipped=dict(skipped) if BY_NAME[stage].libm else {})
+                              skipped=dict(skipped) if BY_NAME[stage].libm else {},
+                              kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs]))
     target = actual[stage]
     upstream = consumed_upstream(stage, expected, actual)
     own = UPSTREAM_IN_LAUNCH.get(stage)
@@ -238,14 +283,64 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
                                 "the reference's arithmetic reproduces this stage bit for bit")
             explanation.trials = [inherited]
             return explanation
-    cause, closest, trials = _search(stage, g, inputs, upstream, target, device_libm)
+    explanation.baseline = mismatches(expected[stage], target)[0]
+    explanation.diagnosis = _diagnose(stage, g, inputs, expected, target, upstream)
+    explanation.first = _first_element(stage, diffs, g, inputs, expected)
+    if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
+        return explanation
+    if _sub_step(explanation, g, inputs, upstream, target):
+        return explanation
+    cause, closest, trials = _search(stage, g, inputs, upstream, target, device_libm, explanation.baseline)
     explanation.trials, explanation.closest = trials, closest
     if cause is not None:
         explanation.verdict, explanation.cause = EXPLAINED, cause
     elif not trials:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
-    explanation.first = _first_element(stage, diffs, g, inputs, expected)
     return explanation
+
+
+def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:
+    """Try each sub-step of the stage done another way (csa_conform.explain.hypotheses.structural_hypotheses);
+    one that reproduces the device names the first sub-step that differs, and is the cause."""
+    stage = explanation.stage
+    for hypothesis in structural_hypotheses(stage, g.ratio):
+        trial = _trial(hypothesis, stage, g, inputs, upstream, target)
+        explanation.trials.append(trial)
+        if not trial.reproduces:
+            continue
+        explanation.verdict, explanation.cause = EXPLAINED, trial
+        order = " → ".join(SUB_STEPS.get(stage, ()))
+        evidence = {"sub_step": hypothesis.sub_step, "variant": hypothesis.name, "trial": hypothesis.key,
+                    "sub_steps": list(SUB_STEPS.get(stage, ()))}
+        if hypothesis.bf16:
+            kind, headline = ROUNDING_CONVENTION, (f"the kernel's {hypothesis.name}: {trial.effect()}; the re-run "
+                                                  "reproduces the device bit for bit")
+            evidence["convention"] = hypothesis.name
+        else:
+            kind, headline = SUB_STEP, (f"the first sub-step that differs is {hypothesis.sub_step} ({order}): "
+                                        f"the device's bytes are the reference's with {hypothesis.name}, every "
+                                        "other sub-step as the reference does it")
+        explanation.diagnosis.insert(0, Finding(kind, stage, explanation.tensors(), headline, explanation.baseline,
+                                                explanation.baseline, evidence))
+        return True
+    return False
+
+
+def _diagnose(stage: str, g, inputs, expected, target, upstream) -> list[Finding]:
+    """The structural findings on the stage's diverged tensors (csa_conform.diagnosis)."""
+    def tracer() -> dict:
+        trace: dict = {}
+        try:
+            with using(Numerics(trace=trace)):
+                run_stage(stage, g, inputs, upstream)
+        except ContractError:
+            return {}
+        return trace
+
+    reference = expected[stage]
+    axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
+            for tensor, array in reference.items()}
+    return diagnose(stage, reference, target, axes, Context(stage, g, inputs, expected, tracer))
 
 
 def _device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None, str | None]:
@@ -305,6 +400,7 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                 case, verdict.step if verdict.step is not None else -1, verdict.stage, INHERITED,
                 [diff.summary() for diff in verdict.diffs],
                 note="diverges only chained: the isolated re-run, on the oracle's inputs, is bit-exact, so the "
-                     "difference comes from device stages upstream or from earlier steps"))
+                     "difference comes from device stages upstream or from earlier steps",
+                kernel=kernel_of(verdict.stage, chained.ratio, [diff.tensor for diff in verdict.diffs])))
     return explanations
 

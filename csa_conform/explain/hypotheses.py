@@ -7,18 +7,18 @@ function rounded once (what a kernel writing `(float)exp((double)x)` gets),
 both evaluated on the GPU on the same arguments; fused multiply-adds in the reductions
 (acc = fma(a, b, acc) in the same order) or in the a*b±c*d pairs of the
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
-exponent from the device's log2f. Each stage is tried only with the
-ingredients it contains (its ``libm`` and ``fusions`` in csa_conform.spec).
+exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
+zero, truncation). Each stage is tried only with the ingredients it contains (its ``libm`` and
+``fusions`` in csa_conform.spec).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 
+from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
     PAIRS_FIRST,
@@ -30,6 +30,10 @@ from csa_conform.numerics.variant import (
 )
 from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
+# Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
+BF16_STAGES = ("compression_update", "index_key_update", "index_query_finalize")
+BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even)",
+                    "truncate": "bf16 by truncation (rounding toward zero)"}
 
 FUSION_NAMES = {
     ACCUMULATE: "FMA accumulation (acc = fma(a, b, acc), same order)",
@@ -38,48 +42,6 @@ FUSION_NAMES = {
     SUMS_FIRST: "a*b+c*d (sums only) contracted as fma(a, b, c*d)",
     SUMS_SECOND: "a*b+c*d (sums only) contracted as fma(c, d, a*b)",
 }
-
-
-def _guarded(function: Callable[..., float]) -> Callable[..., float]:
-    def evaluate(*args: float) -> float:
-        try:
-            return function(*args)
-        except OverflowError:
-            return math.inf
-        except ValueError:
-            return math.nan
-    return evaluate
-
-
-def _exp(x: float) -> float:
-    return 0.0 if x == -math.inf else _guarded(math.exp)(x)
-
-
-def _log2(x: float) -> float:
-    if x == 0:
-        return -math.inf
-    return math.inf if x == math.inf else _guarded(math.log2)(x)
-
-
-def _pow(x: float, y: float) -> float:
-    return float(np.power(np.float64(x), np.float64(y))) if not (math.isfinite(x) and math.isfinite(y)) else \
-        _guarded(math.pow)(x, y)
-
-
-_DOUBLE = {"expf": _exp, "sinf": _guarded(math.sin), "cosf": _guarded(math.cos), "log2f": _log2, "powf": _pow}
-
-
-def correctly_rounded(name: str) -> Callable:
-    """(float)f((double)x) with the host's double libm (glibc), elementwise over binary32 arrays."""
-    scalar = _DOUBLE[name]
-    arity = 2 if name == "powf" else 1
-    universal = np.frompyfunc(lambda *args: scalar(*(float(arg) for arg in args)), arity, 1)
-
-    def evaluate(*args):
-        arrays = [np.asarray(arg, dtype=np.float32) for arg in args]
-        with np.errstate(all="ignore"):
-            return np.asarray(universal(*arrays), dtype=np.float64).astype(np.float32)
-    return evaluate
 
 
 @dataclass(frozen=True)
@@ -92,13 +54,19 @@ class Hypothesis:
     block_scale: Callable | None = None
     fused: frozenset[str] = frozenset()
     ftz: bool = False
+    bf16: str | None = None
+    rope_shift: int = 0
+    rope_split_halves: bool = False
+    sub_step: str = ""  # for a structural hypothesis: the sub-step of the stage it changes
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
-        return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace)
+        return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
+                        self.rope_shift, self.rope_split_halves)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
-                          self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz)
+                          self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz,
+                          self.bf16 or other.bf16)
 
 
 def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
@@ -124,4 +92,30 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
         found.append(Hypothesis(f"fma:{fused}", FUSION_NAMES[fused], fused=frozenset({fused})))
     if stage in FLOAT_STAGES:
         found.append(Hypothesis("ftz", "flush-to-zero of subnormal inputs and results", ftz=True))
+    return found
+
+
+# The sub-steps of the multi-step stages, in order; a structural hypothesis changes one of them.
+SUB_STEPS = {
+    "compression_update": ("pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"),
+    "index_key_update": ("pool", "bf16", "RMSNorm", "RoPE", "Hadamard", "FP4 block quantization"),
+    "index_query_finalize": ("bf16", "RoPE", "Hadamard", "FP4 round trip"),
+}
+
+
+def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
+    """One sub-step of a multi-step stage done another way: a bf16 rounding convention, RoPE at the
+    wrong position (the block's last position for a record, one off) or with the split-halves pair layout."""
+    found = []
+    if stage in BF16_STAGES:
+        for convention, name in BF16_CONVENTIONS.items():
+            found.append(Hypothesis(f"bf16:{convention}", name, bf16=convention, sub_step="bf16"))
+    if stage in SUB_STEPS:
+        shifts = {1: "RoPE at the next position (position+1)", -1: "RoPE at the previous position (position-1)"}
+        if stage != "index_query_finalize":
+            shifts = {ratio - 1: "RoPE at the block's last position instead of its first", **shifts}
+        for shift, name in shifts.items():
+            found.append(Hypothesis(f"rope:position{shift:+d}", name, rope_shift=shift, sub_step="RoPE"))
+        found.append(Hypothesis("rope:split-halves", "RoPE pairs (d, d+rope_dim/2) instead of (2i, 2i+1)",
+                                rope_split_halves=True, sub_step="RoPE"))
     return found

@@ -2,11 +2,18 @@
 
 Round-to-nearest-even on the binary32 bit pattern; a NaN keeps its sign and
 top mantissa bits and gets the quiet bit, so it never rounds into infinity.
+A numerics variant may name another convention (ties away from zero,
+truncation), which is how explain recognises a kernel that rounds so.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from csa_conform.numerics import variant
+
+# convention -> what is added to the binary32 pattern before the top 16 bits are kept
+CONVENTIONS = {"ties-away": 0x8000, "truncate": 0}
 
 
 def bf16_bits(x) -> np.ndarray:
@@ -17,6 +24,11 @@ def bf16_bits(x) -> np.ndarray:
     rounded += bits
     rounded += np.uint32(0x7FFF)
     rounded >>= np.uint32(16)
+    convention = variant.active().bf16_rounding
+    if convention is not None:
+        swapped = (bits.astype(np.uint64) + np.uint64(CONVENTIONS[convention])) >> np.uint64(16)
+        variant.active().count_bf16(rounded, swapped.astype(np.uint32))
+        rounded = swapped.astype(np.uint32)
     is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     if is_nan.any():
         rounded[is_nan] = (bits[is_nan] >> np.uint32(16)) | np.uint32(0x40)

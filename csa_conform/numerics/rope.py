@@ -38,13 +38,16 @@ def compressed_rope(tail, positions) -> np.ndarray:
         return tail.copy()
     if width % 2:
         raise ContractError(f"{OP}: compressed RoPE tail width must be even")
-    position = np.asarray(positions).astype(np.float32)[..., None]
-    angle = position * rope_frequencies(width)
     numerics = variant.active()
+    position = (np.asarray(positions).astype(np.int64) + numerics.rope_shift).astype(np.float32)[..., None]
+    angle = position * rope_frequencies(width)
     numerics.record("rope angle", np.broadcast_to(angle, angle.shape))
     sin, cos = numerics.sinf(angle), numerics.cosf(angle)
-    real, imaginary = tail[..., 0::2], tail[..., 1::2]
+    # (2i, 2i+1) pairs; a variant may pair (i, i + width/2) instead (the split-halves layout)
+    first, second = (slice(0, width // 2), slice(width // 2, width)) if numerics.rope_split_halves else (
+        slice(0, None, 2), slice(1, None, 2))
+    real, imaginary = tail[..., first], tail[..., second]
     rotated = np.empty(np.broadcast_shapes(tail.shape, angle.shape[:-1] + (width,)), dtype=np.float32)
-    rotated[..., 0::2] = bf16_round(numerics.pair(real, cos, imaginary, sin, -1))
-    rotated[..., 1::2] = bf16_round(numerics.pair(real, sin, imaginary, cos, +1))
+    rotated[..., first] = bf16_round(numerics.pair(real, cos, imaginary, sin, -1))
+    rotated[..., second] = bf16_round(numerics.pair(real, sin, imaginary, cos, +1))
     return rotated

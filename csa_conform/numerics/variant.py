@@ -82,10 +82,18 @@ class Numerics:
     ftz: bool = False
     tallies: dict[str, Tally] | None = None
     trace: dict[str, list] | None = None
+    bf16_rounding: str | None = None  # a convention of csa_conform.numerics.bf16.CONVENTIONS
+    rope_shift: int = 0  # positions added to every RoPE position (a port rotating at the wrong position)
+    rope_split_halves: bool = False  # RoPE pairs (d, d + width/2) instead of (2i, 2i+1)
 
     @property
     def is_reference(self) -> bool:
-        return not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
+        return (not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
+                and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves)
+
+    def count_bf16(self, reference, swapped) -> None:
+        """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""
+        self._count("bf16 rounding", np.asarray(reference, np.uint32), np.asarray(swapped, np.uint32))
 
     def _count(self, name: str, reference, swapped) -> None:
         if self.tallies is not None:

@@ -1,0 +1,118 @@
+"""Each structural detector on payloads built to show its pattern, and on patterns it must not claim."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.diagnosis import (
+    CONSTANT_FACTOR,
+    INDEX_SHIFT,
+    KINDS,
+    NEVER_WRITTEN,
+    PERMUTATION,
+    RESTRICTED,
+    SCALE_EXPONENT,
+    STALE,
+    Context,
+    diagnose,
+    spans,
+)
+from csa_conform.diagnosis.factor import simple_form
+
+RNG = np.random.default_rng(16)
+
+
+def _kinds(stage, tensor, expected, actual, axes, context=None):
+    findings = diagnose(stage, {tensor: expected}, {tensor: actual}, {tensor: axes}, context or Context(stage))
+    return findings
+
+
+def test_spans_compacts_ranges():
+    assert spans([0, 1, 2, 3, 7, 9, 10, 11, 12]) == "0..3, 7, 9..12"
+
+
+def test_never_written_finds_the_poison_and_where_it_is():
+    expected = RNG.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    actual = expected.copy()
+    actual[0, 5:] = np.frombuffer(b"\xa5" * 4, np.float32)[0]
+    finding = _kinds("compression_update", "present_compression_carry", expected, actual, ("b", "slot", "ch", "d"))[0]
+    assert finding.kind == NEVER_WRITTEN and finding.decisive
+    assert finding.evidence["poisoned"] == 3 * 2 * 16 and finding.evidence["where"] == {"slot": "5..7"}
+
+
+def test_stale_finds_past_values_copied_through():
+    past = RNG.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    expected = past + np.float32(1)
+    actual = expected.copy()
+    actual[0, :4] = past[0, :4]
+    context = Context("compression_update", inputs={"past_compression_carry": past})
+    finding = _kinds("compression_update", "present_compression_carry", expected, actual, ("b", "slot", "ch", "d"),
+                     context)[0]
+    assert finding.kind == STALE and finding.evidence == {"source": "past_compression_carry", "kept": 4 * 32,
+                                                          "where": {"slot": "0..3"}}
+
+
+def test_permutations_nibbles_pairs_reversal():
+    codes = RNG.integers(0, 256, (1, 2, 68), dtype=np.uint8)
+    swapped = ((codes >> 4) | (codes << 4)).astype(np.uint8)
+    finding = _kinds("index_key_update", "present_index_key", codes, swapped, ("b", "r", "byte"))[0]
+    assert finding.kind == PERMUTATION and finding.evidence["pattern"] == "nibbles swapped"
+    values = RNG.standard_normal((2, 3, 128)).astype(np.float32)
+    pairs = values.reshape(2, 3, 64, 2)[..., ::-1].reshape(values.shape)
+    assert _kinds("index_query_finalize", "transformed", values, pairs, ("b", "s", "d"))[0].evidence["pattern"] == \
+        "pairs swapped"
+    ids = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    finding = _kinds("selection", "selected", ids, ids[..., ::-1].copy(), ("b", "s", "k"))[0]
+    assert finding.kind == PERMUTATION and finding.evidence["pattern"] == "row reversed"
+
+
+def test_a_flush_to_zero_is_no_permutation():
+    values = np.array([[1e-40, 0.0, 2.0, 3.0]], np.float32)
+    flushed = np.array([[0.0, 0.0, 2.0, 3.0]], np.float32)
+    assert all(finding.kind != PERMUTATION for finding in _kinds("x", "t", values, flushed, ("s", "d")))
+
+
+def test_index_shift_names_axis_and_offset():
+    ids = (100 + np.arange(2 * 16)).reshape(2, 16).astype(np.int32)
+    early = ids - 1
+    finding = _kinds("candidate_assembly", "candidates", ids, early, ("s", "c"))[0]
+    assert finding.kind == INDEX_SHIFT and finding.evidence["axis"] == "c" and finding.evidence["shift"] == -1
+    assert "device c=k holds the reference's c=k-1" in finding.headline
+
+
+def test_constant_factor_names_a_simple_form_and_ignores_rounding_noise():
+    values = RNG.standard_normal((2, 8)).astype(np.float32)
+    scaled = (values * np.float32(1 / np.sqrt(2))).astype(np.float32)
+    finding = _kinds("index_scoring", "scores", values, scaled, ("s", "c"))[0]
+    assert finding.kind == CONSTANT_FACTOR and finding.evidence["form"] == "1/sqrt(2)"
+    noisy = np.nextafter(values, np.float32(np.inf))
+    assert all(finding.kind != CONSTANT_FACTOR for finding in _kinds("x", "scores", values, noisy, ("s", "c")))
+    assert simple_form(3.0, Context("x")) is None
+
+
+def test_scale_exponent_counts_blocks_and_steps():
+    expected = RNG.integers(0, 100, (1, 1, 583), dtype=np.uint8)
+    actual = expected.copy()
+    for block in (1, 4):
+        actual[0, 0, 65 * block] += 1
+        actual[0, 0, 65 * block + 1: 65 * block + 65] //= 2
+    finding = _kinds("compression_update", "present_compressed_kv", expected, actual, ("b", "r", "byte"))[0]
+    assert finding.kind == SCALE_EXPONENT and finding.evidence["blocks"] == 2 and finding.evidence["steps"] == [1]
+
+
+def test_restricted_names_batch_rows_and_the_device_value():
+    expected = RNG.standard_normal((3, 2, 4)).astype(np.float32)
+    actual = expected.copy()
+    actual[1:, 1, 2] = -np.inf
+    finding = next(f for f in _kinds("x", "scores", expected, actual, ("b", "s", "c")) if f.kind == RESTRICTED)
+    assert any(p.startswith("batch rows b >= 1") for p in finding.evidence["predicates"])
+    assert finding.evidence["value"] == "-inf" and finding.evidence["where"] == {"b": "1..2", "s": "1", "c": "2"}
+
+
+def test_kinds_are_documented_and_in_the_schema():
+    from pathlib import Path
+    from csa_conform.results import schema
+
+    text = (Path(__file__).resolve().parents[2] / "specs" / "diagnosis.md").read_text()
+    assert all(f"| `{kind}` |" in text for kind in KINDS)
+    assert schema()["$defs"]["finding"]["properties"]["kind"]["enum"] == list(KINDS)

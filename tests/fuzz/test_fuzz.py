@@ -1,0 +1,67 @@
+"""`csa-conform fuzz` on the host emulation: it finds a bug the ci suite catches in few cases, shrinks
+it, writes a golden file that reproduces it (and passes with the built-in kernels), replays from its
+example database, and exits 0 when the budget runs out without a divergence."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from csa_conform.cli import main
+from csa_conform.exitcodes import ExitCode
+from csa_conform.golden import GoldenFile
+from csa_conform.verify import verify_case
+from thin_mutants import THIN_MUTANTS
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "kernels"
+SINK = next(mutant for mutant in THIN_MUTANTS if mutant.name == "sink_inside_the_max")
+
+pytestmark = pytest.mark.usefixtures("emulated_cuda")
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(arg) for arg in args])
+
+
+def test_a_thinly_covered_bug_is_found_shrunk_written_and_replayed(tmp_path):
+    kernels = SINK.apply(KERNELS, tmp_path / "kernels")
+    found, database = tmp_path / "found.h5", tmp_path / "examples"
+    result = _run("fuzz", "--kernels", kernels, "--budget-s", 60, "--database", database, "-o", found)
+    assert result.exit_code == ExitCode.DIVERGED, result.output
+    assert "fuzz: divergence at sparse_sink_softmax_attention/" in result.stdout
+    assert re.search(r"^  case: ratio \d+; .*; sink shift [-+]\d+$", result.stdout, re.MULTILINE)
+    assert f"reproduce: csa-conform diff {found} --stage all --mode chained --case fuzz.case --kernels {kernels}" \
+        in result.stdout
+    assert f"replay the search: csa-conform fuzz --kernels {kernels} --budget-s 60 --database {database}" \
+        in result.stdout
+    with GoldenFile(found) as golden:
+        assert golden.case_ids() == ["fuzz.case"] and verify_case(golden, "fuzz.case").passed
+    assert _run("diff", found, "--kernels", kernels, "-q").exit_code == ExitCode.DIVERGED
+    assert _run("diff", found, "-q").exit_code == ExitCode.OK
+    again = _run("fuzz", "--kernels", kernels, "--budget-s", 60, "--database", database, "-o", found, "--force")
+    assert again.exit_code == ExitCode.DIVERGED
+    replayed = int(re.search(r"after (\d+) valid cases", again.stdout).group(1))
+    assert replayed <= 3, again.stdout  # the database's failures come first
+
+
+def test_a_seed_draws_the_same_cases(tmp_path):
+    kernels = SINK.apply(KERNELS, tmp_path / "kernels")
+    runs = [_run("fuzz", "--kernels", kernels, "--budget-s", 60, "--seed", 3, "-o", tmp_path / f"{n}.h5", "-q")
+            for n in range(2)]
+    assert [run.exit_code for run in runs] == [ExitCode.DIVERGED] * 2
+    assert runs[0].stdout.splitlines()[1] == runs[1].stdout.splitlines()[1]  # the same smallest case
+    first, second = (re.sub(r"in \d+ s", "", run.stdout.splitlines()[0]) for run in runs)
+    assert first == second
+
+
+def test_no_divergence_within_the_budget_exits_0_and_writes_nothing(tmp_path):
+    found = tmp_path / "found.h5"
+    result = _run("fuzz", "--budget-s", 3, "--database", tmp_path / "examples", "-o", found, "-q")
+    assert result.exit_code == ExitCode.OK, result.output
+    assert re.fullmatch(r"fuzz: no divergence in \d+ valid cases \(\d+ drawn\) in \d+ s; database \S+\n",
+                        result.stdout)
+    assert not found.exists()

@@ -1,0 +1,83 @@
+"""Porting bugs get a diagnosis naming their kind at their first divergent stage, with the evidence that
+says which bug it is, and no numeric cause they do not involve. Emulated on the host."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.device.conformance import check_case
+from csa_conform.device.modes import STAGES
+from csa_conform.diagnosis import KINDS, STRUCTURAL
+from csa_conform.explain import EXPLAINED, INHERITED, explain_case
+from csa_conform.golden import GoldenFile
+from diagnosis_mutants import DIAGNOSED
+
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
+
+
+def _holds(finding, evidence: dict) -> None:
+    """The facts a mutant's evidence names, checked against the finding's evidence."""
+    found = finding.evidence
+    if "shift" in evidence:
+        assert found["shift"] == evidence["shift"] and found["matched"] >= 0.9 * found["considered"]
+    if "value" in evidence:
+        assert found["value"] == evidence["value"]
+    if evidence.get("axis") == "b":
+        assert any(predicate.startswith("batch rows b >= 1") for predicate in found["predicates"])
+    if evidence.get("axis") == "d":
+        assert any(predicate.startswith("the RoPE tail") for predicate in found["predicates"])
+    if "predicate" in evidence:
+        assert any("sink > row max" in predicate for predicate in found["predicates"])
+    if "pattern" in evidence:
+        assert found["pattern"] == evidence["pattern"]
+    if "steps" in evidence:
+        assert found["steps"] == [evidence["steps"]]
+        assert found["power_of_two"] == found["blocks"] == found["power_of_two_blocks"] > 0
+
+
+def test_every_diagnosis_kind_but_the_reserved_one_has_a_mutant():
+    kinds = {mutant.kind for mutant in DIAGNOSED}
+    assert kinds <= set(KINDS)
+    assert set(KINDS) - kinds == {"stale"}  # stale: tests/explain/test_diagnosis.py
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("bug", DIAGNOSED, ids=lambda bug: bug.name)
+def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path):
+    kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
+    with GoldenFile(CI_GOLDENS) as golden:
+        cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.mutant.cases)]
+        assert cases
+        chained = [check_case(golden, case, DeviceRunner(kernels), STAGES) for case in cases]
+        first = {next(stage for stage in STAGES if report.stages[stage].status == "diverged")
+                 for report in chained if not report.passed}
+        assert first == {bug.mutant.stage}, f"{bug.name} first diverges at {first}"
+        explanations = [explanation for case, report in zip(cases, chained) if not report.passed
+                        for explanation in explain_case(golden, case, kernels)]
+    located = [e for e in explanations if e.stage == bug.mutant.stage and e.verdict != INHERITED]
+    assert located, f"{bug.name}: no isolated divergence at {bug.mutant.stage}"
+    for explanation in located:
+        assert explanation.diagnosis, explanation.headline()
+        finding = explanation.diagnosis[0]
+        assert finding.kind == bug.kind, explanation.headline()
+        if finding.kind in ("rounding-convention", "sub-step"):
+            assert explanation.verdict == EXPLAINED and explanation.cause.key == finding.evidence["trial"]
+            assert all(finding.evidence[key] == value for key, value in bug.evidence.items())
+            assert finding.evidence["variant"] in explanation.headline()
+            continue
+        assert finding.decisive and finding.headline in explanation.headline()
+        _holds(finding, bug.evidence)
+        assert explanation.kernel and explanation.kernel.split(".cu:")[0] in {
+            Path(bug.mutant.file).stem, "csa_ratio4_main_compression", "csa_ratio128_compression",
+            "csa_ratio4_index_compression", "csa_ratio4_index_select", "csa_ratio4_attention",
+            "csa_ratio128_attention"}
+        assert explanation.verdict != EXPLAINED, "a porting bug must not get a numeric cause"
+        if finding.kind in STRUCTURAL:
+            assert not explanation.trials and explanation.closest is None
+        elif explanation.closest is not None:
+            assert explanation.closest.mismatches < explanation.baseline
