@@ -37,6 +37,7 @@ from csa_conform.results import (
     stage_entry,
     step_entry,
 )
+from csa_conform.terminal import escaped
 
 
 def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions, runner, steps: int,
@@ -58,7 +59,7 @@ def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOpti
 
 
 def _describe(case: str, steps: int, found: dict, isolated: list[str], options: DiffOptions) -> list[str]:
-    lines = [f"case {case}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"]
+    lines = [f"case {escaped(case)}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"]
     if "message" in found:
         lines.append(f"  {found['message']}")
     else:
@@ -152,5 +153,5 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
         click.echo(f"case {case}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
                    "was computed and there is nothing to compare")
     else:
-        click.echo(f"case {case}: {steps} steps, no divergence (chained, every stage)")
+        click.echo(f"case {escaped(case)}: {steps} steps, no divergence (chained, every stage)")
     return code

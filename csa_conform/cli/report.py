@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
+from csa_conform.atomic import refuse_special_target, write_atomically
+from csa_conform.bounded_json import read_text
 from csa_conform.cli.common import boundary
+from csa_conform.cli.output import stdin_closed
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.html_report import render_html
@@ -44,28 +46,25 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
     """
     if junit is None and json_path is None and merged_path is None and html_path is None:
         raise UsageError("nothing to write: give --junit FILE, --json FILE, --merged FILE and/or --html FILE")
-    documents = merge_shards([load_results(_read(source), source) for source in results])
+    outputs = [path for path in (junit, json_path, merged_path, html_path) if path is not None]
+    for path in outputs:
+        refuse_special_target(path)
+    documents = merge_shards([load_results(read_text(source, stdin_closed=stdin_closed()), source)
+                              for source in results])
     if merged_path is not None and len(documents) != 1:
         raise UsageError(f"--merged writes one run, but the documents given are {len(documents)} runs "
                          "(only the shards of one run merge)")
     if junit is not None:
-        junit.write_text(junit_xml(documents))
+        write_atomically(junit, junit_xml(documents).encode("utf-8"))
     if json_path is not None:
-        json_path.write_text(json.dumps(merged_summary(documents), indent=2) + "\n")
+        write_atomically(json_path, (json.dumps(merged_summary(documents), indent=2) + "\n").encode("utf-8"))
     if merged_path is not None:
-        merged_path.write_text(json.dumps(documents[0], indent=2) + "\n")
+        write_atomically(merged_path, (json.dumps(documents[0], indent=2) + "\n").encode("utf-8"))
     if html_path is not None:
-        html_path.write_text(render_html(documents), encoding="utf-8")
+        write_atomically(html_path, render_html(documents).encode("utf-8"))
     if not quiet:
         total = sum(document["summary"]["cases"] for document in documents)
         failed = sum(document["summary"]["failed"] for document in documents)
         click.echo(f"report: {len(documents)} runs, {total} cases, {failed} failed")
     return ExitCode.OK
 
-
-def _read(source: str) -> str:
-    raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{source}: not UTF-8 text (byte {error.start})") from None

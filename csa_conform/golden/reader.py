@@ -129,6 +129,18 @@ class GoldenFile:
             description=info.description,
         )
 
+    def case_bytes(self, case_id: str) -> int:
+        """Bytes of the case's distinct datasets as declared (what verifying it holds in memory), unread."""
+        case = self._case(case_id)
+        pairs = [pair for step in case.steps for pair in step.tensors.values() if pair[1] is not None]
+        if case.history is not None:
+            pairs.append(case.history)
+        sizes = {}
+        for entry, dataset in pairs:
+            with self._file.guard(dataset.name):
+                sizes[h5py.h5o.get_info(dataset.id).addr] = entry.nbytes
+        return sum(sizes.values())
+
     def verify_case_checksums(self, case_id: str) -> int:
         """Check every dataset of a case once (kv history and hard links included); returns the count."""
         case = self._case(case_id)

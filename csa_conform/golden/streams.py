@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 
 from csa_conform.contract import INPUT_NAMES
+from csa_conform.contract.attributes import FLOAT_ATTRIBUTES
 from csa_conform.errors import GoldenFormatError, GoldenIntegrityError
 from csa_conform.golden.digest import case_digest
 from csa_conform.golden.layout import CASE_DIGEST, KV_HISTORY, STEP_GROUPS, WINDOW, CaseInfo, TensorEntry
@@ -20,6 +21,7 @@ from csa_conform.golden.validation import CheckedFile
 
 MAX_BATCH = 1 << 10
 MAX_ROWS = 1 << 24
+INT64_BOUND = 2.0**63
 _INPUT_RANK = {name: rank for rank, name in enumerate(INPUT_NAMES)}
 
 
@@ -51,11 +53,16 @@ class CaseIndexer:
 
     def index_case(self, case_id: str, where: str) -> CaseIndex:
         group = self.file.member(self.file.handle["cases"], case_id, h5py.Group)
-        attrs = self.file.json_attr(group, "attrs_json", where)
+        attrs = self.file.json_attr(group, "attrs_json", where, non_finite=True)
         if not isinstance(attrs, dict) or not all(
             isinstance(value, (int, float, str)) for value in attrs.values()
         ):
             raise GoldenFormatError(f"{self.file.path}: {where}: attrs_json must be an object of numbers and strings")
+        for key, value in attrs.items():
+            # Every node attribute but the float ones is an int64: 1e30 there is no integer it could read as.
+            if isinstance(value, float) and key not in FLOAT_ATTRIBUTES and not abs(value) < INT64_BOUND:
+                raise GoldenFormatError(f"{self.file.path}: {where}: attrs_json: attribute {key} = {value!r} "
+                                        "is outside int64")
         output_names = self.file.json_attr(group, "output_names_json", where)
         if not isinstance(output_names, list) or not all(isinstance(name, str) for name in output_names):
             raise GoldenFormatError(f"{self.file.path}: {where}: output_names_json must be a list of strings")

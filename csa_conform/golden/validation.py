@@ -9,7 +9,6 @@ the file and the object (specs/golden-file.md).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -19,15 +18,18 @@ from typing import Iterator
 import h5py
 import numpy as np
 
+from csa_conform import bounded_json
 from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError, GoldenIntegrityError
 from csa_conform.golden.digest import array_sha256, manifest_digest
 from csa_conform.golden.layout import CASE_DIGEST, FORMAT, MANIFEST_DIGEST, READABLE_SCHEMAS, SCHEMA_VERSION, TensorEntry
+from csa_conform.memory import allocate
 
 # Deflate cannot expand data more than 1032-fold; a dataset claiming more is not what it says.
 DEFLATE_MAX_RATIO = 1100
 ALLOWED_FILTERS = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32, 32000}
 COMPRESSING_FILTERS = {h5py.h5z.FILTER_DEFLATE, 32000}
 MAX_TEXT_BYTES = 1 << 20
+MAX_GROUP_DEPTH = 16
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 # What h5py raises when the bytes under it are damaged (heaps, headers, B-trees, filters).
 DAMAGE = (
@@ -42,6 +44,7 @@ class CheckedFile:
     def __init__(self, path: str):
         self.path = path
         require_regular_file(path)
+        refuse_appended_bytes(path)
         try:
             self.handle = h5py.File(path, "r")
         except DAMAGE as error:
@@ -64,10 +67,34 @@ class CheckedFile:
             raise GoldenFormatError(f"{self.path}: {where}: damaged or unreadable ({problem})") from None
 
     def traverse(self) -> None:
-        """Visit every object once, so damage in headers no command reads is still reported."""
+        """Visit every object once, so damage in headers no command reads is still reported.
+
+        Iterative and bounded in depth (MAX_GROUP_DEPTH): HDF5's own visit builds every object's
+        full path, which for a chain of 20,000 nested groups never ends.
+        """
         visited = ["/"]
+        pending = [(self.handle.id, "", 0)]
         try:
-            h5py.h5o.visit(self.handle.id, lambda name: visited.append(name.decode("utf-8", "replace")))
+            seen = {h5py.h5o.get_info(self.handle.id).addr}
+            while pending:
+                group, where, depth = pending.pop()
+                for raw in group.__iter__():
+                    if group.links.get_info(raw).type != h5py.h5l.TYPE_HARD:
+                        continue
+                    child = h5py.h5o.open(group, raw)
+                    address = h5py.h5o.get_info(child).addr
+                    if address in seen:
+                        continue
+                    seen.add(address)
+                    path = f"{where}/{raw.decode('utf-8', 'replace')}"
+                    visited.append(path)
+                    if isinstance(child, h5py.h5g.GroupID):
+                        if depth + 1 > MAX_GROUP_DEPTH:
+                            raise GoldenFormatError(
+                                f"{self.path}: groups nested deeper than {MAX_GROUP_DEPTH} levels under "
+                                f"{path[:120]}… (the golden layout has 6)"
+                            )
+                        pending.append((child, path, depth + 1))
         except DAMAGE as error:
             problem = f"{type(error).__name__}: {first_line(error)}"
             raise GoldenFormatError(
@@ -168,26 +195,28 @@ class CheckedFile:
         value = obj.attrs[name]
         if isinstance(value, np.ndarray) and value.shape == ():
             value = value[()]
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
-        if not isinstance(value, str):
+        if isinstance(value, str):
+            value = value.encode("utf-8", errors="surrogatepass")
+        if not isinstance(value, bytes):
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not text")
+        # The limit is on the stored UTF-8 bytes (a character can take four).
         if len(value) > MAX_TEXT_BYTES:
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is longer than {MAX_TEXT_BYTES} bytes")
-        return value
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
 
-    def json_attr(self, obj, name: str, where: str):
+    def json_attr(self, obj, name: str, where: str, non_finite: bool = False):
         text = self.text_attr(obj, name, where)
         if text is None:
             raise GoldenFormatError(f"{self.path}: {where} lacks attribute {name}")
         try:
-            return json.loads(text)
-        except (ValueError, RecursionError) as error:
+            return bounded_json.parse(text, non_finite=non_finite)
+        except ValueError as error:
             problem = first_line(error)
-            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON ({problem})") from None
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON a golden file may hold "
+                                    f"({problem})") from None
 
     def entry(self, dataset: h5py.Dataset, path: str) -> TensorEntry:
         """A dataset's declared dtype, shape and checksum, refused if reading it could be unbounded."""
@@ -227,8 +256,12 @@ class CheckedFile:
 
     def read(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
         where = dataset.name
+        # Sized up front, in native byte order: HDF5 converts a big-endian dataset while reading, and
+        # a memory limit shows as what it is before any byte is read.
+        array = allocate(entry.shape, entry.dtype, f"{self.path}: {where}")
         try:
-            array = np.asarray(dataset[()])
+            if array.size:
+                dataset.read_direct(array)
         except DAMAGE as error:
             raise CorruptDataset(self.path, where, f"unreadable ({first_line(error)})") from None
         if array.shape != entry.shape:
@@ -251,6 +284,48 @@ def require_regular_file(path: str) -> None:
         raise GoldenFormatError(f"{path}: not a regular file (a golden file is a plain HDF5 file)")
 
 
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _hdf5_end(path: str) -> int | None:
+    """Where the HDF5 data of a file ends: its superblock's base address plus end-of-file address.
+
+    The superblock sits at byte 0, 512, 1024, 2048, ... (after a user block); versions 0 and 1
+    keep the end-of-file address after two addresses from byte 24 (28), versions 2 and 3 from 12.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        offset = 0
+        while offset < min(size, 1 << 40):
+            handle.seek(offset)
+            head = handle.read(64)
+            if head[:8] == _SIGNATURE and len(head) >= 16:
+                version = head[8]
+                width = head[13] if version in (0, 1) else head[9]
+                start = {0: 24, 1: 28, 2: 12, 3: 12}.get(version)
+                if start is None or width not in (2, 4, 8) or len(head) < start + 3 * width:
+                    return None
+
+                def address(index: int) -> int:
+                    return int.from_bytes(head[start + index * width:start + (index + 1) * width], "little")
+
+                return address(0) + address(2)
+            offset = 512 if offset == 0 else offset * 2
+    return None
+
+
+def refuse_appended_bytes(path: str) -> None:
+    """A file longer than its HDF5 data (bytes or a sparse hole appended) is not the file that was written.
+
+    Reading it would still work, but hashing it for the results document would read every appended byte.
+    """
+    end = _hdf5_end(path)
+    size = os.path.getsize(path)
+    if end is not None and size > end:
+        raise GoldenFormatError(f"{path}: {size - end} bytes follow the end of its HDF5 data (at byte {end}); "
+                                "a golden file holds nothing after its data")
 
 def plain_text(value) -> str | None:
     if isinstance(value, np.ndarray) and value.shape == ():

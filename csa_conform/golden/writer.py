@@ -107,10 +107,10 @@ def write_goldens(
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
     digests: dict[str, str] = {}
-    with atomic_file(path, replace=force) as temporary:
+    with atomic_file(path, replace=force) as handle:
         image = _file_image(cases, compression, provenance or {}, digests)
         with _write_errors(path):
-            temporary.write_bytes(image)
+            handle.write(image)
     return len(digests)
 
 
