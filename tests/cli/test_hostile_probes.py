@@ -630,3 +630,14 @@ def test_any_address_space_limit_is_a_verdict_or_exit_4_never_a_crash(small, meg
     if done.returncode == ExitCode.ENVIRONMENT:
         line = one_error_line(done.stderr)
         assert "ulimit -v" in line, line
+
+
+def test_a_file_name_with_controls_is_escaped_in_text_and_exact_in_json(tmp_path, bad):
+    path = tmp_path / "golden\x1b[31m\x9b.h5"
+    path.write_bytes(bad.read_bytes())
+    text = invoke("verify", path)
+    assert text.exit_code == ExitCode.DIVERGED
+    assert not any(character in text.output for character in "\x1b\x9b")
+    document = json.loads(invoke("verify", path, "--json").stdout)
+    assert document["golden"]["path"] == str(path)
+    assert _words(document["cases"][0]["reproduce"])[2] == str(path)
