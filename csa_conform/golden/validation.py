@@ -19,10 +19,10 @@ import h5py
 import numpy as np
 
 from csa_conform import bounded_json
-from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError, GoldenIntegrityError
+from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError, GoldenIntegrityError, MemoryShortage
 from csa_conform.golden.digest import array_sha256, manifest_digest
 from csa_conform.golden.layout import CASE_DIGEST, FORMAT, MANIFEST_DIGEST, READABLE_SCHEMAS, SCHEMA_VERSION, TensorEntry
-from csa_conform.memory import allocate
+from csa_conform.memory import address_space_left, allocate
 
 # Deflate cannot expand data more than 1032-fold; a dataset claiming more is not what it says.
 DEFLATE_MAX_RATIO = 1100
@@ -63,6 +63,7 @@ class CheckedFile:
         except CsaConformError:
             raise
         except DAMAGE as error:
+            refuse_memory_shortage(error, f"{self.path}: {where}")
             problem = f"{type(error).__name__}: {first_line(error)}"
             raise GoldenFormatError(f"{self.path}: {where}: damaged or unreadable ({problem})") from None
 
@@ -96,6 +97,7 @@ class CheckedFile:
                             )
                         pending.append((child, path, depth + 1))
         except DAMAGE as error:
+            refuse_memory_shortage(error, f"{self.path}: /{visited[-1].lstrip('/')}")
             problem = f"{type(error).__name__}: {first_line(error)}"
             raise GoldenFormatError(
                 f"{self.path}: damaged object after /{visited[-1].lstrip('/')} ({problem})"
@@ -271,6 +273,14 @@ class CheckedFile:
             raise CorruptDataset(self.path, where, f"sha256 mismatch (stored {entry.sha256}, data {actual})")
         return array
 
+
+
+def refuse_memory_shortage(error: BaseException, where: str) -> None:
+    """Under an address-space limit a MemoryError from HDF5 is the limit (exit 4); without one, a header
+    that asks for absurd memory is damage (the caller's GoldenFormatError)."""
+    bound = address_space_left()
+    if isinstance(error, MemoryError) and bound is not None:
+        raise MemoryShortage(f"{where}: out of memory reading the file's metadata under the {bound[1]}") from None
 
 
 def require_regular_file(path: str) -> None:
