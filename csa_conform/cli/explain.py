@@ -9,9 +9,9 @@ import time
 
 import click
 
-from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.case_glob import matching_cases
-from csa_conform.cli.diff import DiffOptions, control_banner, run_header
+from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.diff import control_banner, run_header
 from csa_conform.cli.explanations import explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -26,8 +26,10 @@ from csa_conform.device.conformance import check_case
 from csa_conform.device.modes import Mode
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import explain_report
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.run import RunOptions
+from csa_conform.terminal import one_line
 
 
 @click.command("explain")
@@ -37,7 +39,7 @@ from csa_conform.results import control_run, device_case_entry, golden_reference
 @device_options
 @output_options
 @boundary
-def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect, as_json, quiet):
+def explain_command(file, stages, case_glob, force_host, build, backend, ulp, git_bisect, as_json, quiet):
     """Name the numeric cause of every divergence: each divergent stage is localized by an isolated
     re-run and re-computed on the host with one ingredient swapped (a libm function correctly rounded
     or the device's own, FMA contraction, flush-to-zero, the block scale's log2f) until one reproduces
@@ -52,7 +54,7 @@ def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect,
       csa-conform explain goldens/ci.h5 --case 'random.r4-*' --stage 7:attention --json > explain.json
       csa-conform explain --nvrtc-option=-DCSA_LIBM_PLATFORM -q
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build)
+    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     entries, explanations = [], []
     with GoldenFile(file) as golden:
@@ -78,7 +80,7 @@ def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect,
         return code
     if not quiet:
         for line in run_header("explain", chained.provenance, options, stages):
-            click.echo(line)
+            click.echo(one_line(line))
     for line in explanation_lines(explanations):
-        click.echo(line)
+        click.echo(one_line(line))
     return code

@@ -5,7 +5,7 @@ which stages (any spelling the registry knows), ``device_options`` how the
 device run is set up, ``device_depth_options`` what more than one eager run
 checks (specs/device-depth.md), ``output_options`` how results are shown.
 
-``device_options`` gives the command ``build``, a BuildChoice: `--kernels DIR`
+``device_options`` gives the command ``backend`` (cuda or host) and ``build``, a BuildChoice: `--kernels DIR`
 (default: the built-in kernels), `--build strict|production`, `--nvrtc-option
 OPT` (repeatable) and `--strict-ptx` as one value, which makes the
 KernelDirectory and spells itself back for the reproduce commands.
@@ -14,21 +14,22 @@ KernelDirectory and spells itself back for the reproduce commands.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Callable
 
 import click
 
+from csa_conform.device.backend import BACKENDS, CUDA
 from csa_conform.device.devices import parse_devices
-from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
+from csa_conform.device.kernels import MANIFEST, PROFILES
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
 from csa_conform.device.replay import REPLAY_MODES
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
 from csa_conform.resources import ci_goldens
+from csa_conform.run import BuildChoice
 from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
-from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
+from csa_conform.spec import STAGE_NAMES, STAGES, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
 STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in STAGES)
@@ -94,35 +95,6 @@ def effective_force_host(option: str | None) -> frozenset[str]:
         raise click.BadParameter(str(error), param_hint="--force-host") from None
 
 
-@dataclass(frozen=True)
-class BuildChoice:
-    """Which kernels, built how, judged how strictly (the build half of ``device_options``)."""
-
-    kernels: str | None = None
-    profile: str | None = None
-    nvrtc_options: tuple[str, ...] = ()
-    strict_ptx: bool = False
-
-    def directory(self) -> KernelDirectory:
-        return KernelDirectory(self.kernels, build=self.profile, nvrtc_options=self.nvrtc_options,
-                               strict_ptx=self.strict_ptx)
-
-    def words(self) -> list[str]:
-        """The options as a command line spells them."""
-        words = ["--kernels", self.kernels] if self.kernels else []
-        if self.profile:
-            words += ["--build", self.profile]
-        words += [f"--nvrtc-option={option}" for option in self.nvrtc_options]
-        if self.strict_ptx:
-            words.append("--strict-ptx")
-        return words
-
-    def describe(self) -> dict:
-        """The choice as the results document's ``options`` records it."""
-        return {"kernels": self.kernels, "build": self.profile, "nvrtc_options": list(self.nvrtc_options),
-                "strict_ptx": self.strict_ptx}
-
-
 def _build_choice(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapped(*args, kernels, profile, nvrtc_options, strict_ptx, **kwargs):
@@ -147,6 +119,9 @@ device_options = _compose(
     click.option("--strict-ptx", is_flag=True,
                  help="Refuse (exit 4) a module whose PTX holds .ftz, .approx or fused binary32 instructions."),
     _build_choice,
+    click.option("--backend", type=click.Choice(BACKENDS), default=CUDA, show_default=True,
+                 help="Where kernels launch: cuda (device 0, through CuPy/NVRTC), or host (every module built "
+                 "with g++ and run on the CPU: no GPU needed; what it cannot show: specs/host-backend.md)."),
     click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
                  help="Accept float differences up to N ULP (packed records and indices stay exact)."),
     click.option("--git-bisect", is_flag=True,
