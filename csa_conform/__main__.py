@@ -47,7 +47,12 @@ def run() -> None:
         _say(f"csa-conform: error: cannot load its libraries under the address-space limit (ulimit -v) of "
              f"{limit >> 20} MiB ({reason}); it needs about 200 MiB\n")
         sys.exit(4)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # Before the command line's own handling starts, or after it ended.
+        _say("csa-conform: error: interrupted\n")
+        sys.exit(130)
 
 
 if __name__ == "__main__":
