@@ -37,6 +37,7 @@ from csa_conform.terminal import one_line
 PROGRAM = "csa-conform"
 # More worker processes than this many per core only cost memory and file handles.
 JOBS_PER_CORE = 2
+STOPPING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 # What one --jobs worker is budgeted: a numba worker's address space peaks near 450 MB on the ci suite.
 WORKER_BYTES = 512 << 20
 
@@ -187,12 +188,12 @@ def capped_jobs(jobs: int) -> int:
 
 def _start_worker(processes: int) -> None:
     """Ctrl-C reaches the whole process group; the parent alone answers it, once. Workers are born
-    with SIGINT blocked (see fan_out), so one arriving while a worker starts cannot print a
-    traceback there; it is ignored from here on. The oracle's threads in each worker get their
+    with SIGINT and SIGTERM blocked (see fan_out), so one arriving while a worker starts cannot print
+    a traceback there; SIGINT is ignored from here on, SIGTERM ends the worker. The oracle's threads in each worker get their
     share of the cores, not all of them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
     share_cores(processes)
 
 
@@ -208,8 +209,10 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
         return
     pool = ProcessPoolExecutor(max_workers=processes, initializer=_start_worker, initargs=(processes,))
     try:
-        # map() submits every item, which forks the workers; SIGINT stays pending until they exist.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # map() submits every item, which forks the workers. SIGINT and SIGTERM stay pending until all of
+        # them exist and are registered: a handler running mid-fork would miss the newest worker, which
+        # then holds the output pipes open for ever.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
         try:
             results = pool.map(function, items)
         finally:
