@@ -13,6 +13,7 @@ import click
 
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import DiffOptions, control_banner
+from csa_conform.device.launches import kernel_of
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
@@ -57,8 +58,19 @@ def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOpti
     return []
 
 
-def _describe(case: str, steps: int, found: dict, isolated: list[str], options: DiffOptions) -> list[str]:
-    lines = [f"case {case}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"]
+def _kernel(stage: str, ratio, options: DiffOptions, tensors=()) -> str:
+    """' [module.cu:entry]' of the launch that computed the stage ('' on the host)."""
+    if stage in options.force_host or not isinstance(ratio, int):
+        return ""
+    kernel = kernel_of(stage, ratio, tensors)
+    return f" [{kernel}]" if kernel else ""
+
+
+def _describe(case: str, steps: int, found: dict, isolated: list[str], options: DiffOptions,
+              ratio=None) -> list[str]:
+    tensors = [diff.tensor for diff in found.get("diffs", ())]
+    lines = [f"case {case}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"
+             f"{_kernel(found['stage'], ratio, options, tensors)}"]
     if "message" in found:
         lines.append(f"  {found['message']}")
     else:
@@ -72,7 +84,7 @@ def _describe(case: str, steps: int, found: dict, isolated: list[str], options: 
     origin = isolated[0] if isolated else None
     if origin:
         lines.append(f"  isolated re-run of step {found['step']} diverges at: {', '.join(isolated)} "
-                     f"-> the divergence originates in {origin}")
+                     f"-> the divergence originates in {origin}{_kernel(origin, ratio, options)}")
     else:
         lines.append(f"  isolated re-run of step {found['step']} is clean: the divergence comes from "
                      "device state carried in from earlier steps")
@@ -126,6 +138,7 @@ def bisect(file, case, force_host, build, ulp, git_bisect, as_json, quiet):
             raise UsageError(f"{file} has no case {case!r}")
         golden_ref = golden_reference(file, golden.schema_version)
         steps = golden.case_info(case).step_count
+        golden_ratio = golden.case_info(case).attrs.get("compression_ratio")
         found = _first_divergence(golden, case, options, chained, steps, quiet or as_json)
         isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []
     code = ExitCode.DIVERGED if found else ExitCode.OK
@@ -146,7 +159,7 @@ def bisect(file, case, force_host, build, ulp, git_bisect, as_json, quiet):
                               "origin": isolated[0] if isolated else None}},
         ))
     elif found:
-        for line in _describe(case, steps, found, isolated, options):
+        for line in _describe(case, steps, found, isolated, options, golden_ratio):
             click.echo(line)
     elif not chained.provenance.launches:
         click.echo(f"case {case}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
