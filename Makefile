@@ -16,7 +16,12 @@ $(CSA): pyproject.toml setup.py
 
 venv: $(CSA)
 
+# The HTML report's screenshot test needs a headless Chromium: installed from Debian's packages when
+# it is missing and make runs as root with apt-get; otherwise that test skips and says why.
 test: venv
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; }; } || \
+		echo "make test: no chromium (needs root and apt-get to install it); the HTML screenshot test will skip"
 	$(BIN)/python -m pytest
 
 demo: venv

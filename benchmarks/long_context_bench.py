@@ -2,13 +2,15 @@
 
 Run by hand, never asserted in tests:
 
-    python benchmarks/long_context_bench.py [--before REF] [--repeat N]
+    python benchmarks/long_context_bench.py --before REF [--repeat N]
+
+(REF 0343f64 is main before the long-context oracle work.)
 
 Cases (the first step of each `long` recipe, numba engine): (a) ratio-4 decode
 at T = 2^20, N = I = 64, top-k 512; (b) ratio-128 FP8 decode at 2^20, N = 64;
 (c) ratio-128 f32 decode at 2^20, N = 64. The steps' inputs are built once by
 this tree and saved under build/long-bench/; each tree ("after": this one,
-"before": a detached worktree of REF, default main's merge base with HEAD)
+"before": a detached worktree of REF)
 then runs every step in a fresh process, the trees interleaved, best of
 --repeat, reporting wall time, the process's peak resident memory (VmHWM)
 and that peak less the resident memory before the step, and each stage's
@@ -162,13 +164,11 @@ def run_child(tree: Path, case: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default=None, help="git ref of the 'before' oracle (default: merge base with main)")
+    parser.add_argument("--before", required=True, help="git ref of the 'before' oracle, e.g. 0343f64")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per tree")
     parser.add_argument("--cases", default="".join(CASES), help="which cases, e.g. 'ab'")
     options = parser.parse_args()
-    reference = options.before or subprocess.run(
-        ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    reference = options.before
     build_inputs()
     trees = {"before": before_tree(reference), "after": ROOT}
     peak = no_fma_peak()

@@ -20,6 +20,7 @@ from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.fp4 import FP4_BLOCK, e2m1_decode
 from csa_conform.numerics.fp8 import FP8_BLOCK, e4m3_decode
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
+from csa_conform.placement import log2_histogram, mismatch_heatmap
 from csa_conform.stages import payload_axes
 
 __all__ = ["TensorDiff", "compare_payloads", "compare_tensor", "default_axes"]
@@ -67,6 +68,8 @@ class TensorDiff:
     specials: dict | None = None
     records: dict | None = None
     rows: dict | None = None
+    heatmap: dict | None = None  # where the mismatches sit (csa_conform.placement), for report --html
+    histogram: dict | None = None  # log2 histogram of the ULP distances of differing floats
 
     def to_dict(self) -> dict:
         return {
@@ -88,6 +91,8 @@ class TensorDiff:
             "specials": self.specials,
             "records": self.records,
             "rows": self.rows,
+            "heatmap": self.heatmap,
+            "histogram": self.histogram,
         }
 
     def summary(self) -> str:
@@ -153,11 +158,13 @@ def compare_tensor(
         if result.ulp_tolerance:
             failing = differ & (unordered | (distance > result.ulp_tolerance))
         _float_statistics(result, expected, actual, distance, unordered)
+        result.histogram = log2_histogram(distance[differ & ~unordered])
     result.mismatches = int(np.count_nonzero(differ))
     result.failures = int(np.count_nonzero(failing))
     result.passed = result.failures == 0
     if not result.mismatches:
         return result
+    result.heatmap = mismatch_heatmap(differ, result.axes, expected.dtype)
     flat = int(np.flatnonzero(failing if result.failures else differ)[0])
     result.first = _element(expected, actual, expected_bits, actual_bits, flat, result.axes)
     if expected.dtype == np.uint8 and expected.ndim and expected.shape[-1] in _RECORD_FORMATS:

@@ -84,10 +84,14 @@ class GoldenChanged(GoldenFormatError):
     """The golden file was replaced or rewritten while a command was reading it."""
 
 
-class GoldenWriteError(CsaConformError):
-    """A golden file could not be written (disk full, file size limit, I/O error); nothing was left."""
+class OutputWriteError(CsaConformError):
+    """An output file could not be written (disk full, file size limit, I/O error); nothing was left."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+class GoldenWriteError(OutputWriteError):
+    """A golden file could not be written (disk full, file size limit, I/O error); nothing was left."""
 
 
 class UsageError(CsaConformError):
@@ -111,6 +115,12 @@ class TopKTie(FixtureError):
 
 class DeviceUnavailable(CsaConformError):
     """No CUDA device, no CuPy, or a kernel directory that does not compile."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class MemoryShortage(CsaConformError):
+    """The run needs more memory than a limit (ulimit -v, a cgroup, the machine) leaves it."""
 
     exit_code = ExitCode.ENVIRONMENT
 

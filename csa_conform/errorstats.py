@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from csa_conform.placement import log2_histogram
+
 QUANTILES = {"median": 50.0, "p99": 99.0, "p99.9": 99.9}
 MEASURES = ("abs", "rel", "ulp")
 
@@ -149,6 +151,7 @@ class TensorErrors:
             entry["cosine_distance_max"] = self.cosine_max
             entry["neginf_mask_mismatches"] = self.mask_mismatches
             entry["worst"] = self.worst
+            entry["histogram"] = log2_histogram(self.errors("abs"))
             if self.argmax_rows:
                 entry["argmax"] = {"rows": self.argmax_rows, "identical": self.argmax_identical}
         elif self.kind == "index":

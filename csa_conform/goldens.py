@@ -38,9 +38,10 @@ from typing import Iterable, Iterator, Mapping
 import h5py
 import numpy as np
 
-from csa_conform import ORACLE_VERSION, __version__
+from csa_conform import ORACLE_VERSION, __version__, bounded_json
 from csa_conform.atomic import atomic_file
 from csa_conform.contract import INPUT_NAMES
+from csa_conform.contract.attributes import FLOAT_ATTRIBUTES
 from csa_conform.stages import DECODED_PAYLOADS, decoded_payload
 from csa_conform.errors import (
     CorruptDataset,
@@ -50,6 +51,7 @@ from csa_conform.errors import (
     GoldenWriteError,
     UsageError,
 )
+from csa_conform.memory import allocate
 
 FORMAT = "csa-conform-goldens"
 SCHEMA_VERSION = 2
@@ -69,6 +71,8 @@ DEFLATE_MAX_RATIO = 1100
 ALLOWED_FILTERS = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32, 32000}
 COMPRESSING_FILTERS = {h5py.h5z.FILTER_DEFLATE, 32000}
 MAX_TEXT_BYTES = 1 << 20
+MAX_GROUP_DEPTH = 16
+INT64_BOUND = 2.0**63
 MAX_BATCH = 1 << 10
 MAX_ROWS = 1 << 24
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -301,10 +305,10 @@ def write_goldens(
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
     digests: dict[str, str] = {}
-    with atomic_file(path, replace=force) as temporary:
+    with atomic_file(path, replace=force) as handle:
         image = _file_image(cases, compression, provenance or {}, digests)
         with _write_errors(path):
-            temporary.write_bytes(image)
+            handle.write(image)
     return len(digests)
 
 
@@ -469,6 +473,7 @@ class GoldenFile:
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
         _require_regular_file(self.path)
+        _refuse_appended_bytes(self.path)
         try:
             self._handle = h5py.File(self.path, "r")
         except _DAMAGE as error:
@@ -509,10 +514,34 @@ class GoldenFile:
             raise GoldenFormatError(f"{self.path}: {where}: damaged or unreadable ({problem})") from None
 
     def _traverse(self) -> None:
-        """Visit every object once, so damage in headers no command reads is still reported."""
+        """Visit every object once, so damage in headers no command reads is still reported.
+
+        Iterative and bounded in depth (MAX_GROUP_DEPTH): HDF5's own visit builds every object's
+        full path, which for a chain of 20,000 nested groups never ends.
+        """
         visited = ["/"]
+        pending = [(self._handle.id, "", 0)]
         try:
-            h5py.h5o.visit(self._handle.id, lambda name: visited.append(name.decode("utf-8", "replace")))
+            seen = {h5py.h5o.get_info(self._handle.id).addr}
+            while pending:
+                group, where, depth = pending.pop()
+                for raw in group.__iter__():
+                    if group.links.get_info(raw).type != h5py.h5l.TYPE_HARD:
+                        continue
+                    child = h5py.h5o.open(group, raw)
+                    address = h5py.h5o.get_info(child).addr
+                    if address in seen:
+                        continue
+                    seen.add(address)
+                    path = f"{where}/{raw.decode('utf-8', 'replace')}"
+                    visited.append(path)
+                    if isinstance(child, h5py.h5g.GroupID):
+                        if depth + 1 > MAX_GROUP_DEPTH:
+                            raise GoldenFormatError(
+                                f"{self.path}: groups nested deeper than {MAX_GROUP_DEPTH} levels under "
+                                f"{path[:120]}… (the golden layout has 6)"
+                            )
+                        pending.append((child, path, depth + 1))
         except _DAMAGE as error:
             problem = f"{type(error).__name__}: {_first_line(error)}"
             raise GoldenFormatError(
@@ -617,26 +646,28 @@ class GoldenFile:
         value = obj.attrs[name]
         if isinstance(value, np.ndarray) and value.shape == ():
             value = value[()]
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
-        if not isinstance(value, str):
+        if isinstance(value, str):
+            value = value.encode("utf-8", errors="surrogatepass")
+        if not isinstance(value, bytes):
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not text")
+        # The limit is on the stored UTF-8 bytes (a character can take four).
         if len(value) > MAX_TEXT_BYTES:
             raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is longer than {MAX_TEXT_BYTES} bytes")
-        return value
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not UTF-8 text") from None
 
-    def _json_attr(self, obj, name: str, where: str):
+    def _json_attr(self, obj, name: str, where: str, non_finite: bool = False):
         text = self._text_attr(obj, name, where)
         if text is None:
             raise GoldenFormatError(f"{self.path}: {where} lacks attribute {name}")
         try:
-            return json.loads(text)
-        except (ValueError, RecursionError) as error:
+            return bounded_json.parse(text, non_finite=non_finite)
+        except ValueError as error:
             problem = _first_line(error)
-            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON ({problem})") from None
+            raise GoldenFormatError(f"{self.path}: {where}: attribute {name} is not JSON a golden file may hold "
+                                    f"({problem})") from None
 
     # --- cases
 
@@ -654,11 +685,16 @@ class GoldenFile:
 
     def _index_case(self, case_id: str, where: str) -> _CaseIndex:
         group = self._member(self._handle["cases"], case_id, h5py.Group)
-        attrs = self._json_attr(group, "attrs_json", where)
+        attrs = self._json_attr(group, "attrs_json", where, non_finite=True)
         if not isinstance(attrs, dict) or not all(
             isinstance(value, (int, float, str)) for value in attrs.values()
         ):
             raise GoldenFormatError(f"{self.path}: {where}: attrs_json must be an object of numbers and strings")
+        for key, value in attrs.items():
+            # Every node attribute but the float ones is an int64: 1e30 there is no integer it could read as.
+            if isinstance(value, float) and key not in FLOAT_ATTRIBUTES and not abs(value) < INT64_BOUND:
+                raise GoldenFormatError(f"{self.path}: {where}: attrs_json: attribute {key} = {value!r} "
+                                        "is outside int64")
         output_names = self._json_attr(group, "output_names_json", where)
         if not isinstance(output_names, list) or not all(isinstance(name, str) for name in output_names):
             raise GoldenFormatError(f"{self.path}: {where}: output_names_json must be a list of strings")
@@ -905,6 +941,18 @@ class GoldenFile:
             description=info.description,
         )
 
+    def case_bytes(self, case_id: str) -> int:
+        """Bytes of the case's distinct datasets as declared (what verifying it holds in memory), unread."""
+        case = self._case(case_id)
+        pairs = [pair for step in case.steps for pair in step.tensors.values() if pair[1] is not None]
+        if case.history is not None:
+            pairs.append(case.history)
+        sizes = {}
+        for entry, dataset in pairs:
+            with self._guard(dataset.name):
+                sizes[h5py.h5o.get_info(dataset.id).addr] = entry.nbytes
+        return sum(sizes.values())
+
     def verify_case_checksums(self, case_id: str) -> int:
         """Check every dataset of a case once (kv history and hard links included); returns the count."""
         case = self._case(case_id)
@@ -954,8 +1002,12 @@ class GoldenFile:
 
     def _read(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
         where = dataset.name
+        # Sized up front, in native byte order: HDF5 converts a big-endian dataset while reading, and
+        # a memory limit shows as what it is before any byte is read.
+        array = allocate(entry.shape, entry.dtype, f"{self.path}: {where}")
         try:
-            array = np.asarray(dataset[()])
+            if array.size:
+                dataset.read_direct(array)
         except _DAMAGE as error:
             raise CorruptDataset(self.path, where, f"unreadable ({_first_line(error)})") from None
         if array.shape != entry.shape:
@@ -975,6 +1027,48 @@ def _require_regular_file(path: str) -> None:
         raise GoldenFormatError(f"{path}: cannot open ({error.strerror})") from None
     if not stat.S_ISREG(mode):
         raise GoldenFormatError(f"{path}: not a regular file (a golden file is a plain HDF5 file)")
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _hdf5_end(path: str) -> int | None:
+    """Where the HDF5 data of a file ends: its superblock's base address plus end-of-file address.
+
+    The superblock sits at byte 0, 512, 1024, 2048, ... (after a user block); versions 0 and 1
+    keep the end-of-file address after two addresses from byte 24 (28), versions 2 and 3 from 12.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        offset = 0
+        while offset < min(size, 1 << 40):
+            handle.seek(offset)
+            head = handle.read(64)
+            if head[:8] == _SIGNATURE and len(head) >= 16:
+                version = head[8]
+                width = head[13] if version in (0, 1) else head[9]
+                start = {0: 24, 1: 28, 2: 12, 3: 12}.get(version)
+                if start is None or width not in (2, 4, 8) or len(head) < start + 3 * width:
+                    return None
+
+                def address(index: int) -> int:
+                    return int.from_bytes(head[start + index * width:start + (index + 1) * width], "little")
+
+                return address(0) + address(2)
+            offset = 512 if offset == 0 else offset * 2
+    return None
+
+
+def _refuse_appended_bytes(path: str) -> None:
+    """A file longer than its HDF5 data (bytes or a sparse hole appended) is not the file that was written.
+
+    Reading it would still work, but hashing it for the results document would read every appended byte.
+    """
+    end = _hdf5_end(path)
+    size = os.path.getsize(path)
+    if end is not None and size > end:
+        raise GoldenFormatError(f"{path}: {size - end} bytes follow the end of its HDF5 data (at byte {end}); "
+                                "a golden file holds nothing after its data")
 
 
 def _tensor_limit(batch: int, rows: int, heads: int) -> int:

@@ -8,12 +8,17 @@ carries one ``failure`` whose ``type`` is its first failure's and whose
 message names the tensor, the first differing element and the expected and
 actual values. The text lists every failure and the command that
 reproduces it. The XML follows the common JUnit schema
-(tests/cli/junit.xsd checks it).
+(tests/cli/junit.xsd checks it) and stays well-formed whatever the
+documents hold: characters XML 1.0 cannot carry (C0 controls but tab and
+newline, DEL, C1 controls, lone surrogates) are written as escapes
+(``\x1b``), and a time that is not a finite number of seconds as 0.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import xml.etree.ElementTree as ElementTree
 
 from csa_conform.errors import UsageError
@@ -44,8 +49,23 @@ def _suite_key(document: dict) -> tuple:
     return document["command"], golden.get("path"), golden.get("sha256")
 
 
+# What XML 1.0 cannot hold, plus DEL and the C1 controls it allows but no terminal should get.
+_NOT_XML = re.compile("[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _seconds(value: float) -> str:
-    return f"{value:.3f}"
+    return f"{value:.3f}" if math.isfinite(value) and value >= 0 else "0.000"
+
+
+def _xml_safe(text: str) -> str:
+    return _NOT_XML.sub(lambda found: repr(found[0])[1:-1], text)
+
+
+def _make_well_formed(root: ElementTree.Element) -> None:
+    for element in root.iter():
+        element.attrib = {key: _xml_safe(value) for key, value in element.attrib.items()}
+        if element.text:
+            element.text = _xml_safe(element.text)
 
 
 def junit_xml(documents: list[dict]) -> str:
@@ -99,6 +119,7 @@ def junit_xml(documents: list[dict]) -> str:
     for key in ("tests", "failures", "errors"):
         suites.set(key, str(totals[key]))
     suites.set("time", _seconds(totals["time"]))
+    _make_well_formed(suites)
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -31,9 +31,10 @@ from typing import Callable, Iterable
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from csa_conform import ORACLE_VERSION, __version__
+from csa_conform import ORACLE_VERSION, __version__, bounded_json
 from csa_conform.diff import TensorDiff
 from csa_conform.errors import UsageError
+from csa_conform.terminal import escaped, one_line
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
@@ -99,15 +100,15 @@ class CaseResult:
     time_s: float = 0.0
 
     def failure_lines(self) -> list[str]:
-        """One line per failure, each ending with the command that reproduces the case."""
-        lines = []
+        """One line per failure, each ending with the command that reproduces the case (controls escaped)."""
+        case, lines = escaped(self.case_id), []
         if self.problem:
-            lines.append(f"FAIL {self.case_id}: {self.problem}")
+            lines.append(f"FAIL {case}: {self.problem}")
         for step in self.steps:
             if step.problem:
-                lines.append(f"FAIL {self.case_id} step {step.step}: {step.problem}")
-            lines += [f"FAIL {self.case_id} step {step.step} {diff.summary()}" for diff in step.diffs]
-        return [f"{line} — reproduce: {self.reproduce}" for line in lines]
+                lines.append(f"FAIL {case} step {step.step}: {step.problem}")
+            lines += [f"FAIL {case} step {step.step} {diff.summary()}" for diff in step.diffs]
+        return [one_line(f"{line} — reproduce: {self.reproduce}") for line in lines]
 
     def entry(self) -> dict:
         failing = [step for step in self.steps if not step.passed]
@@ -327,10 +328,7 @@ def schema() -> dict:
 
 def load_results(text: str, origin: str) -> dict:
     """A results document read back (the input of ``csa-conform report``), checked enough to render it."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{origin}: not JSON ({error})") from None
+    document = bounded_json.loads(text, origin)
     if not isinstance(document, dict) or document.get("format") != RESULTS_FORMAT:
         raise UsageError(f"{origin}: not a csa-conform results document (write one with --json)")
     if document.get("version") != RESULTS_VERSION:

@@ -18,6 +18,7 @@ not set. ``--shard`` overrides both; ``--shard 1/1`` runs everything.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, TypeVar
 
@@ -29,6 +30,9 @@ SHARD_ENV = "CSA_CONFORM_SHARD"
 NODE_INDEX_ENV = "CI_NODE_INDEX"
 NODE_TOTAL_ENV = "CI_NODE_TOTAL"
 SHARD_OPTION = "shard"
+# More shards than this is no CI matrix; the bound keeps merging (which lists every index) small.
+MAX_SHARDS = 4096
+_SHARD = re.compile(r"([0-9]{1,5})/([0-9]{1,5})")
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,11 @@ class Shard:
 
 
 def parse_shard(text: str, origin: str = "--shard") -> Shard:
-    """'K/N' with 1 <= K <= N."""
-    index, slash, total = str(text).strip().partition("/")
-    if not slash or not index.isdigit() or not total.isdigit() or not 1 <= int(index) <= int(total):
-        raise UsageError(f"{origin}: {text!r} is not a shard K/N with 1 <= K <= N")
-    return Shard(int(index), int(total), origin)
+    """'K/N' with 1 <= K <= N <= MAX_SHARDS, in ASCII digits (int() would also take '²' or '١')."""
+    found = _SHARD.fullmatch(str(text).strip())
+    if found is None or not 1 <= int(found[1]) <= int(found[2]) <= MAX_SHARDS:
+        raise UsageError(f"{origin}: {str(text)[:40]!r} is not a shard K/N with 1 <= K <= N <= {MAX_SHARDS}")
+    return Shard(int(found[1]), int(found[2]), origin)
 
 
 def shard_from_environment(environ: Mapping[str, str] | None = None) -> Shard | None:

@@ -11,22 +11,25 @@ inputs are the previous step's present_* outputs, as a runtime feeds them.
 
 from __future__ import annotations
 
-import shlex
 from functools import lru_cache
 
+from csa_conform.case_glob import exact_glob
 from csa_conform.diff import compare_payloads
 from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
 from csa_conform.fixtures.stream import STATE
 from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.memory import require
 from csa_conform.oracle import run_step
 from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
+from csa_conform.terminal import shell_join
 
 __all__ = ["reproduce_command", "stream_break", "verify_case", "verify_case_in", "verify_step"]
 
 
 def reproduce_command(path: str, case_id: str) -> str:
-    return f"csa-conform verify {shlex.quote(path)} --case {shlex.quote(case_id)}"
+    """The command that verifies exactly this case (its id as a glob matching it alone), printable."""
+    return shell_join(["csa-conform", "verify", path, "--case", exact_glob(case_id)])
 
 
 def verify_step(index: int, attrs: dict, output_names, step: GoldenStep, run=run_step) -> StepResult:
@@ -88,6 +91,7 @@ def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
     try:
         info = golden.case_info(case_id)
         result.family = info.family
+        require(golden.case_bytes(case_id), f"{golden.path}: case {case_id!r}")
         golden.verify_case_checksums(case_id)
         previous = None
         for index in range(info.step_count):

@@ -38,6 +38,7 @@ from csa_conform.results import (
     stage_entry,
     step_entry,
 )
+from csa_conform.terminal import escaped
 
 
 def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions, runner, steps: int,
@@ -69,7 +70,7 @@ def _kernel(stage: str, ratio, options: DiffOptions, tensors=()) -> str:
 def _describe(case: str, steps: int, found: dict, isolated: list[str], options: DiffOptions,
               ratio=None) -> list[str]:
     tensors = [diff.tensor for diff in found.get("diffs", ())]
-    lines = [f"case {case}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"
+    lines = [f"case {escaped(case)}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"
              f"{_kernel(found['stage'], ratio, options, tensors)}"]
     if "message" in found:
         lines.append(f"  {found['message']}")
@@ -162,8 +163,8 @@ def bisect(file, case, force_host, build, ulp, git_bisect, as_json, quiet):
         for line in _describe(case, steps, found, isolated, options, golden_ratio):
             click.echo(line)
     elif not chained.provenance.launches:
-        click.echo(f"case {case}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
+        click.echo(f"case {escaped(case)}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
                    "was computed and there is nothing to compare")
     else:
-        click.echo(f"case {case}: {steps} steps, no divergence (chained, every stage)")
+        click.echo(f"case {escaped(case)}: {steps} steps, no divergence (chained, every stage)")
     return code

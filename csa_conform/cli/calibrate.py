@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from csa_conform.atomic import atomic_file
+from csa_conform.atomic import write_atomically
 from csa_conform.cli.common import boundary
 from csa_conform.cli.options import engine_option
 from csa_conform.errors import UsageError
@@ -52,8 +52,7 @@ def calibrate_command(files: tuple[str, ...], output: Path, profile: str, mode: 
     for path in files:
         measure_file(gap, path)
     tolerances = Tolerances.calibrated(gap, list(files), margin)
-    with atomic_file(output, replace=force) as temporary:
-        temporary.write_text(tolerances.to_toml(), encoding="utf-8")
+    write_atomically(output, tolerances.to_toml().encode("utf-8"), replace=force)
     exact = sum(limits["exact"] for limits in tolerances.limits.values())
     click.echo(f"wrote {output}: {len(tolerances.limits)} stage tensors ({exact} exact), "
                f"{gap.compared} steps of {len(files)} file(s), margin {margin:g}")

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import multiprocessing
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -22,14 +25,20 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import click
 from rich.console import Console
 
-from csa_conform.errors import CsaConformError, WorkerCrashed, exit_code_of
+from csa_conform.cli.output import final_exit_code, guard_streams, say_error
+from csa_conform.errors import CsaConformError, MemoryShortage, WorkerCrashed, exit_code_of
+from csa_conform.memory import headroom as memory_headroom
+from csa_conform.memory import human, shared_headroom
 from csa_conform.exitcodes import ExitCode
 from csa_conform.oracle.parallel import share_cores
 from csa_conform.results import COMMANDS, error_document
+from csa_conform.terminal import one_line
 
 PROGRAM = "csa-conform"
 # More worker processes than this many per core only cost memory and file handles.
 JOBS_PER_CORE = 2
+# What one --jobs worker is budgeted: a numba worker's address space peaks near 450 MB on the ci suite.
+WORKER_BYTES = 512 << 20
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -37,9 +46,14 @@ Result = TypeVar("Result")
 
 def fail(message: str, code: ExitCode | int = ExitCode.USAGE) -> None:
     """Print one error line on stderr and exit."""
-    first = " ".join(str(message).split("\n"))
-    click.echo(f"{PROGRAM}: error: {first}", err=True)
+    say_error(f"{PROGRAM}: error: {one_line(str(message))}")
     sys.exit(int(code))
+
+
+def memory_bound() -> str:
+    """' under the <limit>' for the one line of an out-of-memory exit ('' when no limit is known)."""
+    bound = memory_headroom()
+    return f" under the {bound[1]}" if bound is not None else ""
 
 
 def argv() -> list[str]:
@@ -66,10 +80,10 @@ def boundary(command: Callable) -> Callable:
     def run(*args, **kwargs):
         try:
             code = command(*args, **kwargs)
-        except BrokenPipeError:
-            # The reader went away (`... | head`): nothing left to say to it.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(int(ExitCode.OK))
+        except MemoryError:
+            error = MemoryShortage(f"out of memory{memory_bound()}; rerun with more memory (or fewer --jobs)")
+            _error_exit(error, click.get_current_context().info_name, kwargs.get("as_json", False),
+                        kwargs.get("git_bisect", False), kwargs.get("file"))
         except (CsaConformError, OSError) as error:
             name = click.get_current_context().info_name
             _error_exit(error, name, kwargs.get("as_json", False), kwargs.get("git_bisect", False),
@@ -83,6 +97,26 @@ class OneLineErrors(click.Group):
     """A click group whose usage errors are one line (and whose Ctrl-C is one line too)."""
 
     def main(self, args=None, prog_name=None, **extra):
+        """Run a command with guarded streams (csa_conform.cli.output): the exit code is the verdict."""
+        previous = sys.stdout
+        guarded = guard_streams()
+        main_thread = threading.current_thread() is threading.main_thread()
+        terminate = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+        try:
+            self._run(args, prog_name, **extra)
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else ExitCode.USAGE)
+        finally:
+            sys.stdout.flush()
+            sys.stdout = previous if previous is not None else sys.stdout
+            if main_thread:
+                signal.signal(signal.SIGTERM, terminate)
+        code, line = final_exit_code(code, guarded)
+        if line is not None:
+            say_error(f"{PROGRAM}: error: {line}")
+        sys.exit(int(code))
+
+    def _run(self, args, prog_name, **extra):
         extra["standalone_mode"] = False
         words = list(sys.argv[1:] if args is None else args)
         extra["obj"] = {"argv": [PROGRAM] + words}
@@ -117,22 +151,45 @@ def print_table(out: Console, table) -> None:
 
 
 def emit_json(document) -> None:
-    click.echo(json.dumps(document, indent=2, sort_keys=False))
+    """Standard JSON on stdout: a non-finite float (which JSON has no spelling for) is written as a string."""
+    click.echo(json.dumps(_finite(document), indent=2, sort_keys=False, allow_nan=False))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def capped_jobs(jobs: int) -> int:
-    """``--jobs`` limited to JOBS_PER_CORE worker processes per core (with a note on stderr)."""
+    """``--jobs`` limited to JOBS_PER_CORE worker processes per core and to the workers the memory
+    headroom (a cgroup limit, the machine's available memory) can hold at WORKER_BYTES each, with a
+    note on stderr either way."""
     cap = JOBS_PER_CORE * (os.cpu_count() or 1)
     if jobs > cap:
-        click.echo(f"{PROGRAM}: note: --jobs {jobs} capped at {cap} ({JOBS_PER_CORE} per core)", err=True)
-        return cap
+        say_error(f"{PROGRAM}: note: --jobs {jobs} capped at {cap} ({JOBS_PER_CORE} per core)")
+        jobs = cap
+    bound = shared_headroom()
+    if jobs > 1 and bound is not None and bound[0] < jobs * WORKER_BYTES:
+        fitting = max(1, bound[0] // WORKER_BYTES)
+        say_error(f"{PROGRAM}: note: --jobs {jobs} capped at {fitting}: each worker is budgeted {human(WORKER_BYTES)} "
+                  f"and the {bound[1]} leaves {human(bound[0])}")
+        jobs = fitting
     return jobs
 
 
 def _start_worker(processes: int) -> None:
-    """Ctrl-C reaches the whole process group; the parent alone answers it, once. The oracle's
-    threads in each worker get their share of the cores, not all of them."""
+    """Ctrl-C reaches the whole process group; the parent alone answers it, once. Workers are born
+    with SIGINT blocked (see fan_out), so one arriving while a worker starts cannot print a
+    traceback there; it is ignored from here on. The oracle's threads in each worker get their
+    share of the cores, not all of them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     share_cores(processes)
 
 
@@ -148,11 +205,32 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int) ->
         return
     pool = ProcessPoolExecutor(max_workers=processes, initializer=_start_worker, initargs=(processes,))
     try:
-        yield from pool.map(function, items)
+        # map() submits every item, which forks the workers; SIGINT stays pending until they exist.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            results = pool.map(function, items)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        yield from results
     except BrokenProcessPool:
         raise WorkerCrashed("a worker process died before finishing; rerun with --jobs 1 to see why") from None
+    except KeyboardInterrupt:
+        _stop_workers()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers() -> None:
+    for worker in multiprocessing.active_children():
+        worker.kill()
+
+
+def _terminated(_number, _frame) -> None:
+    """SIGTERM outside a file write: workers stopped, one line, exit 143 (atomic_file has its own)."""
+    _stop_workers()
+    say_error(f"{PROGRAM}: error: terminated")
+    os._exit(int(ExitCode.TERMINATED))
 
 
 def progress(items: Iterable[Result], total: int, label: str, describe: Callable[[Result], str],

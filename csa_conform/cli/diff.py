@@ -5,7 +5,6 @@ Presentation only: the replay and comparison live in csa_conform.device.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import json
 import os
@@ -19,6 +18,7 @@ from typing import Sequence
 
 import click
 
+from csa_conform.case_glob import exact_glob, matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
 from csa_conform.cli.options import (
@@ -58,6 +58,7 @@ from csa_conform.profile import REFERENCE
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.shards import Shard
 from csa_conform.stages import BY_NAME
+from csa_conform.terminal import escaped, one_line, shell_join
 from csa_conform.tolerance import Tolerances
 
 
@@ -84,7 +85,7 @@ class DiffOptions:
 
     def command(self, case: str, stage: str, mode: Mode | None = None) -> str:
         words = ["csa-conform", "diff", self.file, "--stage", stage, "--mode", (mode or self.mode).value,
-                 "--case", case]
+                 "--case", exact_glob(case)]
         if self.force_host:
             words += ["--force-host", self.forced]
         words += self.build.words()
@@ -98,7 +99,7 @@ class DiffOptions:
             words += ["--tolerance", self.tolerance]
         for kind in self.invariance:
             words += ["--invariance", kind]
-        return shlex.join(words)
+        return shell_join(words)
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
@@ -109,15 +110,6 @@ class DiffOptions:
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
                 **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay,
                 **({"tolerance": self.tolerance} if self.tolerance else {}), "invariance": list(self.invariance)}
-
-
-def select_cases(golden: GoldenFile, pattern: str | None) -> list[str]:
-    cases = golden.case_ids()
-    if pattern is not None:
-        cases = [case for case in cases if fnmatch.fnmatchcase(case, pattern)]
-    if not cases:
-        raise UsageError(f"no case of {golden.path} matches {pattern!r}")
-    return cases
 
 
 def control_banner(options: DiffOptions) -> str:
@@ -154,13 +146,13 @@ def _cell_width(stage: str) -> int:
 
 
 def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
-    lines = []
+    case, lines = escaped(report.case), []
     if report.failure is not None:
         failure = report.failure
-        lines.append(f"{report.case} step {failure['step']}: the run stopped at {failure['stage']}: "
+        lines.append(f"{case} step {failure['step']}: the run stopped at {failure['stage']}: "
                      f"{failure['message']}")
     for finding in report.findings:
-        lines.append(f"{report.case} step {finding['step']}: {finding['message']}")
+        lines.append(f"{case} step {finding['step']}: {finding['message']}")
         lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
     diverged = report.diverged()
     # Chained, a stage reads what the stages before it wrote: the first divergence is the block, the rest
@@ -168,7 +160,7 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
     blocks = diverged[:1] if options.mode is Mode.CHAINED else diverged
     for verdict in blocks:
         where = f"[{verdict.kernel}]" if verdict.kernel else f"({verdict.placement})"
-        lines.append(f"{report.case}: diverges at {BY_NAME[verdict.stage].label} step {verdict.step} {where}")
+        lines.append(f"{case}: diverges at {BY_NAME[verdict.stage].label} step {verdict.step} {where}")
         if verdict.message:
             lines.append(f"  {verdict.message}")
         lines.extend(f"  {diff.summary()}" for diff in verdict.diffs)
@@ -184,7 +176,7 @@ def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
                      f"it wrote: {stages}")
     if report.failure is not None and not diverged:
         lines.append(f"  reproduce: {options.command(report.case, 'all')}")
-    return lines
+    return [one_line(line) for line in lines]
 
 
 DECODED = 4  # record bytes and index rows a failure block decodes
@@ -213,12 +205,12 @@ def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: lis
     if not quiet:
         for line in header:
             click.echo(line)
-        width = max([len("case")] + [len(report.case) for report in reports])
+        width = max([len("case")] + [len(escaped(report.case)) for report in reports])
         columns = [BY_NAME[stage].label for stage in stages]
         click.echo("  ".join(["case".ljust(width)] + [column.ljust(12) for column in columns]).rstrip())
         for report in reports:
             cells = [_cell(report, stage).ljust(12) for stage in stages]
-            click.echo("  ".join([report.case.ljust(width)] + cells).rstrip())
+            click.echo("  ".join([escaped(report.case).ljust(width)] + cells).rstrip())
     failures = [line for report in reports for line in _failure_lines(report, options)]
     click.echo(_summary(reports))
     if failures:
@@ -231,20 +223,21 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
                 console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
     for line in header:
         console.print(line, highlight=False)
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
-    table.add_column("case", no_wrap=True, min_width=max(len(report.case) for report in reports))
+    table.add_column("case", no_wrap=True, min_width=max(len(escaped(report.case)) for report in reports))
     styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "VARY": "bold magenta", "ok": "green",
               "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
     for report in reports:
         cells = [_cell(report, stage) for stage in stages]
-        table.add_row(report.case, *(f"[{styles[cell]}]{cell}[/]" for cell in cells))
+        table.add_row(Text(escaped(report.case)), *(f"[{styles[cell]}]{cell}[/]" for cell in cells))
     print_table(console, table)
     console.print(_summary(reports), highlight=False)
     failures = [line for report in reports for line in _failure_lines(report, options)]
@@ -328,7 +321,7 @@ def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], cas
     code = ExitCode.DIVERGED if findings or run.error_count else ExitCode(document["exit_code"])
     document.update(argv=argv(), passed=document["passed"] and code == ExitCode.OK, exit_code=int(code))
     document["options"]["sanitize"] = tool
-    reproduce = shlex.join([SANITIZER, "--tool", tool, "csa-conform", "diff", *words])
+    reproduce = shell_join([SANITIZER, "--tool", tool, "csa-conform", "diff", *words])
     document["sanitizer"] = {"tool": tool, "reproduce": reproduce, "error_count": run.error_count,
                              "findings": findings}
     if as_json:
@@ -375,7 +368,7 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
     golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
-        cases = select_cases(golden, case_glob)
+        cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(options.file, golden.schema_version)
     if shard is not None:
         cases = shard.select(cases)

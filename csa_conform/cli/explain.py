@@ -10,7 +10,8 @@ import time
 import click
 
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import DiffOptions, control_banner, run_header, select_cases
+from csa_conform.case_glob import matching_cases
+from csa_conform.cli.diff import DiffOptions, control_banner, run_header
 from csa_conform.cli.explanations import explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -55,7 +56,7 @@ def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect,
     chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     entries, explanations = [], []
     with GoldenFile(file) as golden:
-        cases = select_cases(golden, case_glob)
+        cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
         for case in progress(cases, len(cases), "explain", str, quiet or as_json):
             started = time.perf_counter()

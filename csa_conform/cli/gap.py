@@ -7,15 +7,16 @@ import time
 import click
 from rich.table import Table
 
+from csa_conform.case_glob import exact_glob, matching_cases
 from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
-from csa_conform.cli.verify import selected_cases
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
 from csa_conform.goldens import GoldenFile
 from csa_conform.oracle.engine import use_engine
 from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 from csa_conform.results import golden_reference, results_document
+from csa_conform.terminal import shell_join
 
 
 @click.command("gap")
@@ -51,7 +52,7 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
     started = time.monotonic()
     gap = Gap(REFERENCE, profile, mode)
     with GoldenFile(file) as golden:
-        case_ids = selected_cases(golden, case_glob)
+        case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         schema_version = golden.schema_version
     measure_file(gap, file, case_ids)
     entry = gap.entry()
@@ -80,5 +81,5 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
 
 def _case_entry(case_id: str, file: str, time_s: float) -> dict:
     return {"case": case_id, "family": case_id.split(".", 1)[0], "passed": True, "time_s": round(time_s, 3),
-            "steps_total": 0, "steps_compared": 0, "reproduce": f"csa-conform gap {file} --case {case_id}",
+            "steps_total": 0, "steps_compared": 0, "reproduce": shell_join(["csa-conform", "gap", file, "--case", exact_glob(case_id)]),
             "steps": []}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from functools import partial
 from pathlib import Path
 
 import click
 
+from csa_conform.case_glob import exact_glob
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.cli.options import engine_option
 from csa_conform.exitcodes import ExitCode
@@ -18,6 +18,7 @@ from csa_conform.goldens import GoldenCase, write_goldens
 from csa_conform.oracle import run_step
 from csa_conform.oracle.engine import use_engine
 from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
+from csa_conform.terminal import shell_join
 
 
 def generate_case(recipe: Recipe, profile: str = REFERENCE) -> GoldenCase:
@@ -84,9 +85,10 @@ def generate_command(
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)
     except FixtureError as error:
-        case = shlex.quote(error.case_id or "*")
-        chosen = "" if profile == REFERENCE else f" --profile {profile}"
-        reproduce = f"csa-conform generate --suite {suite} --seed {seed}{chosen} --case {case} -o case.h5"
+        case = exact_glob(error.case_id) if error.case_id else "*"
+        chosen = [] if profile == REFERENCE else ["--profile", profile]
+        reproduce = shell_join(["csa-conform", "generate", "--suite", suite, "--seed", str(seed), *chosen, "--case",
+                                case, "-o", "case.h5"])
         click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
         return error.exit_code
     size = os.path.getsize(output) / 1e6

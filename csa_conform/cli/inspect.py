@@ -15,6 +15,7 @@ from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile, array_sha256
 from csa_conform.stages import resolve_stage
+from csa_conform.terminal import escaped, one_line
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.records import (
@@ -218,11 +219,11 @@ def _render(document: dict) -> None:
         _emit(title, ("tensor", "shape", "dtype", "sha256", "first values"), rows)
         for entry in document["tensors"]:
             if entry.get("decoded"):
-                click.echo(f"{entry['tensor']} record 0: {entry['decoded']}")
+                click.echo(one_line(f"{entry['tensor']} record 0: {entry['decoded']}"))
     elif "steps" in document:
         heading = f"{document['case']} [{document['family']}] seed={document['seed']}"
-        click.echo(f"{heading}: {document['description']}")
-        click.echo(f"attrs: {document['attrs']}")
+        click.echo(one_line(f"{heading}: {document['description']}"))
+        click.echo(one_line(f"attrs: {document['attrs']}"))
         rows = [
             (step["step"], step["T"], step["S"], step["Kc"], len(step["stages"]), step["expect_error"] or "")
             for step in document["steps"]
@@ -230,7 +231,7 @@ def _render(document: dict) -> None:
         _emit(document["case"], ("step", "T", "S", "Kc", "stages", "expect_error"), rows)
     else:
         provenance = document["provenance"]
-        click.echo(" ".join(f"{key}={value}" for key, value in provenance.items()))
+        click.echo(one_line(" ".join(f"{key}={value}" for key, value in provenance.items())))
         rows = [
             (c["case"], c["family"], str(c["ratio"]), c["cache_format"], str(c["steps"]),
              ",".join(map(str, c["rejected_steps"])))
@@ -243,14 +244,15 @@ def _emit(title: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
     if stdout_is_terminal():
         table = Table(title=title)
         # The first column holds what a user copies into the next command (case ids, tensor names).
-        table.add_column(columns[0], no_wrap=True, min_width=max([len(str(row[0])) for row in rows] + [1]))
+        widest = max([len(escaped(str(row[0]))) for row in rows] + [1])
+        table.add_column(columns[0], no_wrap=True, min_width=widest)
         for column in columns[1:]:
             table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(*(Text(str(cell)) for cell in row))
+            table.add_row(*(Text(escaped(str(cell))) for cell in row))
         print_table(console(), table)
         return
-    click.echo(title)
+    click.echo(one_line(title))
     click.echo("\t".join(columns))
     for row in rows:
-        click.echo("\t".join(map(str, row)))
+        click.echo("\t".join(escaped(str(cell)) for cell in row))

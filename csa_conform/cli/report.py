@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
+from csa_conform.atomic import refuse_special_target, write_atomically
+from csa_conform.bounded_json import read_text
 from csa_conform.cli.common import boundary
+from csa_conform.cli.output import stdin_closed
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
+from csa_conform.html_report import render_html
 from csa_conform.report import junit_xml, merge_shards, merged_summary
 from csa_conform.results import load_results
 
@@ -22,11 +25,13 @@ from csa_conform.results import load_results
               help="Write the merged JSON summary here.")
 @click.option("--merged", "merged_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the one results document the shards of one run (--shard K/N) merge into.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write one self-contained HTML page: verdict matrix, error histograms, heatmaps, gap tables.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print the one-line summary.")
 @boundary
 def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, merged_path: Path | None,
-                   quiet: bool) -> ExitCode:
-    """Turn RESULTS (documents written by verify, diff, bisect or explain with --json;
+                   html_path: Path | None, quiet: bool) -> ExitCode:
+    """Turn RESULTS (documents written by verify, diff, bisect, explain or gap with --json;
     '-' reads stdin) into CI artefacts: one JUnit file and one JSON summary, however
     many documents are given. The shards of one run (diff --shard K/N) are first
     merged into the document the unsharded run writes. Exits 0 once written,
@@ -37,29 +42,29 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
       csa-conform diff --json > diff.json; csa-conform report diff.json --junit junit.xml
       csa-conform report shard-*.json --junit junit.xml --json summary.json
       csa-conform report shard-*.json --merged diff.json
+      csa-conform report verify.json gap.json --html report.html
     """
-    if junit is None and json_path is None and merged_path is None:
-        raise UsageError("nothing to write: give --junit FILE, --json FILE and/or --merged FILE")
-    documents = merge_shards([load_results(_read(source), source) for source in results])
+    if junit is None and json_path is None and merged_path is None and html_path is None:
+        raise UsageError("nothing to write: give --junit FILE, --json FILE, --merged FILE and/or --html FILE")
+    outputs = [path for path in (junit, json_path, merged_path, html_path) if path is not None]
+    for path in outputs:
+        refuse_special_target(path)
+    documents = merge_shards([load_results(read_text(source, stdin_closed=stdin_closed()), source)
+                              for source in results])
     if merged_path is not None and len(documents) != 1:
         raise UsageError(f"--merged writes one run, but the documents given are {len(documents)} runs "
                          "(only the shards of one run merge)")
     if junit is not None:
-        junit.write_text(junit_xml(documents))
+        write_atomically(junit, junit_xml(documents).encode("utf-8"))
     if json_path is not None:
-        json_path.write_text(json.dumps(merged_summary(documents), indent=2) + "\n")
+        write_atomically(json_path, (json.dumps(merged_summary(documents), indent=2) + "\n").encode("utf-8"))
     if merged_path is not None:
-        merged_path.write_text(json.dumps(documents[0], indent=2) + "\n")
+        write_atomically(merged_path, (json.dumps(documents[0], indent=2) + "\n").encode("utf-8"))
+    if html_path is not None:
+        write_atomically(html_path, render_html(documents).encode("utf-8"))
     if not quiet:
         total = sum(document["summary"]["cases"] for document in documents)
         failed = sum(document["summary"]["failed"] for document in documents)
         click.echo(f"report: {len(documents)} runs, {total} cases, {failed} failed")
     return ExitCode.OK
 
-
-def _read(source: str) -> str:
-    raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{source}: not UTF-8 text (byte {error.start})") from None

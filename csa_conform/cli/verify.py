@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from functools import partial
 from typing import Callable
@@ -22,6 +21,7 @@ from csa_conform.cli.common import (
     progress,
     stdout_is_terminal,
 )
+from csa_conform.case_glob import matching_cases
 from csa_conform.cli.options import case_selection, engine_option, golden_file, output_options
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
@@ -29,18 +29,8 @@ from csa_conform.goldens import GoldenFile
 from csa_conform.oracle.engine import use_engine
 from csa_conform.profile import file_profile
 from csa_conform.results import CaseResult, golden_reference, results_document
+from csa_conform.terminal import escaped, one_line
 from csa_conform.verify import verify_case, verify_case_in
-
-
-def selected_cases(golden: GoldenFile, case_glob: str | None) -> list[str]:
-    """Case ids of a golden file, filtered by a glob (which must match something)."""
-    ids = golden.case_ids()
-    if case_glob is None:
-        return ids
-    chosen = [case_id for case_id in ids if fnmatch.fnmatchcase(case_id, case_glob)]
-    if not chosen:
-        raise UsageError(f"no case of {golden.path} matches {case_glob!r}")
-    return chosen
 
 
 def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
@@ -79,7 +69,7 @@ def verify_command(
     use_engine(engine)
     jobs = capped_jobs(jobs)
     with GoldenFile(file) as golden:
-        case_ids = selected_cases(golden, case_glob)
+        case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         file_profile(golden.provenance, file)
         schema_version = golden.schema_version
         # One handle for the whole run; worker processes open the file once each and
@@ -130,25 +120,25 @@ def _table(results: list[CaseResult], document: dict, file: str) -> None:
     failing = [result for result in results if not result.passed]
     if failing:
         table = Table(title="divergences", show_lines=False)
-        table.add_column("case", no_wrap=True, min_width=max(len(result.case_id) for result in failing))
+        table.add_column("case", no_wrap=True, min_width=max(len(escaped(result.case_id)) for result in failing))
         for column in ("step", "where", "first divergence"):
             table.add_column(column, overflow="fold")
         for result in failing:
             for line in result.failure_lines():
                 out.print(line, markup=False)
             if result.problem:
-                table.add_row(Text(result.case_id), "", "", Text(result.problem))
+                table.add_row(Text(escaped(result.case_id)), "", "", Text(one_line(result.problem)))
             for step in result.steps:
                 if step.problem:
-                    table.add_row(Text(result.case_id), str(step.step), "", Text(step.problem))
+                    table.add_row(Text(escaped(result.case_id)), str(step.step), "", Text(one_line(step.problem)))
                 for diff in step.diffs:
                     first = diff.first or {}
                     where = f"{first.get('coords', '')}: {first.get('expected')} vs {first.get('actual')}"
                     table.add_row(
-                        Text(result.case_id),
+                        Text(escaped(result.case_id)),
                         str(step.step),
-                        Text(f"{diff.stage}/{diff.tensor}"),
-                        Text(diff.problem or where),
+                        Text(escaped(f"{diff.stage}/{diff.tensor}")),
+                        Text(one_line(diff.problem or where)),
                     )
         print_table(out, table)
     style = "green" if document["passed"] else "bold red"

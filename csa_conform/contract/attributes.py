@@ -18,6 +18,8 @@ LAYOUT_VERSION = 1
 FP8_BLOCK, FP8_BLOCK_BYTES = 64, 65
 FP4_BLOCK, FP4_BLOCK_BYTES = 32, 17
 CACHE_FORMATS = ("f32", "fp8_e4m3_block64", "fp4_e2m1_block32")
+# The attributes the factory reads as floats; every other numeric attribute is an int64.
+FLOAT_ATTRIBUTES = frozenset({"scale"})
 
 
 def is_int(value) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -27,6 +28,9 @@ from csa_conform.shards import Shard, interleave
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 ALL = "all"
+# No host has more GPUs than this; ordinals are ASCII digits (str.isdigit also takes '²').
+MAX_ORDINAL = 1023
+_ORDINAL = re.compile(r"[0-9]{1,4}")
 
 Report = TypeVar("Report")
 Work = Callable[[Sequence[str]], tuple[list[Report], RunProvenance]]
@@ -38,9 +42,11 @@ def parse_devices(text: str) -> tuple[int, ...] | None:
     if text == ALL:
         return None
     words = [word.strip() for word in text.split(",")]
-    if not words or not all(word.isdigit() for word in words) or len(set(words)) != len(words):
-        raise UsageError(f"--devices: {text!r} is not 'all' or distinct device ordinals like 0,1")
-    return tuple(int(word) for word in words)
+    ordinals = [int(word) for word in words if _ORDINAL.fullmatch(word) and int(word) <= MAX_ORDINAL]
+    if not words or len(ordinals) != len(words) or len(set(ordinals)) != len(ordinals):
+        raise UsageError(f"--devices: {text!r} is not 'all' or distinct device ordinals like 0,1 "
+                         f"(at most {MAX_ORDINAL})")
+    return tuple(ordinals)
 
 
 def device_count() -> int:

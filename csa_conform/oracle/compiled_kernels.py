@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-KERNEL_OPTIONS = {"cache": True, "nogil": True, "fastmath": False, "error_model": "numpy"}
+from csa_conform.oracle.compile_cache import kernel_cache
+
+KERNEL_OPTIONS = {"cache": kernel_cache(), "nogil": True, "fastmath": False, "error_model": "numpy"}
 
 _ZERO = np.float32(0)
 _MINUS_INFINITY = np.float32(-np.inf)

@@ -78,7 +78,7 @@ def sparse_sink_softmax_attention(
     bias: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, _ = query.shape
-    source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates)
+    source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates, decode_fp8_record)
     empty_row = source.shape[1] - 1
     count = candidates.shape[-1]
     scores = np.empty((batch, sequence, heads, count), dtype=np.float32)

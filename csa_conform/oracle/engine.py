@@ -7,7 +7,11 @@ index-query finalization as compiled kernels (compiled_kernels.py,
 compiled_records.py, compiled_libm.py) with the same binary32 operations in
 the same order, so both engines give the same bytes
 (tests/oracle/test_engines.py compares them on every golden step). `auto`,
-the default, picks numba when it can be imported.
+the default, picks numba when it can be imported and the address-space
+limit (``ulimit -v``) leaves it room: LLVM needs about NUMBA_ADDRESS_SPACE
+to load and compile the kernels and aborts the process (no exception) when
+it runs out, so under a tighter limit `auto` is numpy and an explicit
+`numba` is refused as a memory shortage (exit 4).
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Callable
 
-from csa_conform.errors import UsageError
+from csa_conform.errors import MemoryShortage, UsageError
+from csa_conform.memory import address_space_left, human
 from csa_conform.numerics import variant
 
 ENGINE_VARIABLE = "CSA_CONFORM_ENGINE"
 ENGINE_CHOICES = ("auto", "numpy", "numba")
+# Measured: a verify with cached kernels peaks at 450 MB of address space; compiling them takes more.
+NUMBA_ADDRESS_SPACE = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -47,10 +54,16 @@ def resolve_engine(choice: str | None = None) -> Engine:
     name = choice or os.environ.get(ENGINE_VARIABLE) or "auto"
     if name not in ENGINE_CHOICES:
         raise UsageError(f"{source} {name!r} is not an oracle engine: expected one of {', '.join(ENGINE_CHOICES)}")
+    left = address_space_left()
+    roomy = left is None or left[0] >= NUMBA_ADDRESS_SPACE
     if name == "auto":
-        name = "numba" if numba_available() else "numpy"
+        name = "numba" if numba_available() and roomy else "numpy"
     if name == "numba" and not numba_available():
         raise UsageError("oracle engine 'numba' needs the numba package: pip install numba, or use engine numpy")
+    if name == "numba" and not roomy:
+        raise MemoryShortage(f"oracle engine 'numba' needs about {human(NUMBA_ADDRESS_SPACE)} of address space to "
+                             f"compile its kernels, more than the {left[1]} leaves ({human(left[0])}); "
+                             "use engine numpy (the same bytes)")
     if variant.active() is not variant.REFERENCE:
         # The compiled kernels are the reference arithmetic only; a swapped ingredient (explain) needs numpy.
         name = "numpy"

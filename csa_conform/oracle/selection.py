@@ -15,21 +15,28 @@ STAGE_RANK = 2
 
 
 def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None):
-    """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure."""
-    failure = earliest(*prior, _first_tie(scores, live))
+    """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure.
+
+    One stable sort per row serves both: equal neighbours among its live
+    scores are the ties the reference refuses, and its head is the top Kw.
+    """
+    keys = np.where(live, -scores, np.inf)
+    order = np.argsort(keys, axis=-1, kind="stable")
+    failure = earliest(*prior, _first_tie(scores, live, np.take_along_axis(keys, order, axis=-1)))
     if failure is not None:
         raise ContractError(failure.message, failure.kind)
     width = geometry.topk_width
-    order = np.argsort(np.where(live, -scores, np.inf), axis=-1, kind="stable")[..., :width]
+    order = order[..., :width]
     chosen = np.take_along_axis(live, order, axis=-1)
     selected = np.where(chosen, order, -1).astype(np.int32)
     replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
     return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
 
 
-def _first_tie(scores, live) -> RowFailure | None:
-    keyed = np.sort(np.where(live, scores, np.nan), axis=-1)
-    tied_rows = (keyed[..., 1:] == keyed[..., :-1]).any(axis=-1)
+def _first_tie(scores, live, ranked) -> RowFailure | None:
+    """``ranked``: each row's keys (-score, +inf where not live) in ascending order, live ones first."""
+    within = np.arange(1, ranked.shape[-1]) < live.sum(axis=-1, keepdims=True)
+    tied_rows = ((ranked[..., 1:] == ranked[..., :-1]) & within).any(axis=-1)
     if not tied_rows.any():
         return None
     b, s = np.argwhere(tied_rows)[0]

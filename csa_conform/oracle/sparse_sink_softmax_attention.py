@@ -76,12 +76,13 @@ def _per_query(count: int, batch: int, heads: int, dim: int) -> int:
     return max(count * batch * heads, count * batch * dim // 16)
 
 
-def candidate_rows(geometry, current_kv, present_compressed_kv, candidates):
+def candidate_rows(geometry, current_kv, present_compressed_kv, candidates, decode=decode_fp8_record):
     """Rows of [current_kv | the records candidates name | zeros] per batch, and each candidate's row in it.
 
     Only the records some candidate names are read from the present cache
     (decoded when it is FP8): a ratio-4 decode at 2^20 tokens reads 512 of
-    262,144, and the gather never copies the cache.
+    262,144, and the gather never copies the cache. ``decode`` is the FP8
+    record decoder (the numba engine passes its compiled twin).
     """
     batch, dim = current_kv.shape[0], current_kv.shape[-1]
     dense = candidates[..., : geometry.dense_candidates]
@@ -89,7 +90,7 @@ def candidate_rows(geometry, current_kv, present_compressed_kv, candidates):
     named = np.unique(compressed[compressed >= 0])
     records = np.take(present_compressed_kv, named, axis=1)
     if records.dtype == np.uint8:
-        records = decode_fp8_record(records)
+        records = decode(records)
     source = np.concatenate(
         [current_kv, records.astype(np.float32, copy=False), np.zeros((batch, 1, dim), dtype=np.float32)], axis=1
     )

@@ -36,11 +36,26 @@ def command(*args: str, **options) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=environment, **options)
 
 
+def unnamed_files(folder: Path, pid: int) -> list[str]:
+    """The files a process holds open in ``folder`` without a name (O_TMPFILE: '/folder/#inode (deleted)')."""
+    found = []
+    for link in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(link)
+        except OSError:
+            continue
+        if target.startswith(f"{folder}/#") and target.endswith(" (deleted)"):
+            found.append(target)
+    return found
+
+
 def wait_for_temporary(folder: Path, process: subprocess.Popen) -> None:
+    """Until the process has its unnamed output open in ``folder`` (nothing there has a name)."""
     deadline = time.monotonic() + 60
-    while not list(folder.glob(".*.tmp")):
+    while not unnamed_files(folder, process.pid):
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "generate never started writing"
+        assert list(folder.iterdir()) == [], "a temporary became visible"
         time.sleep(0.02)
 
 

@@ -17,7 +17,7 @@ from csa_conform.numerics.records import decode_fp8_record, unpack_fp4_record, u
 from csa_conform.oracle import run_step
 from csa_conform.verify import verify_case
 
-SMALL_R4 = "long.r4-n1-i8-t65536"
+SMALL_R4 = "long.r4-n1-i8-t65537"
 SMALL_R4_PREFILL = "long.r4-n2-i8-prefill-t65537"
 SMALL_R128 = "long.r128-f32-n2-t131071"
 

@@ -1,0 +1,67 @@
+"""Where numba keeps the compiled kernels, in containers that give it nowhere obvious.
+
+numba caches compiled kernels beside their source (``__pycache__``), else in
+$NUMBA_CACHE_DIR, else in the user's cache folder (~/.cache), and raises
+when none is writable: a CI image with a read-only package folder and an
+unwritable HOME. ``kernel_cache()`` finds out once, before any kernel is
+declared, by letting numba look for a place for an empty function from this
+folder; failing that it uses a private folder of this user under the
+temporary directory (owned by this user and writable by no one else, since
+numba's cache holds pickles it loads); failing that the kernels are
+compiled afresh in every process, with one note on stderr saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import numba
+from numba import njit
+
+__all__ = ["kernel_cache"]
+
+
+def _probe() -> None:
+    """Declared with cache=True only to ask numba where its cache would go."""
+
+
+def _numba_finds_a_place() -> bool:
+    try:
+        njit(cache=True)(_probe)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _private_folder() -> Path | None:
+    folder = Path(tempfile.gettempdir()) / f"csa-conform-numba-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        status = folder.lstat()
+    except OSError:
+        return None
+    private = stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o022
+    return folder if private else None
+
+
+@cache
+def kernel_cache() -> bool:
+    """True when the kernels can be cached (setting numba's cache folder if it had none)."""
+    if _numba_finds_a_place():
+        return True
+    folder = _private_folder()
+    if folder is not None:
+        numba.config.CACHE_DIR = str(folder)
+        if _numba_finds_a_place():
+            return True
+    try:
+        sys.stderr.write("csa-conform: note: numba has no writable cache folder (set NUMBA_CACHE_DIR); "
+                         "the oracle's kernels are compiled in every process\n")
+    except (OSError, ValueError, AttributeError):
+        pass
+    return False
