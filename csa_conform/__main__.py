@@ -2,12 +2,18 @@
 
 Loading the command line takes a second (numpy, h5py, click, rich); a Ctrl-C
 or SIGTERM in that second is one line and 130 or 143 as well, not an
-import traceback.
+import traceback. Under an address-space limit (``ulimit -v``) too small to
+load those libraries at all, loading fails with one line and exit 4; below
+2 GiB OpenBLAS is asked for one thread, since it reserves buffers for every
+core when numpy loads and exits the process when it cannot.
 """
 
 import os
+import resource
 import signal
 import sys
+
+TIGHT_ADDRESS_SPACE = 2 << 30
 
 
 def _say(line: str) -> None:
@@ -24,11 +30,23 @@ def _terminated(_number, _frame) -> None:
 
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminated)
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limited = limit != resource.RLIM_INFINITY
+    if limited and limit < TIGHT_ADDRESS_SPACE:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from csa_conform.cli import main
     except KeyboardInterrupt:
         _say("csa-conform: error: interrupted\n")
         sys.exit(130)
+    except (ImportError, MemoryError) as error:
+        if not limited:
+            raise
+        cause = error.__cause__ or error
+        reason = next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+        _say(f"csa-conform: error: cannot load its libraries under the address-space limit (ulimit -v) of "
+             f"{limit >> 20} MiB ({reason}); it needs about 200 MiB\n")
+        sys.exit(4)
     main()
 
 

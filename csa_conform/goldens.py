@@ -49,9 +49,10 @@ from csa_conform.errors import (
     GoldenFormatError,
     GoldenIntegrityError,
     GoldenWriteError,
+    MemoryShortage,
     UsageError,
 )
-from csa_conform.memory import allocate
+from csa_conform.memory import address_space_left, allocate
 
 FORMAT = "csa-conform-goldens"
 SCHEMA_VERSION = 2
@@ -510,6 +511,7 @@ class GoldenFile:
         except CsaConformError:
             raise
         except _DAMAGE as error:
+            _refuse_memory_shortage(error, f"{self.path}: {where}")
             problem = f"{type(error).__name__}: {_first_line(error)}"
             raise GoldenFormatError(f"{self.path}: {where}: damaged or unreadable ({problem})") from None
 
@@ -543,6 +545,7 @@ class GoldenFile:
                             )
                         pending.append((child, path, depth + 1))
         except _DAMAGE as error:
+            _refuse_memory_shortage(error, f"{self.path}: /{visited[-1].lstrip('/')}")
             problem = f"{type(error).__name__}: {_first_line(error)}"
             raise GoldenFormatError(
                 f"{self.path}: damaged object after /{visited[-1].lstrip('/')} ({problem})"
@@ -1016,6 +1019,14 @@ class GoldenFile:
         if actual != entry.sha256:
             raise CorruptDataset(self.path, where, f"sha256 mismatch (stored {entry.sha256}, data {actual})")
         return array
+
+
+def _refuse_memory_shortage(error: BaseException, where: str) -> None:
+    """Under an address-space limit a MemoryError from HDF5 is the limit (exit 4); without one, a header
+    that asks for absurd memory is damage (the caller's GoldenFormatError)."""
+    bound = address_space_left()
+    if isinstance(error, MemoryError) and bound is not None:
+        raise MemoryShortage(f"{where}: out of memory reading the file's metadata under the {bound[1]}") from None
 
 
 def _require_regular_file(path: str) -> None:

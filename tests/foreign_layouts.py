@@ -11,7 +11,7 @@ from pathlib import Path
 
 import h5py
 
-# name -> create_dataset options ("rows" chunks: one row of the last axis per chunk)
+# name -> create_dataset options ("rows" chunks: one row of the last axis per chunk; "file": h5py.File options)
 LAYOUTS = {
     "big-endian": {"byteorder": ">"},
     "big-endian-gzip-chunked-rows": {"byteorder": ">", "compression": "gzip", "chunks": "rows"},
@@ -19,11 +19,14 @@ LAYOUTS = {
     "chunked-rows-shuffle-fletcher32": {"chunks": "rows", "shuffle": True, "fletcher32": True},
     "gzip-9": {"compression": "gzip", "compression_opts": 9},
     "lzf-big-endian": {"byteorder": ">", "compression": "lzf"},
+    # File-level choices: a 512-byte user block before the superblock, the newest object formats.
+    "user-block-512": {"file": {"userblock_size": 512}},
+    "libver-latest": {"file": {"libver": "latest"}, "compression": "gzip"},
 }
 
 
 def _options(layout: dict, data) -> dict:
-    options = {key: value for key, value in layout.items() if key != "byteorder"}
+    options = {key: value for key, value in layout.items() if key not in ("byteorder", "file")}
     if data.ndim == 0 or data.size == 0:
         return {}
     if options.get("chunks") == "rows":
@@ -34,7 +37,7 @@ def _options(layout: dict, data) -> dict:
 def rewrite_layout(source: Path, target: Path, layout: dict) -> None:
     """``source`` copied to ``target`` with every dataset stored as ``layout`` says."""
     order = layout.get("byteorder")
-    with h5py.File(source, "r") as original, h5py.File(target, "w") as copy:
+    with h5py.File(source, "r") as original, h5py.File(target, "w", **layout.get("file", {})) as copy:
         made: dict[int, h5py.Dataset] = {}
 
         def attributes(from_object, to_object) -> None:

@@ -80,9 +80,12 @@ def boundary(command: Callable) -> Callable:
     def run(*args, **kwargs):
         try:
             code = command(*args, **kwargs)
-        except MemoryError:
-            error = MemoryShortage(f"out of memory{memory_bound()}; rerun with more memory (or fewer --jobs)")
-            _error_exit(error, click.get_current_context().info_name, kwargs.get("as_json", False),
+        except (MemoryError, RuntimeError) as error:
+            # A thread whose stack cannot be mapped is memory too (ulimit -v): "can't start new thread".
+            if isinstance(error, RuntimeError) and "can't start new thread" not in str(error):
+                raise
+            shortage = MemoryShortage(f"out of memory{memory_bound()}; rerun with more memory (or fewer --jobs)")
+            _error_exit(shortage, click.get_current_context().info_name, kwargs.get("as_json", False),
                         kwargs.get("git_bisect", False), kwargs.get("file"))
         except (CsaConformError, OSError) as error:
             name = click.get_current_context().info_name

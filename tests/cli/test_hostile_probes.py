@@ -613,3 +613,13 @@ def test_jobs_are_capped_by_the_memory_the_workers_share(monkeypatch, capsys):
         capsys.readouterr().err
     monkeypatch.setattr(common, "shared_headroom", lambda: None)
     assert common.capped_jobs(2) == 2
+
+
+@pytest.mark.parametrize("megabytes", [40, 100, 170, 260, 420])
+def test_any_address_space_limit_is_a_verdict_or_exit_4_never_a_crash(small, megabytes):
+    """From too small to load numpy to enough for the numpy engine: 0, or exit 4 with one line."""
+    done = run("verify", small, "-q", preexec=_address_space(megabytes << 20))
+    assert done.returncode in (ExitCode.OK, ExitCode.ENVIRONMENT), done.stderr
+    if done.returncode == ExitCode.ENVIRONMENT:
+        line = one_error_line(done.stderr)
+        assert "ulimit -v" in line, line
