@@ -204,7 +204,7 @@ def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: lis
                  quiet: bool = False) -> None:
     if not quiet:
         for line in header:
-            click.echo(line)
+            click.echo(one_line(line))
         width = max([len("case")] + [len(escaped(report.case)) for report in reports])
         columns = [BY_NAME[stage].label for stage in stages]
         click.echo("  ".join(["case".ljust(width)] + [column.ljust(12) for column in columns]).rstrip())
@@ -227,7 +227,7 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
 
     console = console or Console()
     for line in header:
-        console.print(line, highlight=False)
+        console.print(one_line(line), highlight=False, markup=False)
     table = Table(show_lines=False)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(escaped(report.case)) for report in reports))

@@ -9,8 +9,8 @@ import time
 
 import click
 
-from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.case_glob import matching_cases
+from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import DiffOptions, control_banner, run_header
 from csa_conform.cli.explanations import explanation_lines, explanations_section
 from csa_conform.cli.options import (
@@ -28,6 +28,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import explain_report
 from csa_conform.goldens import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.terminal import one_line
 
 
 @click.command("explain")
@@ -78,7 +79,7 @@ def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect,
         return code
     if not quiet:
         for line in run_header("explain", chained.provenance, options, stages):
-            click.echo(line)
+            click.echo(one_line(line))
     for line in explanation_lines(explanations):
-        click.echo(line)
+        click.echo(one_line(line))
     return code

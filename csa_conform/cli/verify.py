@@ -112,7 +112,7 @@ def _lines(results: list[CaseResult], document: dict, file: str) -> None:
 def _summary(document: dict, file: str) -> str:
     summary = document["summary"]
     verdict = "verified" if document["passed"] else "FAILED"
-    return f"{verdict}: {summary['passed']}/{summary['cases']} cases passed ({summary['steps']} steps) in {file}"
+    return f"{verdict}: {summary['passed']}/{summary['cases']} cases passed ({summary['steps']} steps) in {escaped(file)}"
 
 
 def _table(results: list[CaseResult], document: dict, file: str) -> None:

@@ -32,7 +32,7 @@ from csa_conform import atomic
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.goldens import GoldenFile, write_goldens
-from csa_conform.oracle import compile_cache
+from csa_conform.oracle.engine import numba_available
 from csa_conform.terminal import escaped
 from foreign_layouts import LAYOUTS, rewrite_layout
 from golden_edits import reseal
@@ -154,6 +154,8 @@ def foreign(small, bad, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("engine", ["numpy", "numba"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_foreign_layouts_get_the_plain_files_verdict(foreign, small, bad, layout, engine):
+    if engine == "numba" and not numba_available():
+        pytest.skip("numba is not installed (the fast extra)")
     for verdict, plain in (("pass", small), ("fail", bad)):
         expected = invoke("verify", plain, "--engine", engine, "--json")
         result = invoke("verify", foreign[layout, verdict], "--engine", engine, "--json")
@@ -178,6 +180,7 @@ def test_a_big_endian_file_reads_native_arrays(foreign, small):
 
 
 def test_numba_without_a_writable_cache_folder_compiles_with_a_note(monkeypatch, tmp_path, capsys):
+    compile_cache = pytest.importorskip("csa_conform.oracle.compile_cache")
     compile_cache.kernel_cache.cache_clear()
     monkeypatch.setattr(compile_cache, "_numba_finds_a_place", lambda: False)
     monkeypatch.setattr(compile_cache.tempfile, "gettempdir", lambda: str(tmp_path / "missing" / "deeper"))
@@ -190,6 +193,8 @@ def test_numba_without_a_writable_cache_folder_compiles_with_a_note(monkeypatch,
 
 def test_numba_cache_goes_to_a_private_folder_when_the_package_and_home_are_read_only(tmp_path, small):
     """A copy of the package on a read-only bind mount, HOME on it too (a CI image), NUMBA_CACHE_DIR unset."""
+    if not numba_available():
+        pytest.skip("numba is not installed (the fast extra)")
     if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("unshare -m (a private mount namespace) is not permitted here")
     image = tmp_path / "image"
@@ -218,6 +223,8 @@ def _address_space(limit: int):
 
 
 def test_under_a_tight_address_space_auto_is_numpy_and_numba_is_refused(small):
+    if not numba_available():
+        pytest.skip("numba is not installed (the fast extra)")
     assert run("verify", small, "-q", preexec=_address_space(600 << 20)).returncode == ExitCode.OK
     done = run("verify", small, "-q", "--engine", "numba", preexec=_address_space(600 << 20))
     assert done.returncode == ExitCode.ENVIRONMENT
@@ -623,3 +630,14 @@ def test_any_address_space_limit_is_a_verdict_or_exit_4_never_a_crash(small, meg
     if done.returncode == ExitCode.ENVIRONMENT:
         line = one_error_line(done.stderr)
         assert "ulimit -v" in line, line
+
+
+def test_a_file_name_with_controls_is_escaped_in_text_and_exact_in_json(tmp_path, bad):
+    path = tmp_path / "golden\x1b[31m\x9b.h5"
+    path.write_bytes(bad.read_bytes())
+    text = invoke("verify", path)
+    assert text.exit_code == ExitCode.DIVERGED
+    assert not any(character in text.output for character in "\x1b\x9b")
+    document = json.loads(invoke("verify", path, "--json").stdout)
+    assert document["golden"]["path"] == str(path)
+    assert _words(document["cases"][0]["reproduce"])[2] == str(path)
