@@ -21,7 +21,7 @@ from csa_conform.numerics.fp4 import FP4_BLOCK, e2m1_decode
 from csa_conform.numerics.fp8 import FP8_BLOCK, e4m3_decode
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 from csa_conform.placement import log2_histogram, mismatch_heatmap
-from csa_conform.stages import payload_axes
+from csa_conform.spec import payload_axes
 
 __all__ = ["TensorDiff", "compare_payloads", "compare_tensor", "default_axes"]
 

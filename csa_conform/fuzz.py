@@ -28,7 +28,7 @@ import numpy as np
 from csa_conform.errors import FixtureError, TopKTie
 from csa_conform.fixtures.randomized import StreamSpec, bias_patterns, describe, random_plan
 from csa_conform.fixtures.stream import play
-from csa_conform.goldens import GoldenCase
+from csa_conform.golden import GoldenCase
 from csa_conform.oracle import run_step
 
 FAMILY = "fuzz"

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from csa_conform.errors import ContractError
 from csa_conform.errorstats import TensorErrors
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.profile import OFFICIAL, REFERENCE, runner
-from csa_conform.stages import STAGE_NAMES
+from csa_conform.spec import STAGE_NAMES
 
 SKIPPED_STAGES = ("writeback",)
 CHAINED, ISOLATED = "chained", "isolated"

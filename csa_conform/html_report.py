@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 
 from csa_conform.gap import COLUMNS, table_rows
-from csa_conform.stages import STAGE_NAMES
+from csa_conform.spec import STAGE_NAMES
 
 MAX_TENSORS = 24  # failing tensors drawn per document; the rest are counted
 STATUS_COLOURS = {

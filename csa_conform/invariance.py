@@ -30,9 +30,9 @@ import numpy as np
 
 from csa_conform.device.conformance import replay
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.goldens import GoldenCase, GoldenFile, write_goldens
+from csa_conform.golden import GoldenCase, GoldenFile, write_goldens
 from csa_conform.results import BATCH_VARIANT, CHUNK_VARIANT
-from csa_conform.stages import STAGES as PIPELINE
+from csa_conform.spec import STAGES as PIPELINE
 from csa_conform.streams import Stream, embedded, split, stream_of
 
 BATCH = "batch"

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 from csa_conform.device.conformance import first_divergence, replay
 from csa_conform.device.modes import STAGES
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.goldens import GoldenCase, GoldenFile, write_goldens
+from csa_conform.golden import GoldenCase, GoldenFile, write_goldens
 from csa_conform.streams import Stream, heads, index_heads, kv_window, later_tokens, rows, tokens, topk
 
 # At most this many single-row / single-head candidates are tried before halves.

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from csa_conform.errors import ContractError
-from csa_conform.goldens import GoldenCase, GoldenFile, GoldenStep
+from csa_conform.golden import GoldenCase, GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
-from csa_conform.stages import STATE_THREADING
+from csa_conform.spec import STATE_THREADING
 
 # The axis of each per-row, per-token, per-head and per-index-head input (attention_bias aside).
 BATCH_AXIS = dict.fromkeys(

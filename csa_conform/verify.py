@@ -17,7 +17,7 @@ from csa_conform.case_glob import exact_glob
 from csa_conform.diff import compare_payloads
 from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
 from csa_conform.fixtures.stream import STATE
-from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.memory import require
 from csa_conform.oracle import run_step
 from csa_conform.profile import file_profile, runner

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from csa_conform.goldens import GoldenFile, write_goldens
+from csa_conform.golden import GoldenFile, write_goldens
 
 
 def reseal(path: Path, edit) -> None:

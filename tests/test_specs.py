@@ -16,7 +16,7 @@ from csa_conform.fixtures.closed_form import ratio4_plan, ratio128_plan
 from csa_conform.fixtures.stream import assemble, play
 from csa_conform.oracle import STAGES, run_step
 from csa_conform.resources import builtin_kernels
-from csa_conform.stages import LAUNCHES
+from csa_conform.spec import LAUNCHES, payload_table
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "stage-payloads.md"
 
@@ -39,6 +39,12 @@ def test_spec_lists_every_payload_of_both_ratios():
     produced = emitted(ratio4_plan(((0, 8),))) | emitted(ratio128_plan(((0, 128, None),)))
     assert produced == documented()
     assert {stage for stage, _ in produced} == set(STAGES)
+
+
+def test_the_payload_table_is_the_one_the_spec_generates():
+    """specs/stage-payloads.md holds payload_table() verbatim; edit the spec entries, then paste it."""
+    assert payload_table() in SPEC.read_text(), "regenerate the table: python -c " \
+        "'from csa_conform.spec import payload_table; print(payload_table())'"
 
 
 # --- specs/contract.md ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from csa_conform.device.conformance import compare_step, first_divergence, repla
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.results import (
     STEP_REJECTED,
     case_entry,
@@ -120,7 +120,7 @@ def _case(case: str, steps: int, found: dict | None, isolated: list[str], option
 @device_options
 @output_options
 @boundary
-def bisect(file, case, force_host, build, ulp, git_bisect, as_json, quiet):
+def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, quiet):
     """Find the first divergent step, stage, tensor and element of a stream (oracle vs device values, ULP).
 
     Exit status: 0 no divergence, 1 divergence found, 2 usage, 4 environment (125 with
@@ -131,7 +131,7 @@ def bisect(file, case, force_host, build, ulp, git_bisect, as_json, quiet):
       csa-conform bisect --case random.r4-stream-3 --kernels ./my-kernels
       csa-conform bisect goldens/ci.h5 --case random.r4-stream-3 --json > bisect.json
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build)
+    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     started = time.perf_counter()
     chained, isolated_runner = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     with GoldenFile(file) as golden:

@@ -33,6 +33,7 @@ from csa_conform.cli.options import (
     output_options,
     stage_option,
 )
+from csa_conform.device.backend import CUDA, backend_named
 from csa_conform.device.conformance import (
     DIVERGED,
     IDENTICAL,
@@ -51,13 +52,13 @@ from csa_conform.device.sanitizer import SANITIZER, run_sanitized
 from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import Gap
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.invariance import KINDS as INVARIANCES
 from csa_conform.invariance import VARIANT, check_invariance
 from csa_conform.profile import REFERENCE
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.shards import Shard
-from csa_conform.stages import BY_NAME
+from csa_conform.spec import BY_NAME
 from csa_conform.terminal import escaped, one_line, shell_join
 from csa_conform.tolerance import Tolerances
 
@@ -75,6 +76,7 @@ class DiffOptions:
     replay: str | None = None
     tolerance: str | None = None  # --tolerance FILE: also judge every stage against its calibrated envelope
     invariance: tuple[str, ...] = ()
+    backend: str = CUDA
 
     @property
     def forced(self) -> str:
@@ -89,6 +91,8 @@ class DiffOptions:
         if self.force_host:
             words += ["--force-host", self.forced]
         words += self.build.words()
+        if self.backend != CUDA:
+            words += ["--backend", self.backend]
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
         if self.repeat > 1:
@@ -103,7 +107,7 @@ class DiffOptions:
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
-                            repeat=self.repeat, replay=self.replay)
+                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
 
     def describe(self) -> dict:
         """The run's options as the results document records them."""
@@ -407,7 +411,7 @@ def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | Non
               "device with device: batch (its rows beside 4 random rows), chunks (its first prefill in two "
               "steps). Repeatable.")
 @boundary
-def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, repeat, replay, sanitize, shard,
+def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bisect, repeat, replay, sanitize, shard,
          devices, as_json, quiet, explain, tolerance, invariance):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
@@ -423,11 +427,14 @@ def diff(file, stages, mode, case_glob, force_host, build, ulp, git_bisect, repe
       csa-conform diff --kernels ./my-kernels --build production --explain
       csa-conform diff --repeat 5 --shard 1/4
       csa-conform diff --kernels ./my-kernels --invariance batch --invariance chunks
+      csa-conform diff --kernels ./my-kernels --backend host   # no GPU: modules built with g++
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
     options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, tolerance,
-                          tuple(dict.fromkeys(invariance)))
+                          tuple(dict.fromkeys(invariance)), backend)
+    if backend != CUDA and (devices is not False or sanitize):
+        raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")
     shard = effective_shard(shard)
     if shard is not None and shard.origin != "--shard":
         click.echo(f"diff: running shard {shard} of the cases ({shard.origin}; --shard 1/1 runs all)", err=True)

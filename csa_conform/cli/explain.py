@@ -26,7 +26,7 @@ from csa_conform.device.conformance import check_case
 from csa_conform.device.modes import Mode
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import explain_report
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
 from csa_conform.terminal import one_line
 
@@ -38,7 +38,7 @@ from csa_conform.terminal import one_line
 @device_options
 @output_options
 @boundary
-def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect, as_json, quiet):
+def explain_command(file, stages, case_glob, force_host, build, backend, ulp, git_bisect, as_json, quiet):
     """Name the numeric cause of every divergence: each divergent stage is localized by an isolated
     re-run and re-computed on the host with one ingredient swapped (a libm function correctly rounded
     or the device's own, FMA contraction, flush-to-zero, the block scale's log2f) until one reproduces
@@ -53,7 +53,7 @@ def explain_command(file, stages, case_glob, force_host, build, ulp, git_bisect,
       csa-conform explain goldens/ci.h5 --case 'random.r4-*' --stage 7:attention --json > explain.json
       csa-conform explain --nvrtc-option=-DCSA_LIBM_PLATFORM -q
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build)
+    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     entries, explanations = [], []
     with GoldenFile(file) as golden:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.modes import Mode
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, Explanation, explain_report
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 
 if TYPE_CHECKING:
     from csa_conform.cli.diff import DiffOptions

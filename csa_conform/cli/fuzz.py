@@ -18,7 +18,7 @@ from csa_conform.cli.options import device_options, effective_force_host
 from csa_conform.device.modes import Mode
 from csa_conform.errors import MissingExtra, UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import write_goldens
+from csa_conform.golden import write_goldens
 from csa_conform.reduce import Probe, describe
 
 
@@ -37,7 +37,7 @@ from csa_conform.reduce import Probe, describe
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @boundary
-def fuzz_command(force_host, build, ulp, git_bisect, budget_s, seed, database, output, force, quiet):
+def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, database, output, force, quiet):
     """Draw valid cases at the suite's thin edges until the kernels diverge from the oracle; shrink it.
 
     Both ratios, f32/FP8 caches, 5/6 outputs, every bias shape, streams and resumed streams, block
@@ -58,7 +58,7 @@ def fuzz_command(force_host, build, ulp, git_bisect, budget_s, seed, database, o
     output = Path(output)
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
-    options = DiffOptions(str(output), Mode.CHAINED, effective_force_host(force_host), ulp, build)
+    options = DiffOptions(str(output), Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
 
     def say(line: str) -> None:
         if not quiet:

@@ -12,7 +12,7 @@ from csa_conform.cli.common import argv, boundary, console, emit_json, print_tab
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import use_engine
 from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 from csa_conform.results import golden_reference, results_document

@@ -14,7 +14,7 @@ from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.cli.options import engine_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
-from csa_conform.goldens import GoldenCase, write_goldens
+from csa_conform.golden import GoldenCase, write_goldens
 from csa_conform.oracle import run_step
 from csa_conform.oracle.engine import use_engine
 from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner

@@ -13,8 +13,8 @@ from csa_conform.cli.common import boundary, console, emit_json, print_table, st
 from csa_conform.diff import default_axes
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile, array_sha256
-from csa_conform.stages import resolve_stage
+from csa_conform.golden import GoldenFile, array_sha256
+from csa_conform.spec import resolve_stage
 from csa_conform.terminal import escaped, one_line
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode

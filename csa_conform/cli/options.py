@@ -5,7 +5,7 @@ which stages (any spelling the registry knows), ``device_options`` how the
 device run is set up, ``device_depth_options`` what more than one eager run
 checks (specs/device-depth.md), ``output_options`` how results are shown.
 
-``device_options`` gives the command ``build``, a BuildChoice: `--kernels DIR`
+``device_options`` gives the command ``backend`` (cuda or host) and ``build``, a BuildChoice: `--kernels DIR`
 (default: the built-in kernels), `--build strict|production`, `--nvrtc-option
 OPT` (repeatable) and `--strict-ptx` as one value, which makes the
 KernelDirectory and spells itself back for the reproduce commands.
@@ -19,6 +19,7 @@ from typing import Callable
 
 import click
 
+from csa_conform.device.backend import BACKENDS, CUDA
 from csa_conform.device.devices import parse_devices
 from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
@@ -28,7 +29,7 @@ from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
 from csa_conform.resources import ci_goldens
 from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
-from csa_conform.stages import STAGE_NAMES, STAGES, resolve_stage
+from csa_conform.spec import STAGE_NAMES, STAGES, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
 STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in STAGES)
@@ -147,6 +148,9 @@ device_options = _compose(
     click.option("--strict-ptx", is_flag=True,
                  help="Refuse (exit 4) a module whose PTX holds .ftz, .approx or fused binary32 instructions."),
     _build_choice,
+    click.option("--backend", type=click.Choice(BACKENDS), default=CUDA, show_default=True,
+                 help="Where kernels launch: cuda (device 0, through CuPy/NVRTC), or host (every module built "
+                 "with g++ and run on the CPU: no GPU needed; what it cannot show: specs/host-backend.md)."),
     click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
                  help="Accept float differences up to N ULP (packed records and indices stay exact)."),
     click.option("--git-bisect", is_flag=True,

@@ -15,12 +15,13 @@ import click
 from csa_conform.cli.common import boundary
 from csa_conform.cli.diff import DiffOptions
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, device_options, effective_force_host, golden_file
+from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile, write_goldens
+from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.reduce import Probe, describe, reduce_case
 from csa_conform.streams import stream_of
 from csa_conform.verify import verify_case
@@ -41,7 +42,7 @@ def _sizes(before: dict[str, int], after: dict[str, int]) -> str:
               help="Stop searching after this many seconds; the smallest case found so far is written.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @boundary
-def reduce_command(file, case, force_host, build, ulp, git_bisect, output, force, budget_s, quiet):
+def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, output, force, budget_s, quiet):
     """Shrink a divergent case while its first divergent stage and tensor still diverge.
 
     Starts the stream at the failing step from its stored past state, then drops batch rows,
@@ -56,7 +57,7 @@ def reduce_command(file, case, force_host, build, ulp, git_bisect, output, force
       csa-conform reduce --case random.r4-b2n2-i2-k512 --kernels ./my-kernels -o repro.h5
       csa-conform reduce goldens/ci.h5 --case boundaries.r4-prefill-9 --kernels ./my-kernels --build production
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build)
+    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     output = Path(output or f"{case}.reduced.h5")
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
@@ -74,7 +75,8 @@ def reduce_command(file, case, force_host, build, ulp, git_bisect, output, force
         if reduction is None:
             click.echo(f"case {case}: no divergence (chained, every stage): nothing to reduce")
             return ExitCode.OK
-        builtin = DeviceRunner(KernelDirectory(), mode=Mode.CHAINED, force_host=options.force_host)
+        builtin = DeviceRunner(KernelDirectory(), mode=Mode.CHAINED, force_host=options.force_host,
+                               backend_factory=backend_named(backend))
         builtin_found = Probe(builtin, Path(work), ulp)(reduction.case)
     write_goldens(output, [reduction.case], force=force)
     with GoldenFile(output) as written:
@@ -90,6 +92,6 @@ def reduce_command(file, case, force_host, build, ulp, git_bisect, output, force
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else
                                        f"DIVERGE at {describe(builtin_found)} (not a kernel bug alone)"))
     click.echo(f"wrote {output}")
-    reproduce = DiffOptions(str(output), Mode.CHAINED, options.force_host, ulp, build)
+    reproduce = DiffOptions(str(output), Mode.CHAINED, options.force_host, ulp, build, backend=backend)
     click.echo(f"reproduce: {reproduce.command(reduction.case.case_id, 'all')}")
     return ExitCode.DIVERGED

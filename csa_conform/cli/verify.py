@@ -25,7 +25,7 @@ from csa_conform.case_glob import matching_cases
 from csa_conform.cli.options import case_selection, engine_option, golden_file, output_options
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import use_engine
 from csa_conform.profile import file_profile
 from csa_conform.results import CaseResult, golden_reference, results_document

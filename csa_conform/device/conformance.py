@@ -23,10 +23,10 @@ from csa_conform.diagnosis import Context, diagnose
 from csa_conform.diff import TensorDiff, compare_payloads, default_axes
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.gap import Gap
-from csa_conform.goldens import GoldenFile, GoldenStep
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.profile import REFERENCE
-from csa_conform.stages import STATE_THREADING
+from csa_conform.spec import STATE_THREADING
 
 IDENTICAL = "identical"
 DIVERGED = "diverged"

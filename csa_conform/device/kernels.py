@@ -25,7 +25,7 @@ from pathlib import Path
 
 from csa_conform.errors import DeviceUnavailable, UsageError
 from csa_conform.resources import builtin_kernels
-from csa_conform.stages import kernel_modules
+from csa_conform.spec import kernel_modules
 
 PRELUDE = "block_quant.cuh"
 MANIFEST = "csa-kernels.toml"

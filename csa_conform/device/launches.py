@@ -6,15 +6,15 @@ per (batch, query, head) for attention. Each function reads what its kernel
 consumes through the step run (the oracle's payloads when isolated) and
 stores the payloads of the stages it computes that the plan keeps on the
 device; the fused launches also run when only some of their stages are.
-Each function is named by its ``Launch`` entry in csa_conform.stages and
-reaches the step only through ``LaunchSite``, so this module imports
+``READ_BACKS`` maps each spec ``ReadBack`` (csa_conform.spec.launches) to its
+function, which reaches the step only through ``LaunchSite``, so this module imports
 nothing from the step or the runner.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from csa_conform.contract import DENSE_WINDOW, StepGeometry
 from csa_conform.device.candidates import candidates_read_back
 from csa_conform.device.tensors import StepTensors
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
-from csa_conform.stages import BY_NAME, COMPRESSOR_INPUTS, LAUNCHES, Launch
+from csa_conform.spec import BY_NAME, COMPRESSOR_INPUTS, LAUNCHES, Launch, ReadBack
 
 ATTENTION_BLOCK = 256
 REPLICATE_BLOCK = 256
@@ -215,3 +215,11 @@ def attend(run: LaunchSite, launch: Launch) -> None:
     if run.on_device("sparse_sink_softmax_attention"):
         run.t.put("Y", output)
         run.stages["sparse_sink_softmax_attention"] = {"scores": row_scores, "Y": run.t.host("Y")}
+
+
+READ_BACKS: dict[ReadBack, Callable[[LaunchSite, Launch], None]] = {
+    ReadBack.COMPRESS: compress,
+    ReadBack.INDEX_SELECT: index_select,
+    ReadBack.REPLICATE: replicate,
+    ReadBack.ATTEND: attend,
+}

@@ -22,8 +22,8 @@ from enum import Enum
 from typing import Mapping
 
 from csa_conform.errors import UsageError
-from csa_conform.stages import BY_NAME, PAST_STATE, STAGE_NAMES, Launch, launches_for_ratio, resolve_stage
-from csa_conform.stages import stages_for_ratio as _registry_stages
+from csa_conform.spec import BY_NAME, PAST_STATE, STAGE_NAMES, Launch, launches_for_ratio, resolve_stage
+from csa_conform.spec import stages_for_ratio as _registry_stages
 
 STAGES = STAGE_NAMES
 FORCE_HOST_ENV = "CSA_CONFORM_FORCE_HOST"

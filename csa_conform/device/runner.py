@@ -6,8 +6,8 @@ payload of every stage (specs/stage-payloads.md), here read back from the buffer
 scratch the runner owns, so ``diff`` never cares which side it compares.
 The stages of a step run in csa_conform.device.step, their kernel launches
 in csa_conform.device.launches; this module owns what outlives a step: the
-kernel directory, the mode and force-host set, the CUDA backend and the
-run's provenance.
+kernel directory, the mode and force-host set, the backend (csa_conform.device.backend:
+CUDA, or the host emulation) and the run's provenance.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract import validate_step
+from csa_conform.device.backend import CUDA, Backend, backend_named
 from csa_conform.device.determinism import PoisonedScratch
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.launches import reserved_caches
@@ -26,7 +27,7 @@ from csa_conform.device.replay import LaunchRecorder, Replayer
 from csa_conform.device.step import DeviceStepResult, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
-from csa_conform.stages import LAUNCHES
+from csa_conform.spec import LAUNCHES
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
 
@@ -45,28 +46,24 @@ class DeviceRunner:
         *,
         mode: Mode | str = Mode.CHAINED,
         force_host: frozenset[str] | set[str] = frozenset(),
-        backend_factory: Callable[[], object] | None = None,
+        backend_factory: Callable[[], Backend] | None = None,
         repeat: int = 1,
         replay: str | None = None,
     ):
         self.kernels = kernels if kernels is not None else KernelDirectory()
         self.mode = Mode(mode)
         self.force_host = frozenset(force_host)
-        self._backend_factory = backend_factory
-        self._backend = None
+        self._backend_factory = backend_factory or backend_named(CUDA)
+        self._backend: Backend | None = None
         if repeat > 1 and replay:
             raise UsageError("--repeat and --replay check different things: run them separately")
         self.repeat = repeat
         self.replayer = Replayer(self._launch_parameters, LAUNCH_STAGES) if replay else None
         self.provenance = RunProvenance(None, self.kernels.fingerprint())
 
-    def backend(self):
-        """The CUDA backend, created on the first device launch (never for an all-host run)."""
+    def backend(self) -> Backend:
+        """The backend (CUDA unless told), created on the first device launch (never for an all-host run)."""
         if self._backend is None:
-            if self._backend_factory is None:
-                from csa_conform.device.cuda import CudaBackend
-
-                self._backend_factory = CudaBackend
             backend = self._backend_factory()
             self.provenance.device = backend.info()
             self.provenance.compiled = backend.builds

@@ -1,8 +1,8 @@
 """One step's stages in pipeline order, each on the device or on the host oracle.
 
 A stage the plan keeps on the device is computed by its kernel launch
-(csa_conform.device.launches, named by the launch's registry entry); a stage
-forced to the host runs its registry oracle adapter on what this run produced
+(csa_conform.device.launches, by the read-back its spec entry names); a stage
+forced to the host runs the oracle's stage function on what this run produced
 upstream (chained) or on the oracle's own payloads (isolated). Either way its
 payload lands in the same place, so the result answers in the oracle's shape.
 """
@@ -25,7 +25,8 @@ from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.oracle import StepResult
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
-from csa_conform.stages import STAGE_NAMES, STATE_THREADING, Launch, Stage, stages_for_ratio
+from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
+from csa_conform.spec import STAGE_NAMES, STATE_THREADING, WRITEBACK, Launch, Role, Stage, stages_for_ratio
 
 
 @dataclass
@@ -144,20 +145,20 @@ class StepRun:
         for stage in stages_for_ratio(self.g.ratio):
             while pending and pending[0].stages[0] == stage.name:
                 launch = pending.pop(0)
-                getattr(launches, launch.read_back)(self, launch)
-            if stage.name == "writeback":
+                launches.READ_BACKS[launch.read_back](self, launch)
+            if stage.role is Role.WRITEBACK:
                 self.writeback(stage)
             elif not self.on_device(stage.name):
                 self.host_stage(stage)
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
-        return DeviceStepResult(outputs=stages["writeback"], stages=stages, present=present, launches=self.launches,
+        return DeviceStepResult(outputs=stages[WRITEBACK.name], stages=stages, present=present, launches=self.launches,
                                 findings=self.findings)
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""
         try:
-            payload = stage.oracle(self)
+            payload = STAGE_FUNCTIONS[stage.name](self)
         except ContractError as error:
             raise HostStageRejected(stage.name, str(error), error.kind) from None
         self.record(LaunchRecord(HOST_PATH, (stage.name,), module=f"csa_conform.oracle.{stage.name}"))
@@ -171,6 +172,6 @@ class StepRun:
         if not self.on_device(stage.name):
             self.host_stage(stage)
         elif self.isolated:
-            self.stages[stage.name] = stage.oracle(self)
+            self.stages[stage.name] = STAGE_FUNCTIONS[stage.name](self)
         else:
             self.stages[stage.name] = {name: self.t.host(name) for name in self.g.output_names}

@@ -38,15 +38,15 @@ from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.hypotheses import (
-    STAGE_LIBM,
     SUB_STEPS,
     Hypothesis,
     stage_hypotheses,
     structural_hypotheses,
 )
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
+from csa_conform.spec import BY_NAME
 
 EXPLAINED = "explained"
 UNEXPLAINED = "unexplained"
@@ -270,7 +270,7 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
                  device_libm: Callable[[str], Callable] | None, skipped: dict[str, str]) -> Explanation:
     """Explain one isolated divergence of `stage` (its failing `diffs`)."""
     explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
-                              skipped=dict(skipped) if STAGE_LIBM.get(stage) else {},
+                              skipped=dict(skipped) if BY_NAME[stage].libm else {},
                               kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs]))
     target = actual[stage]
     upstream = consumed_upstream(stage, expected, actual)

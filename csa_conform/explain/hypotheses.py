@@ -8,7 +8,8 @@ both evaluated on the GPU on the same arguments; fused multiply-adds in the redu
 (acc = fma(a, b, acc) in the same order) or in the a*b±c*d pairs of the
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
 exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
-zero, truncation). Each stage is tried only with the ingredients it contains.
+zero, truncation). Each stage is tried only with the ingredients it contains (its ``libm`` and
+``fusions`` in csa_conform.spec).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Callable
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
-    PAIR_FUSIONS,
     PAIRS_FIRST,
     PAIRS_SECOND,
     SUMS_FIRST,
@@ -28,25 +28,8 @@ from csa_conform.numerics.variant import (
     Numerics,
     Tally,
 )
+from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
-# The libm functions each stage calls (log2f only through the block scale).
-STAGE_LIBM = {
-    "compression_update": ("expf", "powf", "sinf", "cosf", "log2f"),
-    "index_key_update": ("expf", "powf", "sinf", "cosf", "log2f"),
-    "index_query_finalize": ("powf", "sinf", "cosf", "log2f"),
-    "index_scoring": (),
-    "selection": (),
-    "candidate_assembly": (),
-    "sparse_sink_softmax_attention": ("expf",),
-}
-STAGE_FUSION = {
-    "compression_update": (ACCUMULATE, *PAIR_FUSIONS),
-    "index_key_update": (ACCUMULATE, *PAIR_FUSIONS),
-    "index_query_finalize": PAIR_FUSIONS,
-    "index_scoring": (ACCUMULATE,),
-    "sparse_sink_softmax_attention": (ACCUMULATE,),
-}
-FLOAT_STAGES = tuple(stage for stage, fused in STAGE_FUSION.items() if fused)
 # Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
 BF16_STAGES = ("compression_update", "index_key_update", "index_query_finalize")
 BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even)",
@@ -89,7 +72,7 @@ class Hypothesis:
 def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
     """Every single-ingredient hypothesis for a stage (device-libm ones only with a device)."""
     found = []
-    for name in STAGE_LIBM.get(stage, ()):
+    for name in BY_NAME[stage].libm:
         where = "E8M0 block-scale log2f" if name == "log2f" else name
         found.append(Hypothesis(f"{name}:correctly-rounded", f"{where} correctly rounded",
                                 libm=((name, correctly_rounded(name)),)))
@@ -105,7 +88,7 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
                                         libm=((name, device_libm(name)),)))
                 found.append(Hypothesis(f"{name}:device-double", f"{name} as {double}",
                                         libm=((name, device_libm(name + "-double")),)))
-    for fused in STAGE_FUSION.get(stage, ()):
+    for fused in BY_NAME[stage].fusions:
         found.append(Hypothesis(f"fma:{fused}", FUSION_NAMES[fused], fused=frozenset({fused})))
     if stage in FLOAT_STAGES:
         found.append(Hypothesis("ftz", "flush-to-zero of subnormal inputs and results", ftz=True))

@@ -3,8 +3,8 @@
 In an isolated run every kernel reads the oracle's upstream payloads, except
 from stages computed earlier in its own fused launch (index select: stages
 3-5; attention: 6-7), which it computes itself; UPSTREAM_IN_LAUNCH names
-those, so the re-run reads the device's payload there. Both the re-run and
-that table come from the stage registry (csa_conform.stages).
+those, so the re-run reads the device's payload there. The re-run is the
+oracle's stage function, that table comes from the pipeline spec (csa_conform.spec).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
-from csa_conform.stages import BY_NAME, LAUNCHES
+from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
+from csa_conform.spec import BY_NAME, LAUNCHES
 
 Payloads = Mapping[str, Mapping[str, np.ndarray]]
 
@@ -64,7 +65,7 @@ class _StageRun:
 
 def run_stage(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads) -> dict:
     """The stage's payload under the active numerics variant; raises ContractError as the oracle does."""
-    return BY_NAME[stage].oracle(_StageRun(g, inputs, upstream))
+    return STAGE_FUNCTIONS[stage](_StageRun(g, inputs, upstream))
 
 
 def consumed_upstream(stage: str, expected: Payloads, actual: Payloads) -> dict:

@@ -1,4 +1,4 @@
-"""The stages composed as the reference runs them, in the order csa_conform.stages declares.
+"""The stages composed as the reference runs them, in the order csa_conform.spec declares.
 
 Ratio 4 runs all eight stages; ratio 128 skips stages 2-5. The reference
 rejects a step at its first failure, so stages run in pipeline order and a
@@ -17,7 +17,8 @@ import numpy as np
 from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
-from csa_conform.stages import STAGE_NAMES, stages_for_ratio
+from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
+from csa_conform.spec import STAGE_NAMES, WRITEBACK, stages_for_ratio
 
 STAGES = STAGE_NAMES
 
@@ -62,5 +63,5 @@ def run_step(
     geometry = validate_step(attrs, inputs, output_names)
     run = _OracleRun(geometry, inputs, kernels)
     for stage in stages_for_ratio(geometry.ratio):
-        run.stages[stage.name] = stage.oracle(run)
-    return StepResult(outputs=run.stages["writeback"], stages=run.stages)
+        run.stages[stage.name] = STAGE_FUNCTIONS[stage.name](run)
+    return StepResult(outputs=run.stages[WRITEBACK.name], stages=run.stages)

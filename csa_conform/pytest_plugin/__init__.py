@@ -11,11 +11,13 @@ from __future__ import annotations
 import pytest
 
 # The choices of the device options, spelled here so that declaring them imports nothing;
-# tests/plugin checks them against csa_conform.device.modes.Mode.
+# tests/plugin checks them against csa_conform.device.modes.Mode and csa_conform.device.backend.
 MODES = ("chained", "isolated")
 BUILDS = ("strict", "production")
 DEFAULT_MODE = "chained"
 DEFAULT_BUILD = "strict"
+BACKENDS = ("cuda", "host")
+DEFAULT_BACKEND = "cuda"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -38,6 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"chained: device outputs feed device stages; isolated: every stage reads the oracle's "
         f"payloads (default {DEFAULT_MODE}).",
     )
+    group.addoption(
+        "--csa-backend", choices=BACKENDS, default=None,
+        help=f"Where the device items launch: cuda (device 0), or host (every module built with g++ and run on "
+        f"the CPU, no GPU needed; specs/host-backend.md) (default {DEFAULT_BACKEND}).",
+    )
     group.addoption("--csa-case", metavar="GLOB", default=None, help="Only cases whose id matches GLOB.")
 
 
@@ -49,7 +56,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("csa_goldens") is None:
-        stray = [name for name in ("kernels", "build", "mode", "case") if config.getoption(f"csa_{name}")]
+        stray = [name for name in ("kernels", "build", "mode", "backend", "case") if config.getoption(f"csa_{name}")]
         if stray:
             raise pytest.UsageError(f"--csa-{stray[0]} needs --csa-goldens FILE")
         return

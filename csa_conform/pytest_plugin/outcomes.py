@@ -18,7 +18,7 @@ from csa_conform.device.conformance import DIVERGED, IDENTICAL, CaseReport, Stag
 from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, DeviceUnavailable, GoldenFormatError
-from csa_conform.goldens import CorruptDataset, GoldenFile
+from csa_conform.golden import CorruptDataset, GoldenFile
 from csa_conform.results import CaseResult, StepResult
 from csa_conform.verify import reproduce_command, verify_case
 

@@ -15,13 +15,14 @@ import pytest
 
 from csa_conform.cli.diff import DiffOptions
 from csa_conform.cli.options import BuildChoice
+from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode, stages_for_ratio
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.oracle import STAGES
-from csa_conform.pytest_plugin import DEFAULT_BUILD, DEFAULT_MODE
+from csa_conform.pytest_plugin import DEFAULT_BACKEND, DEFAULT_BUILD, DEFAULT_MODE
 from csa_conform.pytest_plugin.outcomes import (
     FAILED,
     SKIPPED,
@@ -46,6 +47,7 @@ class Settings:
     build: str
     mode: Mode
     case_glob: str | None
+    backend: str = DEFAULT_BACKEND
 
     @property
     def path(self) -> Path:
@@ -75,6 +77,7 @@ class GoldenSession:
             build=config.getoption("csa_build") or DEFAULT_BUILD,
             mode=Mode(config.getoption("csa_mode") or DEFAULT_MODE),
             case_glob=config.getoption("csa_case"),
+            backend=config.getoption("csa_backend") or DEFAULT_BACKEND,
         )
         self.cases = self._cases()
         if self.settings.kernels is not None and not Path(self.settings.kernels).is_dir():
@@ -149,7 +152,7 @@ class GoldenSession:
         if isinstance(runner, Exception):
             return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
         options = DiffOptions(self.settings.file, self.settings.mode, frozenset(), 0,
-                              BuildChoice(self.settings.kernels, self.settings.build))
+                              BuildChoice(self.settings.kernels, self.settings.build), backend=self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 
     def runner(self) -> DeviceRunner | Exception:
@@ -158,10 +161,8 @@ class GoldenSession:
             backend = self.config.hook.pytest_csa_conform_backend(config=self.config)
             try:
                 if backend is None:
-                    from csa_conform.device.cuda import CudaBackend
-
                     try:
-                        backend = CudaBackend()
+                        backend = backend_named(self.settings.backend)()
                     except DeviceUnavailable as error:
                         raise NoDevice(str(error)) from None
                 self._runner = device_runner(self.settings, backend)

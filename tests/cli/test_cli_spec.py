@@ -10,7 +10,7 @@ import pytest
 
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.stages import STAGES
+from csa_conform.spec import STAGES
 
 SPEC = (Path(__file__).resolve().parents[2] / "specs" / "cli.md").read_text()
 

@@ -27,11 +27,11 @@ import pytest
 import xmlschema
 from click.testing import CliRunner
 
-import csa_conform.goldens as goldens
+import csa_conform.golden.writer as golden_writer
 from csa_conform import atomic
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile, write_goldens
+from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.oracle.engine import numba_available
 from csa_conform.terminal import escaped
 from foreign_layouts import LAYOUTS, rewrite_layout
@@ -414,7 +414,7 @@ def hostile_ids(small, tmp_path_factory) -> Path:
         cases.append(renamed)
     cases.append(replace(case, case_id="oddXidY"))
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(goldens, "_check_case_id", lambda case_id: None)  # another tool's writer
+        monkeypatch.setattr(golden_writer, "_check_case_id", lambda case_id: None)  # another tool's writer
         write_goldens(path, cases, provenance=PROVENANCE)
     return path
 

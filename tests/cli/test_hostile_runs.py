@@ -19,7 +19,7 @@ from csa_conform.cli import main
 from csa_conform.cli.common import exit_code_of, fan_out
 from csa_conform.errors import UsageError, WorkerCrashed
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile, write_goldens
+from csa_conform.golden import GoldenFile, write_goldens
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "goldens" / "ci.h5"

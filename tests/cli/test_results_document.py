@@ -17,7 +17,7 @@ from golden_edits import rewrite
 from csa_conform import __version__
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import SCHEMA_VERSION
+from csa_conform.golden import SCHEMA_VERSION
 from csa_conform.results import RESULTS_VERSION, schema
 
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))

@@ -195,7 +195,7 @@ def test_ulp_tolerance_accepts_small_float_differences(device_goldens, broken_ke
 @pytest.mark.usefixtures("emulated_cuda")
 def test_bisect_names_step_stage_tensor_element_and_origin(device_goldens, broken_kernels):
     from device_fixtures import pick
-    from csa_conform.goldens import GoldenFile
+    from csa_conform.golden import GoldenFile
 
     with GoldenFile(device_goldens) as golden:
         case = pick(golden.case_ids(), "boundaries.r128-*")

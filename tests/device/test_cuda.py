@@ -19,7 +19,7 @@ from csa_conform.device.conformance import replay
 from csa_conform.device.cuda import CudaBackend
 from csa_conform.device.kernels import PRELUDE, ModuleSource
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.numerics import libm
 from csa_conform.results import schema
 

@@ -15,7 +15,7 @@ from csa_conform.numerics import libm
 from csa_conform.numerics.bf16 import bf16_bits
 from csa_conform.numerics.fp4 import quantize_fp4_blocks
 from csa_conform.numerics.fp8 import quantize_fp8_blocks
-from host_emulation import GXX, build_prelude
+from csa_conform.device.host import GXX, build_prelude
 from reference_corpus import reference_file
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ is not installed")
 

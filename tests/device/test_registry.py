@@ -1,4 +1,4 @@
-"""The stage registry is the one description the oracle, the device plan and the CLI derive from."""
+"""The pipeline spec is the one description the oracle, the device plan and the CLI derive from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from csa_conform.device.kernels import MODULES
 from csa_conform.device.modes import DEVICE, Mode, plan_step
-from csa_conform.stages import LAUNCHES, STAGES, STATE_THREADING, WRITEBACK_SOURCES, resolve_stage
+from csa_conform.spec import LAUNCHES, STAGES, STATE_THREADING, WRITEBACK_SOURCES, resolve_stage
 
 PACKAGE = Path(__file__).resolve().parents[2] / "csa_conform"
 
@@ -45,7 +45,7 @@ def test_every_launch_names_a_read_back_and_registered_stages():
 
     names = {stage.name for stage in STAGES}
     for launch in LAUNCHES:
-        assert callable(getattr(launches, launch.read_back)), launch.module
+        assert callable(launches.READ_BACKS[launch.read_back]), launch.module
         assert set(launch.stages) <= names
         assert all(launch.ratio in next(s for s in STAGES if s.name == name).ratios for name in launch.stages)
     assert MODULES == {

@@ -21,7 +21,7 @@ from csa_conform.cli.report import report_command
 from csa_conform.device.determinism import POISON, PoisonedScratch, repeat_launch
 from csa_conform.exitcodes import ExitCode
 from csa_conform.results import schema
-from host_emulation import HostEmulationBackend
+from csa_conform.device.host import HostEmulationBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402

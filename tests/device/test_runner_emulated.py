@@ -13,10 +13,10 @@ from csa_conform.device.conformance import check_case, replay
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH
 from csa_conform.errors import DeviceUnavailable
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.testing import assert_bits_equal
 from device_fixtures import pick
-from host_emulation import EmulatedArray
+from csa_conform.device.host import EmulatedArray
 
 pytestmark = pytest.mark.usefixtures("emulated_cuda")
 

@@ -11,7 +11,7 @@ import pytest
 
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.explain import EXPLAINED, INHERITED, explain_case
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 
 pytestmark = pytest.mark.cuda
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"

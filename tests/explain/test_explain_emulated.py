@@ -1,6 +1,6 @@
 """`explain` on the host emulation: each numerics variant of the project's kernels, a compile-time
 switch, is flagged by diff at its stage and named by explain. The host's stand-in for the platform
-libm is correctly rounded ((float)f((double)x), tests/device/cuda_host_shim.h), and the device-libm
+libm is correctly rounded ((float)f((double)x), csa_conform/device/host/cuda_host_shim.h), and the device-libm
 hypotheses are skipped with their reason."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, explain_case
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.stages import run_stage
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.numerics.fp8 import e4m3_decode
 from csa_conform.numerics.variant import Numerics, using
 from csa_conform.results import schema

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.verify import verify_case
 from thin_mutants import THIN_MUTANTS
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from csa_conform.cli import main
-from csa_conform.goldens import array_sha256
+from csa_conform.golden import array_sha256
 
 CI = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 # Provenance that legitimately differs between machines (not data).

@@ -11,7 +11,7 @@ import pytest
 from reference_corpus import expected_error, reference_file, step_inputs, step_prefixes
 
 from csa_conform.errors import GoldenFormatError, UsageError
-from csa_conform.goldens import (
+from csa_conform.golden import (
     SCHEMA_VERSION,
     Compression,
     CorruptDataset,
@@ -21,6 +21,7 @@ from csa_conform.goldens import (
     array_sha256,
     write_goldens,
 )
+from csa_conform.golden.validation import CheckedFile
 from csa_conform.verify import verify_case
 
 
@@ -109,8 +110,8 @@ def test_a_verified_case_replays_from_the_arrays_its_checksums_read(tmp_path, mo
     written = sample_case(steps=3)
     write_goldens(path, [written])
     reads = []
-    original = GoldenFile._read
-    monkeypatch.setattr(GoldenFile, "_read", lambda self, entry, dataset: reads.append(dataset.name)
+    original = CheckedFile.read
+    monkeypatch.setattr(CheckedFile, "read", lambda self, entry, dataset: reads.append(dataset.name)
                         or original(self, entry, dataset))
     with GoldenFile(path) as golden:
         golden.verify_case_checksums(written.case_id)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from csa_conform.cli import main
 from csa_conform.errors import GoldenChanged
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenCase, GoldenFile, GoldenStep, write_goldens
+from csa_conform.golden import GoldenCase, GoldenFile, GoldenStep, write_goldens
 from csa_conform.verify import stream_break, verify_case_in
 
 STREAM = "boundaries.r4-decode-1-to-5"

@@ -11,7 +11,7 @@ from csa_conform.fixtures import SUITES, suite_recipes
 from csa_conform.fixtures import long_context
 from csa_conform.fixtures.randomized import Values
 from csa_conform.fixtures.stream import assemble, play
-from csa_conform.goldens import GoldenFile, write_goldens
+from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.numerics.fp4 import unpack_nibbles
 from csa_conform.numerics.records import decode_fp8_record, unpack_fp4_record, unpack_fp8_record
 from csa_conform.oracle import run_step

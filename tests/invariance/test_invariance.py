@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from csa_conform.cli.diff import diff
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import suite_recipes
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.oracle import run_step
 from csa_conform.results import schema
 from csa_conform.streams import Stream, embedded, split, stream_of

@@ -240,8 +240,9 @@ DIFF_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by == "diff")
 def _r128_compression_total_by_value(monkeypatch) -> None:
     """The ratio-128 compressor launch passes total_sequence_length by value, read on the host."""
     from csa_conform.device import launches
+    from csa_conform.spec import ReadBack
 
-    compress = launches.compress
+    compress = launches.READ_BACKS[ReadBack.COMPRESS]
 
     def by_value(run, launch):
         if run.g.ratio == 128:
@@ -251,7 +252,7 @@ def _r128_compression_total_by_value(monkeypatch) -> None:
         finally:
             run.__dict__.pop("total", None)
 
-    monkeypatch.setattr(launches, "compress", by_value)
+    monkeypatch.setitem(launches.READ_BACKS, ReadBack.COMPRESS, by_value)
 
 
 HOST_PATCHES = {"r128_compression_total_by_value": _r128_compression_total_by_value}

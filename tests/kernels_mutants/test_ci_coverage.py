@@ -12,7 +12,7 @@ import pytest
 from csa_conform.device import DeviceRunner, KernelDirectory
 from csa_conform.device.conformance import check_case
 from csa_conform.device.modes import STAGES
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from diagnosis_mutants import DIAGNOSED
 from mutants import DIFF_MUTANTS
 from thin_mutants import THIN_MUTANTS

@@ -13,7 +13,7 @@ from csa_conform.device.conformance import check_case
 from csa_conform.device.modes import STAGES
 from csa_conform.diagnosis import KINDS, STRUCTURAL
 from csa_conform.explain import EXPLAINED, INHERITED, explain_case
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from diagnosis_mutants import DIAGNOSED
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"

@@ -18,7 +18,7 @@ from csa_conform.device.conformance import check_case
 from csa_conform.device.kernels import MODULES, PRELUDE
 from csa_conform.device.modes import STAGES
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from mutants import DIFF_MUTANTS, HOST_PATCHES, MUTANTS
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.libm import expf
 from csa_conform.official import attention, run_official_step

@@ -76,7 +76,7 @@ def errors_of(expected: np.ndarray, actual: np.ndarray) -> TensorErrors:
 
 def test_a_device_near_the_official_numerics_is_within_and_a_worse_one_is_not(golden, calibrated):
     """The official profile's own Y against the golden is inside; the same error tripled is outside."""
-    from csa_conform.goldens import GoldenFile
+    from csa_conform.golden import GoldenFile
     from csa_conform.profile import runner
 
     tolerances = Tolerances.read(calibrated)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from engine_pairs import assert_engines_agree, needs_numba, outcome
 
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 # x86 vfmadd/vfmsub/vfnmadd/vfnmsub (and their addsub forms); aarch64 fmla/fmls/fmadd/fmsub/fnmadd/fnmsub.

@@ -16,7 +16,7 @@ from reference_corpus import case_files, reference_file, step_inputs, step_prefi
 
 from csa_conform.cli import main
 from csa_conform.errors import UsageError
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.oracle import run_step
 from csa_conform.oracle.engine import ENGINE_VARIABLE, resolve_engine
 

@@ -103,3 +103,18 @@ def test_main_job_runs_from_the_wheel(installed, workdir):
     summary = run([cli, "report", "verify.json", "diff.json", "--junit", "junit.xml", "--json", "summary.json"], workdir, env)
     assert summary.stdout.startswith("report: 2 runs, 326 cases, 0 failed")
     assert (workdir / "junit.xml").read_text().startswith("<?xml")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the host backend needs g++")
+def test_the_host_backend_runs_the_builtin_kernels_from_the_wheel(installed, workdir):
+    """--backend host builds the shipped shim and wrappers (package data) with g++: no GPU, no checkout."""
+    bin_dir, env = installed
+    cli = str(bin_dir / "csa-conform")
+    cases = ["--case", "seed-closed-form.*"]
+    diffed = json.loads(run([cli, "diff", "--backend", "host", *cases, "--json"], workdir, env).stdout)
+    assert diffed["exit_code"] == 0 and not diffed["control_run"]
+    assert diffed["kernels"]["device"]["name"] == "host emulation (g++)"
+    assert {launch["path"] for launch in diffed["kernels"]["launches"]} == {"nvrtc"}
+    run([cli, "bisect", "--backend", "host", "--case", "seed-closed-form.r4-prefill-8"], workdir, env)
+    explained = json.loads(run([cli, "explain", "--backend", "host", *cases, "--json"], workdir, env).stdout)
+    assert explained["exit_code"] == 0 and explained["explain"]["explanations"] == []

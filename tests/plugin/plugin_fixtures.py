@@ -12,7 +12,7 @@ import pytest
 
 import csa_conform
 from csa_conform.fixtures import suite_recipes
-from csa_conform.goldens import write_goldens
+from csa_conform.golden import write_goldens
 from csa_conform.oracle import run_step
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -63,9 +63,7 @@ class InnerPytest:
     def emulate_device(self, backend) -> None:
         """A conftest answering the plugin's backend hook with the g++ host emulation (every process)."""
         self.pytester.makeconftest(
-            "import sys\n"
-            f"sys.path.insert(0, {str(TESTS / 'device')!r})\n"
-            "from host_emulation import HostEmulationBackend\n\n\n"
+            "from csa_conform.device.host import HostEmulationBackend\n\n\n"
             "def pytest_csa_conform_backend(config):\n"
             f"    return HostEmulationBackend({str(backend.build_dir)!r})\n"
         )

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from csa_conform.device.modes import Mode
-from csa_conform.pytest_plugin import MODES
+from csa_conform.device.backend import BACKENDS as RUNNER_BACKENDS
+from csa_conform.pytest_plugin import BACKENDS, MODES
 from plugin_fixtures import R4_ID, R128_ID, R128_STAGES, REJECTED_ID, expected_ids
 
 pytest_plugins = ("pytester",)
@@ -104,6 +105,10 @@ def test_mode_choices_are_the_runner_modes():
     assert MODES == tuple(mode.value for mode in Mode)
 
 
+def test_backend_choices_are_the_runner_backends():
+    assert BACKENDS == RUNNER_BACKENDS
+
+
 def test_the_entry_point_loads_the_plugin_and_without_goldens_it_costs_nothing(pytester, monkeypatch):
     """An installed distribution declaring pyproject's pytest11 entry point, autoloaded as pip installs it.
 
@@ -126,7 +131,7 @@ def test_the_entry_point_loads_the_plugin_and_without_goldens_it_costs_nothing(p
         def test_plugin_is_loaded_and_idle(pytestconfig):
             assert pytestconfig.pluginmanager.get_plugin("csa_conform") is not None
             assert pytestconfig.pluginmanager.get_plugin("csa-conform-goldens") is None
-            heavy = ("csa_conform.goldens", "csa_conform.oracle", "csa_conform.device", "h5py",
+            heavy = ("csa_conform.golden", "csa_conform.oracle", "csa_conform.device", "h5py",
                      "csa_conform.pytest_plugin.session")
             assert [name for name in heavy if name in sys.modules] == []
     """))
@@ -140,4 +145,6 @@ def test_the_spec_lists_exactly_the_plugins_options(inner):
     table = spec.split("## Options", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `(--csa-[a-z]+)", table, flags=re.MULTILINE)
     offered = re.findall(r"^\s+(--csa-[a-z]+)", inner.plain("--help").stdout.str(), flags=re.MULTILINE)
-    assert documented == offered == ["--csa-goldens", "--csa-kernels", "--csa-build", "--csa-mode", "--csa-case"]
+    assert documented == offered == [
+        "--csa-goldens", "--csa-kernels", "--csa-build", "--csa-mode", "--csa-backend", "--csa-case",
+    ]

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from csa_conform.goldens import write_goldens
+from csa_conform.golden import write_goldens
 from mutants import MUTANTS
 from plugin_fixtures import R4_ID, R4_STAGES, R128_ID, R128_STAGES, REJECTED_ID, ci_cases, expected_ids
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.goldens import GoldenFile
+from csa_conform.golden import GoldenFile
 from csa_conform.streams import heads, later_tokens, rows, stream_of, tokens, topk
 from csa_conform.verify import verify_case
 from mutants import MUTANTS

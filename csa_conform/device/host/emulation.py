@@ -1,28 +1,33 @@
-"""Kernel sources built for the host with g++ (tests only).
+"""The host backend: every kernel module built with g++ and run on the CPU (``--backend host``).
 
-``build_prelude`` gives ctypes access to the prelude's libm ports and block
-codecs; ``HostEmulationBackend`` stands in for the CUDA backend of
-DeviceRunner: every module is compiled as C++ and each launch runs its blocks
-and threads in order. The module's NVRTC options map onto g++: --fmad=false
-is -ffp-contract=off, --fmad=true (NVRTC's default, so the production build)
-is -ffp-contract=fast -mfma, --ftz=true sets SSE's FTZ/DAZ bits around the
-launch, -D and include paths pass through. The same source therefore reaches
-the same runner code paths without a GPU, which is what lets the mutant
-suite, the chained/isolated plumbing and the numerics variants be tested here.
+``HostEmulationBackend`` has the CUDA backend's interface
+(csa_conform.device.backend.Backend): each module is compiled as C++ with
+the CUDA builtins it uses mapped onto standard C++ (cuda_host_shim.h) and
+each launch runs its blocks, and the threads of a block, one after another
+in index order. The module's NVRTC options map onto g++: --fmad=false is
+-ffp-contract=off, --fmad=true (NVRTC's default, so the production build) is
+-ffp-contract=fast -mfma, --ftz=true sets SSE's FTZ/DAZ bits around the
+launch, -D and include paths pass through. What this is not (a GPU, a
+barrier, the device's libm): specs/host-backend.md. ``build_prelude`` gives
+ctypes access to the prelude's libm ports and block codecs.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import shutil
 import subprocess
+import tempfile
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
 from csa_conform.device.kernels import KernelDirectory, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
+from csa_conform.errors import DeviceUnavailable
 
 HERE = Path(__file__).resolve().parent
 GXX = shutil.which("g++")
@@ -45,7 +50,7 @@ def gxx_flags(options: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
         elif option.startswith(("--define-macro=", "--include-path=")):
             flags.append(("-D" if option.startswith("--define") else "-I") + option.split("=", 1)[1])
         elif not option.startswith(IGNORED):
-            raise ValueError(f"the host emulation cannot build with the NVRTC option {option}")
+            raise DeviceUnavailable(f"the host backend cannot build with the NVRTC option {option}")
     contraction = ("-ffp-contract=fast", "-mfma") if fmad else ("-ffp-contract=off",)
     return contraction + tuple(flags), ftz
 
@@ -60,7 +65,11 @@ def _build(source: str, wrapper: str, build_dir: Path, flags: tuple[str, ...] = 
             GXX, *GXX_FLAGS, *flags, f"-I{HERE}", f'-DCSA_SOURCE="{source_file}"', str(HERE / wrapper),
             "-o", str(library),
         ]
-        subprocess.run(command, check=True, capture_output=True, text=True)
+        built = subprocess.run(command, capture_output=True, text=True)
+        if built.returncode != 0:
+            log = built.stderr.strip().splitlines()
+            raise DeviceUnavailable(f"g++ cannot build {wrapper} for the host backend: "
+                                    f"{log[0] if log else 'exit ' + str(built.returncode)}")
     return ctypes.CDLL(str(library))
 
 
@@ -96,11 +105,21 @@ class EmulatedArray:
     dtype = property(lambda self: self.array.dtype)
 
 
+@cache
+def process_build_dir() -> Path:
+    """Where this process builds host modules (once per source and flags); removed when it exits."""
+    path = Path(tempfile.mkdtemp(prefix="csa-conform-host-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 class HostEmulationBackend:
     """The CUDA backend's interface, executing modules on the CPU."""
 
-    def __init__(self, build_dir: Path):
-        self.build_dir = Path(build_dir)
+    def __init__(self, build_dir: Path | None = None):
+        if GXX is None:
+            raise DeviceUnavailable("the host backend needs g++ (install it, or use --backend cuda on a GPU machine)")
+        self.build_dir = Path(build_dir) if build_dir is not None else process_build_dir()
         self.launches = 0
         self.builds: dict[str, ModuleBuild] = {}
 

@@ -1,0 +1,196 @@
+"""Reading a golden file: ``GoldenFile``, the one type every reader of goldens opens.
+
+Opening checks the root and the manifest digest (csa_conform.golden.validation);
+the first access to a case indexes and checks it (csa_conform.golden.streams);
+every array read is checked against its sha256, each HDF5 object once per
+verified case however many steps link it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+
+from csa_conform.errors import CorruptDataset, GoldenFormatError
+from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
+from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex
+from csa_conform.golden.validation import CheckedFile
+from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
+from csa_conform.spec import DECODED_PAYLOADS
+
+
+class GoldenFile:
+    """A golden file opened for reading; every array read is checked against its sha256.
+
+    Opening checks the root and (schema 2) the manifest digest; the first
+    access to a case checks its layout, its case digest and the declared size
+    of every tensor against the case's geometry, before any data is read.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        self._file = CheckedFile(self.path)
+        self._cases: dict[str, CaseIndex] = {}
+        # The last case whose checksums were verified: its arrays by HDF5 object, read-only, so
+        # replaying it reads and hashes each object once however many steps link it.
+        self._verified: dict[int, np.ndarray] = {}
+        try:
+            self._file.traverse()
+            with self._file.guard("/"):
+                self.schema_version = self._file.check_root()
+                self._case_ids, self.manifest = self._file.check_manifest(self.schema_version)
+        except BaseException:
+            self.close()
+            raise
+        self._indexer = CaseIndexer(self._file, self.schema_version)
+
+    def __enter__(self) -> GoldenFile:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def case_ids(self) -> list[str]:
+        return list(self._case_ids)
+
+    def _case(self, case_id: str) -> CaseIndex:
+        if case_id not in self._cases:
+            if case_id not in self._case_ids:
+                raise GoldenFormatError(f"{self.path}: no case {case_id!r}")
+            where = f"/cases/{case_id}"
+            with self._file.guard(where):
+                self._cases[case_id] = self._indexer.index_case(case_id, where)
+        return self._cases[case_id]
+
+    def case_info(self, case_id: str) -> CaseInfo:
+        return self._case(case_id).info
+
+    def step_count(self, case_id: str) -> int:
+        return self._case(case_id).info.step_count
+
+    def _step(self, case_id: str, index: int) -> StepIndex:
+        steps = self._case(case_id).steps
+        if not 0 <= index < len(steps):
+            raise GoldenFormatError(f"{self.path}: case {case_id!r} has {len(steps)} steps; no step {index}")
+        return steps[index]
+
+    def step_attrs(self, case_id: str, index: int) -> dict:
+        step = self._step(case_id, index)
+        attrs = {} if step.expect_error is None else {"expect_error": step.expect_error}
+        if step.window is not None:
+            attrs[WINDOW] = list(step.window)
+        return attrs
+
+    @property
+    def provenance(self) -> dict:
+        with self._file.guard("/"):
+            return self._file.root_attrs()
+
+    def read_step(self, case_id: str, index: int) -> GoldenStep:
+        step = self._step(case_id, index)
+        read = GoldenStep(inputs={}, expect_error=step.expect_error)
+        for path, (entry, dataset) in step.tensors.items():
+            array = self._read_window(case_id, step) if dataset is None else self._read_verified(entry, dataset)
+            group, _, name = path.rpartition("/")
+            if group == "inputs":
+                read.inputs[name] = array
+            elif group == "outputs":
+                read.outputs[name] = array
+            else:
+                read.stages.setdefault(group.split("/", 1)[1], {})[name] = array
+        for (stage, tensor), cache in DECODED_PAYLOADS.items():
+            payload = read.stages.get(stage, {})
+            if tensor not in payload and cache in payload:
+                payload[tensor] = decoded_payload(stage, payload[cache])
+        return read
+
+    def _read_window(self, case_id: str, step: StepIndex) -> np.ndarray:
+        case = self._case(case_id)
+        if case.history_rows is None:
+            case.history_rows = self._read_verified(*case.history)
+        start, stop = step.window
+        history = case.history_rows
+        return np.ascontiguousarray(history[:, start:stop])
+
+    def read_case(self, case_id: str) -> GoldenCase:
+        info = self.case_info(case_id)
+        return GoldenCase(
+            case_id=case_id,
+            attrs=info.attrs,
+            output_names=info.output_names,
+            steps=[self.read_step(case_id, index) for index in range(info.step_count)],
+            family=info.family,
+            seed=info.seed,
+            description=info.description,
+        )
+
+    def case_bytes(self, case_id: str) -> int:
+        """Bytes of the case's distinct datasets as declared (what verifying it holds in memory), unread."""
+        case = self._case(case_id)
+        pairs = [pair for step in case.steps for pair in step.tensors.values() if pair[1] is not None]
+        if case.history is not None:
+            pairs.append(case.history)
+        sizes = {}
+        for entry, dataset in pairs:
+            with self._file.guard(dataset.name):
+                sizes[h5py.h5o.get_info(dataset.id).addr] = entry.nbytes
+        return sum(sizes.values())
+
+    def verify_case_checksums(self, case_id: str) -> int:
+        """Check every dataset of a case once (kv history and hard links included); returns the count."""
+        case = self._case(case_id)
+        datasets: dict[int, list] = {}
+        pairs = [pair for step in case.steps for pair in step.tensors.values() if pair[1] is not None]
+        if case.history is not None:
+            pairs.append(case.history)
+        for entry, dataset in pairs:
+            with self._file.guard(dataset.name):
+                datasets.setdefault(h5py.h5o.get_info(dataset.id).addr, []).append((entry, dataset))
+        self._verified = {}
+        for address, links in datasets.items():
+            try:
+                array = self._file.read(*links[0])
+            except CorruptDataset as corrupt:
+                names = tuple(sorted({dataset.name for _, dataset in links}))
+                also = [name for name in names if name != corrupt.dataset]
+                reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
+                raise CorruptDataset(self.path, corrupt.dataset, reason, names) from None
+            array.flags.writeable = False
+            self._verified[address] = array
+        return len(datasets)
+
+    def dataset_entries(self, case_id: str, index: int) -> list[tuple[str, TensorEntry]]:
+        """(step-relative path, entry) of one step, unread: inputs, stages, outputs.
+
+        Inputs come in positional order; stages and outputs in creation order
+        (pipeline order) in files this package writes, which track it; other
+        files list them by name.
+        """
+        return [(path, entry) for path, (entry, _) in self._step(case_id, index).tensors.items()]
+
+    def read_dataset(self, case_id: str, index: int, path: str) -> np.ndarray:
+        """One tensor of a step, refused unless its bytes match its checksum."""
+        step = self._step(case_id, index)
+        if path not in step.tensors:
+            raise GoldenFormatError(f"{self.path}: step {index} of {case_id!r} has no tensor {path}")
+        entry, dataset = step.tensors[path]
+        return self._read_window(case_id, step) if dataset is None else self._file.read(entry, dataset)
+
+    def _read_verified(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
+        """The array verify_case_checksums already read and checked, else read and check it now."""
+        with self._file.guard(dataset.name):
+            address = h5py.h5o.get_info(dataset.id).addr
+        verified = self._verified.get(address)
+        return verified if verified is not None else self._file.read(entry, dataset)
+
+
+def decoded_payload(stage: str, cache: np.ndarray) -> np.ndarray:
+    """The logical rows of a stored cache: FP8 hybrid or FP4 records decoded, an f32 cache as it is."""
+    if stage == "index_key_update":
+        return decode_fp4_record(cache)
+    return decode_fp8_record(cache) if cache.dtype == np.uint8 else cache.copy()
