@@ -12,7 +12,7 @@ import time
 import click
 
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import DiffOptions, control_banner
+from csa_conform.cli.diff import control_banner
 from csa_conform.device.launches import kernel_of
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -38,17 +38,18 @@ from csa_conform.results import (
     stage_entry,
     step_entry,
 )
+from csa_conform.run import RunOptions
 from csa_conform.terminal import escaped
 
 
-def _first_divergence(golden: GoldenFile, case: str, options: DiffOptions, runner, steps: int,
+def _first_divergence(golden: GoldenFile, case: str, options: RunOptions, runner, steps: int,
                       quiet: bool) -> dict | None:
     outcomes = progress(replay(golden, case, runner), steps, "bisect (chained)",
                         lambda outcome: f"step {outcome.index}", quiet)
     return first_divergence(outcomes, STAGES, options.ulp)
 
 
-def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOptions, runner) -> list[str]:
+def _isolated_stages(golden: GoldenFile, case: str, step: int, options: RunOptions, runner) -> list[str]:
     """Stages that diverge when the divergent step runs with the oracle's inputs everywhere."""
     for outcome in replay(golden, case, runner, upto=step):
         if outcome.index == step and outcome.actual is not None:
@@ -59,7 +60,7 @@ def _isolated_stages(golden: GoldenFile, case: str, step: int, options: DiffOpti
     return []
 
 
-def _kernel(stage: str, ratio, options: DiffOptions, tensors=()) -> str:
+def _kernel(stage: str, ratio, options: RunOptions, tensors=()) -> str:
     """' [module.cu:entry]' of the launch that computed the stage ('' on the host)."""
     if stage in options.force_host or not isinstance(ratio, int):
         return ""
@@ -67,7 +68,7 @@ def _kernel(stage: str, ratio, options: DiffOptions, tensors=()) -> str:
     return f" [{kernel}]" if kernel else ""
 
 
-def _describe(case: str, steps: int, found: dict, isolated: list[str], options: DiffOptions,
+def _describe(case: str, steps: int, found: dict, isolated: list[str], options: RunOptions,
               ratio=None) -> list[str]:
     tensors = [diff.tensor for diff in found.get("diffs", ())]
     lines = [f"case {escaped(case)}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"
@@ -93,12 +94,12 @@ def _describe(case: str, steps: int, found: dict, isolated: list[str], options: 
     return lines
 
 
-def _reproduce(found: dict, isolated: list[str], options: DiffOptions, case: str) -> str:
+def _reproduce(found: dict, isolated: list[str], options: RunOptions, case: str) -> str:
     origin = isolated[0] if isolated else None
     return options.command(case, origin or found["stage"], Mode.ISOLATED if origin else None)
 
 
-def _case(case: str, steps: int, found: dict | None, isolated: list[str], options: DiffOptions,
+def _case(case: str, steps: int, found: dict | None, isolated: list[str], options: RunOptions,
           seconds: float) -> dict:
     failing = []
     if found is not None:
@@ -131,7 +132,7 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
       csa-conform bisect --case random.r4-stream-3 --kernels ./my-kernels
       csa-conform bisect goldens/ci.h5 --case random.r4-stream-3 --json > bisect.json
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     started = time.perf_counter()
     chained, isolated_runner = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     with GoldenFile(file) as golden:

@@ -13,17 +13,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Sequence
 
 import click
 
-from csa_conform.case_glob import exact_glob, matching_cases
+from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
-    BuildChoice,
     case_selection,
     device_depth_options,
     device_options,
@@ -33,7 +31,7 @@ from csa_conform.cli.options import (
     output_options,
     stage_option,
 )
-from csa_conform.device.backend import CUDA, backend_named
+from csa_conform.device.backend import CUDA
 from csa_conform.device.conformance import (
     DIVERGED,
     IDENTICAL,
@@ -57,66 +55,14 @@ from csa_conform.invariance import KINDS as INVARIANCES
 from csa_conform.invariance import VARIANT, check_invariance
 from csa_conform.profile import REFERENCE
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.run import RunOptions
 from csa_conform.shards import Shard
 from csa_conform.spec import BY_NAME
 from csa_conform.terminal import escaped, one_line, shell_join
 from csa_conform.tolerance import Tolerances
 
 
-@dataclass(frozen=True)
-class DiffOptions:
-    """Everything that shapes a device run; ``command`` rebuilds a reproducing command line."""
-
-    file: str
-    mode: Mode
-    force_host: frozenset[str]
-    ulp: int
-    build: BuildChoice = BuildChoice()
-    repeat: int = 1
-    replay: str | None = None
-    tolerance: str | None = None  # --tolerance FILE: also judge every stage against its calibrated envelope
-    invariance: tuple[str, ...] = ()
-    backend: str = CUDA
-
-    @property
-    def forced(self) -> str:
-        """The force-host set as --force-host spells it ('' when empty)."""
-        if self.force_host >= set(STAGES):
-            return "all"
-        return ",".join(stage for stage in STAGES if stage in self.force_host)
-
-    def command(self, case: str, stage: str, mode: Mode | None = None) -> str:
-        words = ["csa-conform", "diff", self.file, "--stage", stage, "--mode", (mode or self.mode).value,
-                 "--case", exact_glob(case)]
-        if self.force_host:
-            words += ["--force-host", self.forced]
-        words += self.build.words()
-        if self.backend != CUDA:
-            words += ["--backend", self.backend]
-        if self.ulp:
-            words += ["--ulp", str(self.ulp)]
-        if self.repeat > 1:
-            words += ["--repeat", str(self.repeat)]
-        if self.replay:
-            words += ["--replay", self.replay]
-        if self.tolerance:
-            words += ["--tolerance", self.tolerance]
-        for kind in self.invariance:
-            words += ["--invariance", kind]
-        return shell_join(words)
-
-    def runner(self, mode: Mode | None = None) -> DeviceRunner:
-        return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
-                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
-
-    def describe(self) -> dict:
-        """The run's options as the results document records them."""
-        return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
-                **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay,
-                **({"tolerance": self.tolerance} if self.tolerance else {}), "invariance": list(self.invariance)}
-
-
-def control_banner(options: DiffOptions) -> str:
+def control_banner(options: RunOptions) -> str:
     """What an all-host run must say loudly: it compared the oracle with itself, not with kernels."""
     sources = []
     if os.environ.get(SEED_FORCE_HOST_ENV, "") not in ("", "0"):
@@ -149,7 +95,7 @@ def _cell_width(stage: str) -> int:
     return max(len(BY_NAME[stage].label), len("ok(host)"))
 
 
-def _failure_lines(report: CaseReport, options: DiffOptions) -> list[str]:
+def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
     case, lines = escaped(report.case), []
     if report.failure is not None:
         failure = report.failure
@@ -204,7 +150,7 @@ def _decoded(diff) -> list[str]:
     return lines
 
 
-def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: DiffOptions,
+def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: RunOptions,
                  quiet: bool = False) -> None:
     if not quiet:
         for line in header:
@@ -223,7 +169,7 @@ def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: lis
             click.echo(line)
 
 
-def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: DiffOptions,
+def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: RunOptions,
                 console=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -277,7 +223,7 @@ def build_lines(provenance: RunProvenance) -> list[str]:
     return lines
 
 
-def run_header(command: str, provenance: RunProvenance, options: DiffOptions,
+def run_header(command: str, provenance: RunProvenance, options: RunOptions,
                stages: tuple[str, ...]) -> list[str]:
     """What a device run's text output starts with: options, kernels, device, build and PTX."""
     kernels = provenance.kernels
@@ -297,7 +243,7 @@ def run_header(command: str, provenance: RunProvenance, options: DiffOptions,
     ]
 
 
-def sanitized_diff(tool: str, options: DiffOptions, stages: tuple[str, ...], case_glob: str | None,
+def sanitized_diff(tool: str, options: RunOptions, stages: tuple[str, ...], case_glob: str | None,
                    shard: Shard | None, as_json: bool, git_bisect: bool) -> ExitCode:
     """The diff re-run under compute-sanitizer: its document plus the sanitizer's findings.
 
@@ -358,7 +304,7 @@ def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[st
     return report, time.perf_counter() - started
 
 
-def check_cases(options: DiffOptions, stages: tuple[str, ...], cases: Sequence[str]):
+def check_cases(options: RunOptions, stages: tuple[str, ...], cases: Sequence[str]):
     """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
@@ -366,7 +312,7 @@ def check_cases(options: DiffOptions, stages: tuple[str, ...], cases: Sequence[s
                 for case in cases], runner.provenance
 
 
-def run_diff(options: DiffOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False,
+def run_diff(options: RunOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False,
              shard: Shard | None = None, devices: tuple[int, ...] | None | bool = False):
     """The reports of every selected case (of this shard) with their times, the run's provenance, and the
     golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs."""
@@ -431,7 +377,7 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
-    options = DiffOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, tolerance,
+    options = RunOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, tolerance,
                           tuple(dict.fromkeys(invariance)), backend)
     if backend != CUDA and (devices is not False or sanitize):
         raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")

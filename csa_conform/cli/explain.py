@@ -11,7 +11,7 @@ import click
 
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import DiffOptions, control_banner, run_header
+from csa_conform.cli.diff import control_banner, run_header
 from csa_conform.cli.explanations import explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -28,6 +28,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import explain_report
 from csa_conform.golden import GoldenFile
 from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.run import RunOptions
 from csa_conform.terminal import one_line
 
 
@@ -53,7 +54,7 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
       csa-conform explain goldens/ci.h5 --case 'random.r4-*' --stage 7:attention --json > explain.json
       csa-conform explain --nvrtc-option=-DCSA_LIBM_PLATFORM -q
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     entries, explanations = [], []
     with GoldenFile(file) as golden:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.modes import Mode
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, Explanation, explain_report
 from csa_conform.golden import GoldenFile
-
-if TYPE_CHECKING:
-    from csa_conform.cli.diff import DiffOptions
+from csa_conform.run import RunOptions
 
 
-def explain_reports(file: str, reports: list[CaseReport], options: DiffOptions,
+def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
                     stages: tuple[str, ...]) -> list[Explanation]:
     """Explanations of every case a diff run found divergent (what `diff --explain` adds).
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import click
 
 from csa_conform.cli.common import boundary
-from csa_conform.cli.diff import DiffOptions
 from csa_conform.cli.options import device_options, effective_force_host
 from csa_conform.device.modes import Mode
 from csa_conform.errors import MissingExtra, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import write_goldens
 from csa_conform.reduce import Probe, describe
+from csa_conform.run import RunOptions
 
 
 @click.command("fuzz")
@@ -58,7 +58,7 @@ def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, da
     output = Path(output)
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
-    options = DiffOptions(str(output), Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = RunOptions(str(output), Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
 
     def say(line: str) -> None:
         if not quiet:

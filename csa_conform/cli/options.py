@@ -14,20 +14,20 @@ KernelDirectory and spells itself back for the reproduce commands.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Callable
 
 import click
 
 from csa_conform.device.backend import BACKENDS, CUDA
 from csa_conform.device.devices import parse_devices
-from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
+from csa_conform.device.kernels import MANIFEST, PROFILES
 from csa_conform.device.modes import force_host_from_environment, parse_force_host
 from csa_conform.device.replay import REPLAY_MODES
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
 from csa_conform.resources import ci_goldens
+from csa_conform.run import BuildChoice
 from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
 from csa_conform.spec import STAGE_NAMES, STAGES, resolve_stage
 
@@ -93,35 +93,6 @@ def effective_force_host(option: str | None) -> frozenset[str]:
         return parse_force_host(option) | force_host_from_environment()
     except UsageError as error:
         raise click.BadParameter(str(error), param_hint="--force-host") from None
-
-
-@dataclass(frozen=True)
-class BuildChoice:
-    """Which kernels, built how, judged how strictly (the build half of ``device_options``)."""
-
-    kernels: str | None = None
-    profile: str | None = None
-    nvrtc_options: tuple[str, ...] = ()
-    strict_ptx: bool = False
-
-    def directory(self) -> KernelDirectory:
-        return KernelDirectory(self.kernels, build=self.profile, nvrtc_options=self.nvrtc_options,
-                               strict_ptx=self.strict_ptx)
-
-    def words(self) -> list[str]:
-        """The options as a command line spells them."""
-        words = ["--kernels", self.kernels] if self.kernels else []
-        if self.profile:
-            words += ["--build", self.profile]
-        words += [f"--nvrtc-option={option}" for option in self.nvrtc_options]
-        if self.strict_ptx:
-            words.append("--strict-ptx")
-        return words
-
-    def describe(self) -> dict:
-        """The choice as the results document's ``options`` records it."""
-        return {"kernels": self.kernels, "build": self.profile, "nvrtc_options": list(self.nvrtc_options),
-                "strict_ptx": self.strict_ptx}
 
 
 def _build_choice(command: Callable) -> Callable:

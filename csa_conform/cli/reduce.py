@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 
 from csa_conform.cli.common import boundary
-from csa_conform.cli.diff import DiffOptions
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, device_options, effective_force_host, golden_file
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
@@ -23,6 +22,7 @@ from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.reduce import Probe, describe, reduce_case
+from csa_conform.run import RunOptions
 from csa_conform.streams import stream_of
 from csa_conform.verify import verify_case
 
@@ -57,7 +57,7 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
       csa-conform reduce --case random.r4-b2n2-i2-k512 --kernels ./my-kernels -o repro.h5
       csa-conform reduce goldens/ci.h5 --case boundaries.r4-prefill-9 --kernels ./my-kernels --build production
     """
-    options = DiffOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
     output = Path(output or f"{case}.reduced.h5")
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
@@ -92,6 +92,6 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else
                                        f"DIVERGE at {describe(builtin_found)} (not a kernel bug alone)"))
     click.echo(f"wrote {output}")
-    reproduce = DiffOptions(str(output), Mode.CHAINED, options.force_host, ulp, build, backend=backend)
+    reproduce = RunOptions(str(output), Mode.CHAINED, options.force_host, ulp, build, backend=backend)
     click.echo(f"reproduce: {reproduce.command(reduction.case.case_id, 'all')}")
     return ExitCode.DIVERGED

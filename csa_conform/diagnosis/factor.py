@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from csa_conform.diagnosis import CONSTANT_FACTOR, Context, Finding
+from csa_conform.diagnosis.findings import CONSTANT_FACTOR, Context, Finding
 
 SPREAD = 2.0**-16  # relative spread of the ratios still called one constant
 NOISE = 2.0**-10  # a factor this close to 1 without a simple form is rounding noise, not a scale

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis import PERMUTATION, Context, Finding, coordinates, same_bits
+from csa_conform.diagnosis.findings import PERMUTATION, Context, Finding, coordinates, same_bits
 from csa_conform.diagnosis.shift import meaningful
 
 

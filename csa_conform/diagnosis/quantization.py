@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis import SCALE_EXPONENT, Context, Finding, spans
+from csa_conform.diagnosis.findings import SCALE_EXPONENT, Context, Finding, spans
 from csa_conform.numerics.fp4 import FP4_BLOCK
 from csa_conform.numerics.fp8 import FP8_BLOCK
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis import RESTRICTED, Context, Finding, spans
+from csa_conform.diagnosis.findings import RESTRICTED, Context, Finding, spans
 
 ROW_AXES = ("b", "s", "h", "i")
 LARGEST_POWER = 30

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis import INDEX_SHIFT, Context, Finding, same_bits
+from csa_conform.diagnosis.findings import INDEX_SHIFT, Context, Finding, same_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
 FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.device.cuda import POISON
-from csa_conform.diagnosis import NEVER_WRITTEN, STALE, Context, Finding, coordinates, same_bits, spans
+from csa_conform.diagnosis.findings import NEVER_WRITTEN, STALE, Context, Finding, coordinates, same_bits, spans
 from csa_conform.spec import STATE_THREADING
 
 RUN = 4  # poison bytes in a row that mark a packed record's bytes as unwritten

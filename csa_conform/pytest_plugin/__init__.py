@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-# The choices of the device options, spelled here so that declaring them imports nothing;
-# tests/plugin checks them against csa_conform.device.modes.Mode and csa_conform.device.backend.
-MODES = ("chained", "isolated")
-BUILDS = ("strict", "production")
-DEFAULT_MODE = "chained"
-DEFAULT_BUILD = "strict"
-BACKENDS = ("cuda", "host")
-DEFAULT_BACKEND = "cuda"
+from csa_conform.pytest_plugin.choices import BACKENDS, BUILDS, DEFAULT_BACKEND, DEFAULT_BUILD, DEFAULT_MODE, MODES
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

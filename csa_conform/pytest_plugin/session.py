@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from csa_conform.cli.diff import DiffOptions
-from csa_conform.cli.options import BuildChoice
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode, stages_for_ratio
@@ -22,7 +20,7 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle import STAGES
-from csa_conform.pytest_plugin import DEFAULT_BACKEND, DEFAULT_BUILD, DEFAULT_MODE
+from csa_conform.pytest_plugin.choices import DEFAULT_BACKEND, DEFAULT_BUILD, DEFAULT_MODE
 from csa_conform.pytest_plugin.outcomes import (
     FAILED,
     SKIPPED,
@@ -33,6 +31,7 @@ from csa_conform.pytest_plugin.outcomes import (
     oracle_outcomes,
     skipped,
 )
+from csa_conform.run import BuildChoice, RunOptions
 
 ORACLE, DEVICE = "oracle", "device"
 MARKER = "csa_conform"
@@ -151,7 +150,7 @@ class GoldenSession:
             return {stage: skipped(f"no device: {runner}") for stage in case.stages}
         if isinstance(runner, Exception):
             return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
-        options = DiffOptions(self.settings.file, self.settings.mode, frozenset(), 0,
+        options = RunOptions(self.settings.file, self.settings.mode, frozenset(), 0,
                               BuildChoice(self.settings.kernels, self.settings.build), backend=self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 

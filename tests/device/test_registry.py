@@ -2,42 +2,11 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
 from csa_conform.device.kernels import MODULES
 from csa_conform.device.modes import DEVICE, Mode, plan_step
 from csa_conform.spec import LAUNCHES, STAGES, STATE_THREADING, WRITEBACK_SOURCES, resolve_stage
-
-PACKAGE = Path(__file__).resolve().parents[2] / "csa_conform"
-
-
-def _imports(path: Path) -> set[str]:
-    """csa_conform modules a file imports, TYPE_CHECKING blocks included."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("csa_conform"):
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name.startswith("csa_conform"))
-    return found
-
-
-def test_device_modules_import_without_a_cycle():
-    """runner -> step -> launches, never back (not even for type hints)."""
-    device = {path.stem: _imports(path) for path in (PACKAGE / "device").glob("*.py") if path.stem != "__init__"}
-    graph = {name: {other for other in device if f"csa_conform.device.{other}" in imports}
-             for name, imports in device.items()}
-
-    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
-        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph[start])
-
-    cyclic = sorted(name for name in graph if reaches(name, name))
-    assert cyclic == []
-    assert "step" in graph["runner"] and "launches" in graph["step"]
 
 
 def test_every_launch_names_a_read_back_and_registered_stages():

@@ -15,8 +15,8 @@ from csa_conform.diagnosis import (
     STALE,
     Context,
     diagnose,
-    spans,
 )
+from csa_conform.diagnosis.findings import spans
 from csa_conform.diagnosis.factor import simple_form
 
 RNG = np.random.default_rng(16)

@@ -11,7 +11,7 @@ import pytest
 
 from csa_conform.device.modes import Mode
 from csa_conform.device.backend import BACKENDS as RUNNER_BACKENDS
-from csa_conform.pytest_plugin import BACKENDS, MODES
+from csa_conform.pytest_plugin.choices import BACKENDS, MODES
 from plugin_fixtures import R4_ID, R128_ID, R128_STAGES, REJECTED_ID, expected_ids
 
 pytest_plugins = ("pytester",)

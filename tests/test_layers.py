@@ -1,0 +1,142 @@
+"""The package's layers, written down once, and the imports that keep to them (ast, whole package).
+
+Every import counts: module level, inside functions (lazy), under TYPE_CHECKING, and in package
+``__init__`` files; importing ``a.b.c`` also runs ``a.b``'s ``__init__``. A module may import its
+own layer or a lower one, never a higher one, and no set of modules may import each other in a
+circle. Only cli/ imports the CLI (the pytest plugin shares the top layer with it but not its code).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "csa_conform"
+
+# Bottom to top. A name is a top-level module or package of csa_conform ("" is the package's __init__).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "exitcodes", "atomic", "resources", "shards", "terminal", "case_glob", "memory", "bounded_json",
+     "placement"),
+    ("numerics",),
+    ("contract",),
+    ("spec",),
+    ("oracle", "official", "profile", ""),
+    ("golden", "fixtures", "streams"),
+    ("diff", "errorstats", "gap", "tolerance"),
+    ("device", "diagnosis"),
+    ("explain",),
+    ("results", "report", "html_report", "verify", "invariance", "reduce", "fuzz", "testing"),
+    ("run",),
+    ("cli", "pytest_plugin", "__main__"),
+)
+LAYER_OF = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def module_name(path: Path) -> str:
+    parts = ["csa_conform", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """The csa_conform modules (and the packages above them) that running ``name`` imports."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    named = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            named.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names)
+        elif isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+    found = set()
+    for target in (target for target in named if target.split(".")[0] == "csa_conform"):
+        while target not in MODULES:
+            target = target.rpartition(".")[0]
+        parts = target.split(".")
+        for depth in range(1, len(parts) + 1):
+            ancestor = ".".join(parts[:depth])
+            if ancestor != name and not name.startswith(ancestor + "."):
+                found.add(ancestor)
+    return found
+
+
+GRAPH = {name: imports(name, path) for name, path in MODULES.items()}
+
+
+def top(name: str) -> str:
+    return name.split(".")[1] if "." in name else ""
+
+
+def test_every_module_has_a_layer():
+    assert sorted({top(name) for name in MODULES} - set(LAYER_OF)) == []
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = sorted(f"{name} -> {other}" for name, others in GRAPH.items() for other in others
+                    if LAYER_OF[top(other)] > LAYER_OF[top(name)])
+    assert upward == []
+
+
+def test_only_the_cli_imports_the_cli():
+    outside = sorted(f"{name} -> {other}" for name, others in GRAPH.items() for other in others
+                     if top(other) == "cli" and top(name) not in ("cli", "__main__"))
+    assert outside == []
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle_anywhere():
+    assert circles(GRAPH) == []
+
+
+def test_the_checks_can_fail():
+    """A planted circle and a planted upward import are seen (the checks are not vacuous)."""
+    assert circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    planted = {"csa_conform.numerics.fp8": {"csa_conform.cli"}}
+    assert any(LAYER_OF[top(other)] > LAYER_OF[top(name)] for name, others in planted.items() for other in others)
+    assert "csa_conform.spec" in GRAPH["csa_conform.oracle.pipeline"]
