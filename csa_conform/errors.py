@@ -59,7 +59,7 @@ class GoldenIntegrityError(GoldenFormatError):
         self.obj = obj
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         # Rebuilt from its fields when it crosses a process boundary (verify --jobs).
         return type(self), (self.path, self.obj, self.reason)
 
@@ -76,7 +76,7 @@ class CorruptDataset(GoldenIntegrityError):
         self.dataset = dataset
         self.links = links or (dataset,)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return type(self), (self.path, self.dataset, self.reason, self.links)
 
 

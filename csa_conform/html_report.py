@@ -14,10 +14,11 @@ from html import escape
 
 from csa_conform.gap import COLUMNS, table_rows
 from csa_conform.spec import STAGE_NAMES
+from csa_conform.statuses import DIVERGED, IDENTICAL, NOT_APPLICABLE, NOT_COMPARED
 
 MAX_TENSORS = 24  # failing tensors drawn per document; the rest are counted
 STATUS_COLOURS = {
-    "identical": "#2ca02c", "diverged": "#d62728", "n/a": "#d9d9d9", "not compared": "#f2f2f2",
+    IDENTICAL: "#2ca02c", DIVERGED: "#d62728", NOT_APPLICABLE: "#d9d9d9", NOT_COMPARED: "#f2f2f2",
     "rejected": "#aec7e8", "failed": "#8c1c13",
 }
 ODD_COLOUR = "#9467bd"  # non-deterministic, replay-mismatch and other findings of one mode
@@ -116,7 +117,7 @@ def case_verdicts(document: dict, case: dict) -> dict[str, str]:
         return {stage: "failed" for stage in STAGE_NAMES}
     if not case.get("steps_compared") and case.get("rejected_steps"):
         return {stage: "rejected" for stage in STAGE_NAMES}
-    return {stage: "diverged" if stage in failing else "identical" for stage in STAGE_NAMES}
+    return {stage: DIVERGED if stage in failing else IDENTICAL for stage in STAGE_NAMES}
 
 
 def verdict_matrix(document: dict) -> str:

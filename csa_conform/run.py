@@ -9,6 +9,7 @@ through ``RunOptions.to_argv`` for reproduce lines, so neither imports the other
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from csa_conform.case_glob import exact_glob
 from csa_conform.device.backend import CUDA, backend_named
@@ -41,7 +42,7 @@ class BuildChoice:
             words.append("--strict-ptx")
         return words
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The choice as the results document's ``options`` records it."""
         return {"kernels": self.kernels, "build": self.profile, "nvrtc_options": list(self.nvrtc_options),
                 "strict_ptx": self.strict_ptx}
@@ -102,7 +103,7 @@ class RunOptions:
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
                             backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The run's options as the results document records them."""
         return {"mode": self.mode.value, "force_host": [stage for stage in STAGES if stage in self.force_host],
                 **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay,

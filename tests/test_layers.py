@@ -9,6 +9,7 @@ circle. Only cli/ imports the CLI (the pytest plugin shares the top layer with i
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "csa_conform"
@@ -16,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "csa_conform"
 # Bottom to top. A name is a top-level module or package of csa_conform ("" is the package's __init__).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "exitcodes", "atomic", "resources", "shards", "terminal", "case_glob", "memory", "bounded_json",
-     "placement"),
+     "placement", "statuses"),
     ("numerics",),
     ("contract",),
     ("spec",),
@@ -140,3 +141,11 @@ def test_the_checks_can_fail():
     planted = {"csa_conform.numerics.fp8": {"csa_conform.cli"}}
     assert any(LAYER_OF[top(other)] > LAYER_OF[top(name)] for name, others in planted.items() for other in others)
     assert "csa_conform.spec" in GRAPH["csa_conform.oracle.pipeline"]
+
+
+def test_contributing_names_only_paths_that_exist():
+    """CONTRIBUTING.md's lists of what a stage or a launch touches name real files and folders."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = {word for word in re.findall(r"`([\w./<>-]+/[\w./<>-]*)`", text) if "<" not in word}
+    missing = sorted(word for word in named if not ((PACKAGE.parent / word).exists() or (PACKAGE / word).exists()))
+    assert named and missing == []

@@ -13,6 +13,7 @@ import click
 
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import control_banner
+from csa_conform.device.launches import kernel_of
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
@@ -59,8 +60,19 @@ def _isolated_stages(golden: GoldenFile, case: str, step: int, options: RunOptio
     return []
 
 
-def _describe(case: str, steps: int, found: dict, isolated: list[str], options: RunOptions) -> list[str]:
-    lines = [f"case {escaped(case)}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"]
+def _kernel(stage: str, ratio, options: RunOptions, tensors=()) -> str:
+    """' [module.cu:entry]' of the launch that computed the stage ('' on the host)."""
+    if stage in options.force_host or not isinstance(ratio, int):
+        return ""
+    kernel = kernel_of(stage, ratio, tensors)
+    return f" [{kernel}]" if kernel else ""
+
+
+def _describe(case: str, steps: int, found: dict, isolated: list[str], options: RunOptions,
+              ratio=None) -> list[str]:
+    tensors = [diff.tensor for diff in found.get("diffs", ())]
+    lines = [f"case {escaped(case)}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"
+             f"{_kernel(found['stage'], ratio, options, tensors)}"]
     if "message" in found:
         lines.append(f"  {found['message']}")
     else:
@@ -74,7 +86,7 @@ def _describe(case: str, steps: int, found: dict, isolated: list[str], options: 
     origin = isolated[0] if isolated else None
     if origin:
         lines.append(f"  isolated re-run of step {found['step']} diverges at: {', '.join(isolated)} "
-                     f"-> the divergence originates in {origin}")
+                     f"-> the divergence originates in {origin}{_kernel(origin, ratio, options)}")
     else:
         lines.append(f"  isolated re-run of step {found['step']} is clean: the divergence comes from "
                      "device state carried in from earlier steps")
@@ -128,6 +140,7 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
             raise UsageError(f"{file} has no case {case!r}")
         golden_ref = golden_reference(file, golden.schema_version)
         steps = golden.case_info(case).step_count
+        golden_ratio = golden.case_info(case).attrs.get("compression_ratio")
         found = _first_divergence(golden, case, options, chained, steps, quiet or as_json)
         isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []
     code = ExitCode.DIVERGED if found else ExitCode.OK
@@ -148,10 +161,10 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
                               "origin": isolated[0] if isolated else None}},
         ))
     elif found:
-        for line in _describe(case, steps, found, isolated, options):
+        for line in _describe(case, steps, found, isolated, options, golden_ratio):
             click.echo(line)
     elif not chained.provenance.launches:
-        click.echo(f"case {case}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
+        click.echo(f"case {escaped(case)}: {steps} steps, nothing ran: the reference rejects every step of it, so no stage "
                    "was computed and there is nothing to compare")
     else:
         click.echo(f"case {escaped(case)}: {steps} steps, no divergence (chained, every stage)")

@@ -32,16 +32,7 @@ from csa_conform.cli.options import (
     stage_option,
 )
 from csa_conform.device.backend import CUDA
-from csa_conform.device.conformance import (
-    DIVERGED,
-    IDENTICAL,
-    NONDETERMINISTIC,
-    NOT_APPLICABLE,
-    NOT_COMPARED,
-    REPLAY_MISMATCH,
-    CaseReport,
-    check_case,
-)
+from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.devices import resolve_devices, spread
 from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
 from csa_conform.device.provenance import RunProvenance
@@ -58,6 +49,7 @@ from csa_conform.results import control_run, device_case_entry, golden_reference
 from csa_conform.run import RunOptions
 from csa_conform.shards import Shard
 from csa_conform.spec import BY_NAME
+from csa_conform.statuses import DIVERGED, IDENTICAL, NONDETERMINISTIC, NOT_APPLICABLE, NOT_COMPARED, REPLAY_MISMATCH
 from csa_conform.terminal import escaped, one_line, shell_join
 from csa_conform.tolerance import Tolerances
 

@@ -16,7 +16,7 @@ optional ``capture`` / ``evaluate_libm`` and say so when a backend lacks them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class Backend(Protocol):
         """Compile (once) and load a module; the handle ``launch`` takes."""
 
     def launch(self, entry: str, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-               args: Sequence[Any]) -> None:
+               args: tuple[Any, ...]) -> None:
         """Run the entry over the grid and wait for it to finish."""
 
     def upload(self, array: np.ndarray) -> Any: ...

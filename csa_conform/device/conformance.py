@@ -27,13 +27,8 @@ from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.profile import REFERENCE
 from csa_conform.spec import STATE_THREADING
+from csa_conform.statuses import DIVERGED, IDENTICAL, NOT_APPLICABLE, NOT_COMPARED
 
-IDENTICAL = "identical"
-DIVERGED = "diverged"
-NONDETERMINISTIC = "non-deterministic"
-REPLAY_MISMATCH = "replay-mismatch"
-NOT_APPLICABLE = "n/a"
-NOT_COMPARED = "not compared"
 
 
 @dataclass

@@ -60,7 +60,7 @@ def _import_cupy():
 class CudaBackend:
     """Device 0 through CuPy; every CUDA failure surfaces as DeviceUnavailable."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         cupy = _import_cupy()
         try:
             count = cupy.cuda.runtime.getDeviceCount()

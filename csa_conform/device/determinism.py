@@ -19,6 +19,8 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
+from csa_conform.statuses import NONDETERMINISTIC
+
 # One byte pattern per run, cycled; 0xA5 first, the pattern a plain run's scratch holds (cuda.POISON).
 POISON = (0xA5, 0xFF, 0x5A, 0xC3, 0x3C, 0x96, 0x69, 0xE1)
 
@@ -78,7 +80,7 @@ def poisoned(backend, shape, dtype, pattern: int):
 class Nondeterminism:
     """One buffer of one launch whose bytes differ between runs."""
 
-    kind: ClassVar[str] = "non-deterministic"
+    kind: ClassVar[str] = NONDETERMINISTIC
     entry: str
     module: str
     stages: tuple[str, ...]

@@ -25,6 +25,8 @@ from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
+from csa_conform.statuses import REPLAY_MISMATCH
+
 GRAPH = "graph"
 REPLAY_MODES = (GRAPH,)  # what --replay takes
 
@@ -101,7 +103,7 @@ def fits(graph: list[RecordedLaunch], step: list[RecordedLaunch]) -> bool:
 class ReplayMismatch:
     """A buffer a replayed launch wrote other bytes into than the eager run of the same step."""
 
-    kind: ClassVar[str] = "replay-mismatch"
+    kind: ClassVar[str] = REPLAY_MISMATCH
     entry: str
     stages: tuple[str, ...]
     argument: int

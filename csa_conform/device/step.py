@@ -9,7 +9,9 @@ payload lands in the same place, so the result answers in the oracle's shape.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Callable, Mapping
 
 import numpy as np
@@ -27,6 +29,13 @@ from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
 from csa_conform.spec import STAGE_NAMES, STATE_THREADING, WRITEBACK, Launch, Role, Stage, stages_for_ratio
+
+
+@cache
+def host_module(stage: str) -> str:
+    """The oracle module a host stage runs: the stage's own, or (writeback) the stage functions' module."""
+    own = f"csa_conform.oracle.{stage}"
+    return own if importlib.util.find_spec(own) is not None else STAGE_FUNCTIONS[stage].__module__
 
 
 @dataclass
@@ -161,7 +170,7 @@ class StepRun:
             payload = STAGE_FUNCTIONS[stage.name](self)
         except ContractError as error:
             raise HostStageRejected(stage.name, str(error), error.kind) from None
-        self.record(LaunchRecord(HOST_PATH, (stage.name,), module=f"csa_conform.oracle.{stage.name}"))
+        self.record(LaunchRecord(HOST_PATH, (stage.name,), module=host_module(stage.name)))
         self.stages[stage.name] = payload
         for output in stage.outputs:
             self.t.put(output, payload[output])

@@ -39,6 +39,14 @@ def _shifted(expected: np.ndarray, axis: int, d: int) -> tuple[np.ndarray, np.nd
     return moved, valid
 
 
+def _meaning(stage: str, axis: str, d: int, context: Context) -> str:
+    """What a shift along the candidate slots means: the dense window starts early or late."""
+    if stage != "candidate_assembly" or axis != "c":
+        return ""
+    places = f"{abs(d)} position{'s' if abs(d) != 1 else ''}"
+    return f"the attention window starts {places} {'early' if d > 0 else 'late'}: "
+
+
 def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
     differing = int(np.count_nonzero(differ))
     identifying = differ & meaningful(actual)
@@ -69,7 +77,8 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     name = axes[axis] if axis < len(axes) else f"a{axis}"
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
     sign = "-" if d > 0 else "+"
-    headline = (f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
+    headline = _meaning(stage, name, d, context) + (
+                f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
                 f"in {count:,} of {considered:,} differing elements (not counting fillers: -inf, -1, 0), across "
                 f"{rows:,} row{'s' if rows != 1 else ''}")
     return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,

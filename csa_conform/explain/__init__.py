@@ -312,7 +312,7 @@ def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:
         order = " → ".join(SUB_STEPS.get(stage, ()))
         evidence = {"sub_step": hypothesis.sub_step, "variant": hypothesis.name, "trial": hypothesis.key,
                     "sub_steps": list(SUB_STEPS.get(stage, ()))}
-        if hypothesis.bf16:
+        if hypothesis.bf16 or hypothesis.code_ties_away:
             kind, headline = ROUNDING_CONVENTION, (f"the kernel's {hypothesis.name}: {trial.effect()}; the re-run "
                                                   "reproduces the device bit for bit")
             evidence["convention"] = hypothesis.name

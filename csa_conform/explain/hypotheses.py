@@ -57,11 +57,12 @@ class Hypothesis:
     bf16: str | None = None
     rope_shift: int = 0
     rope_split_halves: bool = False
+    code_ties_away: bool = False
     sub_step: str = ""  # for a structural hypothesis: the sub-step of the stage it changes
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
         return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
-                        self.rope_shift, self.rope_split_halves)
+                        self.rope_shift, self.rope_split_halves, self.code_ties_away)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
@@ -104,12 +105,17 @@ SUB_STEPS = {
 
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
-    """One sub-step of a multi-step stage done another way: a bf16 rounding convention, RoPE at the
-    wrong position (the block's last position for a record, one off) or with the split-halves pair layout."""
+    """One sub-step of a multi-step stage done another way: a bf16 rounding convention, FP8/FP4 codes
+    rounding ties away from zero, RoPE at the wrong position (the block's last position for a record, one
+    off) or with the split-halves pair layout."""
     found = []
     if stage in BF16_STAGES:
         for convention, name in BF16_CONVENTIONS.items():
             found.append(Hypothesis(f"bf16:{convention}", name, bf16=convention, sub_step="bf16"))
+    if stage in SUB_STEPS:
+        quantization = SUB_STEPS[stage][-1]
+        found.append(Hypothesis("codes:ties-away", f"{quantization[:3]} codes rounding ties away from zero (not to "
+                                "the even code)", code_ties_away=True, sub_step=quantization))
     if stage in SUB_STEPS:
         shifts = {1: "RoPE at the next position (position+1)", -1: "RoPE at the previous position (position-1)"}
         if stage != "index_query_finalize":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from csa_conform.numerics import variant
 from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.blockscale import quantize_blocks
 
@@ -36,8 +37,9 @@ def e2m1_encode(values) -> np.ndarray:
     values = np.asarray(values, dtype=np.float32)
     magnitude = np.abs(values)
     code = np.zeros(values.shape, dtype=np.uint8)
+    away = variant.active().code_ties_away  # a variant's convention: every midpoint to the larger magnitude
     for threshold, inclusive in _MIDPOINTS:
-        above = magnitude >= threshold if inclusive else magnitude > threshold
+        above = magnitude >= threshold if inclusive or away else magnitude > threshold
         code += above.astype(np.uint8)
     negative = np.signbit(values) & (code != 0)
     return code | (negative.astype(np.uint8) << np.uint8(3))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from csa_conform.numerics import variant
 from csa_conform.numerics.blockscale import quantize_blocks
 from csa_conform.numerics.e8m0 import e8m0_decode
 
@@ -45,10 +46,13 @@ def e4m3_encode(values) -> np.ndarray:
     values = np.asarray(values, dtype=np.float32)
     sign = ((values.view(np.uint32) >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
     magnitude = np.abs(values)
-    subnormal = np.rint(magnitude * np.float32(512.0)).astype(np.int64)
     bits = magnitude.view(np.uint32).astype(np.int64)
-    lsb = (bits >> 20) & 1
-    normal = ((bits + 0x7FFFF + lsb) >> 20) - (120 << 3)
+    if variant.active().code_ties_away:  # a variant's convention: midpoints to the larger magnitude
+        subnormal = np.floor(magnitude.astype(np.float64) * 512.0 + 0.5).astype(np.int64)
+        normal = ((bits + 0x80000) >> 20) - (120 << 3)
+    else:
+        subnormal = np.rint(magnitude * np.float32(512.0)).astype(np.int64)
+        normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) - (120 << 3)
     code = np.where(magnitude < _SUBNORMAL_LIMIT, subnormal, normal)
     return sign | code.astype(np.uint8)
 

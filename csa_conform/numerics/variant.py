@@ -85,11 +85,13 @@ class Numerics:
     bf16_rounding: str | None = None  # a convention of csa_conform.numerics.bf16.CONVENTIONS
     rope_shift: int = 0  # positions added to every RoPE position (a port rotating at the wrong position)
     rope_split_halves: bool = False  # RoPE pairs (d, d + width/2) instead of (2i, 2i+1)
+    code_ties_away: bool = False  # FP8/FP4 codes round ties away from zero instead of to the even code
 
     @property
     def is_reference(self) -> bool:
         return (not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
-                and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves)
+                and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves
+                and not self.code_ties_away)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""

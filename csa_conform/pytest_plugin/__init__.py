@@ -21,7 +21,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--csa-kernels", metavar="DIR", default=None,
-        help="Kernel directory the device items run (block_quant.cuh + the seven .cu modules); "
+        help="Kernel directory the device items run (block_quant.cuh + one .cu module per kernel launch); "
         "default: the built-in kernels.",
     )
     group.addoption(

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from csa_conform.device.conformance import DIVERGED, IDENTICAL, CaseReport, StageVerdict, check_case
+from csa_conform.device.conformance import CaseReport, StageVerdict, check_case
 from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, DeviceUnavailable, GoldenFormatError
 from csa_conform.golden import CorruptDataset, GoldenFile
 from csa_conform.results import CaseResult, StepResult
+from csa_conform.statuses import DIVERGED, IDENTICAL
 from csa_conform.verify import reproduce_command, verify_case
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 
-from csa_conform import results
+from csa_conform import results, statuses
 from csa_conform.results import RESULTS_VERSION, schema
 
 SPEC = (Path(__file__).resolve().parents[2] / "specs" / "results-document.md").read_text()
@@ -38,7 +38,8 @@ def test_case_fields_are_the_schemas():
 def test_failure_types_are_the_schemas_and_the_codes():
     documented = table_after("Failures")
     assert documented == schema()["$defs"]["failure_type"]["enum"]
-    constants = {value for name, value in vars(results).items() if name.isupper() and isinstance(value, str)}
+    constants = {value for module in (results, statuses) for name, value in vars(module).items()
+                 if name.isupper() and isinstance(value, str)}
     assert set(documented) <= constants
 
 

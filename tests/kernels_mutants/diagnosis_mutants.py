@@ -131,6 +131,19 @@ DIAGNOSED = (
         "the sink logit is taken into the running max (softmax shifted by the sink where it is larger)",
         "restricted", predicate="sink above the row max",
     ),
+    _bug(
+        "fp4_ties_away_from_zero",
+        "block_quant.cuh",
+        "    code += magnitude > 0.25f;\n    code += magnitude >= 0.75f;\n    code += magnitude > 1.25f;\n"
+        "    code += magnitude >= 1.75f;\n    code += magnitude > 2.5f;\n    code += magnitude >= 3.5f;\n"
+        "    code += magnitude > 5.0f;\n",
+        "    code += magnitude >= 0.25f;\n    code += magnitude >= 0.75f;\n    code += magnitude >= 1.25f;\n"
+        "    code += magnitude >= 1.75f;\n    code += magnitude >= 2.5f;\n    code += magnitude >= 3.5f;\n"
+        "    code += magnitude >= 5.0f;\n",
+        "index_key_update", "boundaries.r4-prefill-[58]",
+        "E2M1 midpoints round away from zero instead of to the even code",
+        "rounding-convention", trial="codes:ties-away",
+    ),
     _known("index_query_rope_one_position_late", "sub-step", sub_step="RoPE", trial="rope:position+1"),
     _known("r4_main_rope_at_block_end", "sub-step", sub_step="RoPE", trial="rope:position+3"),
     _known("fp8_scale_rounded_down", "scale-exponent"),

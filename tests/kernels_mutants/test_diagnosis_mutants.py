@@ -81,3 +81,26 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path):
             assert not explanation.trials and explanation.closest is None
         elif explanation.closest is not None:
             assert explanation.closest.mismatches < explanation.baseline
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_bisect_and_diff_name_the_kernel_and_diff_prints_one_block_per_case(tmp_path):
+    from click.testing import CliRunner
+
+    from csa_conform.cli.bisect import bisect
+    from csa_conform.cli.diff import diff
+
+    bug = next(bug for bug in DIAGNOSED if bug.name == "window_starts_one_early")
+    kernels = bug.mutant.apply(KERNELS, tmp_path / "kernels")
+    kernel = "[csa_ratio128_attention.cu:csa_ratio128_sink_attention]"
+    case = "boundaries.r128-resumed-247-to-257"
+    found = CliRunner().invoke(bisect, [str(CI_GOLDENS), "--case", case, "--kernels", str(kernels)]).stdout
+    assert f"stage candidate_assembly {kernel}" in found.splitlines()[0]
+    assert f"originates in candidate_assembly {kernel}" in found
+    text = CliRunner().invoke(diff, [str(CI_GOLDENS), "--case", "boundaries.r128-*", "--kernels", str(kernels),
+                                     "-q"]).stdout
+    blocks = [line for line in text.splitlines() if line.startswith("boundaries.")]
+    assert len(blocks) == 2 and all(f"diverges at 6:candidates step 0 {kernel}" in line for line in blocks)
+    assert text.count("  diagnosis: index-shift: the attention window starts 1 position early: candidates is shifted "
+                      "along c: device c=k holds the reference's c=k-1") == 2
+    assert text.count("2 later stages diverge after it") == 2 and "candidates row b=0 s=" in text
