@@ -22,6 +22,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 
 from csa_conform.errors import UsageError
+from csa_conform.exitcodes import ExitCode
 from csa_conform.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION, SANITIZER, results_document
 from csa_conform.shards import SHARD_OPTION, interleave, parse_shard, without_shard
 
@@ -204,11 +205,11 @@ def _merge(shards: list[dict]) -> dict:
 
 
 def _exit_code(codes: list[int]) -> int:
-    """0 when every shard passed, 1 when some diverged, else the first shard's other failure."""
-    failed = [code for code in codes if code]
+    """OK when every shard passed, DIVERGED when some diverged, else the first shard's other failure."""
+    failed = [code for code in codes if code != ExitCode.OK]
     if not failed:
-        return 0
-    return next((code for code in failed if code != 1), 1)
+        return ExitCode.OK
+    return next((code for code in failed if code != ExitCode.DIVERGED), ExitCode.DIVERGED)
 
 
 def _merge_kernels(described: list[dict | None]) -> dict | None:

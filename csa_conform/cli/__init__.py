@@ -12,6 +12,7 @@ from csa_conform.cli.bisect import bisect as bisect_command
 from csa_conform.cli.calibrate import calibrate_command
 from csa_conform.cli.common import OneLineErrors
 from csa_conform.cli.diff import diff as diff_command
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explain import explain_command
 from csa_conform.cli.fuzz import fuzz_command
 from csa_conform.cli.gap import gap_command
@@ -29,9 +30,6 @@ __all__ = ["main"]
 def main() -> None:
     """Bit-exact conformance harness for CompressedSparseAttention v1.
 
-    Exit codes: 0 verified, 1 divergence or verification failure, 2 usage or
-    invalid input, 4 environment (125 with --git-bisect), 130 interrupted, 143 terminated.
-
     \b
     Examples:
       csa-conform verify goldens/ci.h5
@@ -44,3 +42,4 @@ COMMANDS = (generate_command, verify_command, diff_command, bisect_command, redu
             explain_command, inspect_command, report_command, gap_command, calibrate_command)
 for command in COMMANDS:
     main.add_command(command)
+exits("verified, conformant or written", "a divergence or a verification failure", bisect=True)(main)

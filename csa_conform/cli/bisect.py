@@ -13,6 +13,7 @@ import click
 
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import control_banner
+from csa_conform.cli.exit_status import exits
 from csa_conform.device.launches import kernel_of
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -115,6 +116,7 @@ def _case(case: str, steps: int, found: dict | None, isolated: list[str], option
     )
 
 
+@exits("no divergence", "divergence found", bisect=True)
 @click.command("bisect")
 @golden_file(DEFAULT_FILE)
 @case_selection(exact=True)
@@ -123,9 +125,6 @@ def _case(case: str, steps: int, found: dict | None, isolated: list[str], option
 @boundary
 def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, quiet):
     """Find the first divergent step, stage, tensor and element of a stream (oracle vs device values, ULP).
-
-    Exit status: 0 no divergence, 1 divergence found, 2 usage, 4 environment (125 with
-    --git-bisect, also for goldens missing, unreadable or of another schema).
 
     \b
     Examples:

@@ -8,6 +8,7 @@ import click
 
 from csa_conform.atomic import write_atomically
 from csa_conform.cli.common import boundary
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import engine_option
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -17,6 +18,7 @@ from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 from csa_conform.tolerance import MARGIN, Tolerances
 
 
+@exits("written")
 @click.command("calibrate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,

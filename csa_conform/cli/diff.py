@@ -19,6 +19,7 @@ import click
 
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -329,6 +330,7 @@ def run_diff(options: RunOptions, stages: tuple[str, ...], case_glob: str | None
     return timed_reports, runner.provenance, golden_ref
 
 
+@exits("conformant", "divergence", bisect=True)
 @click.command("diff")
 @golden_file(DEFAULT_FILE)
 @stage_option
@@ -352,10 +354,6 @@ def run_diff(options: RunOptions, stages: tuple[str, ...], case_glob: str | None
 def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bisect, repeat, replay, sanitize, shard,
          devices, as_json, quiet, explain, tolerance, invariance):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
-
-    Exit status: 0 conformant, 1 divergence, 2 usage or invalid input, 4 environment
-    (no CUDA device, kernel compile error; 125 with --git-bisect, also for goldens
-    missing, unreadable or of another schema).
 
     \b
     Examples:

@@ -12,6 +12,7 @@ import click
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import control_banner, run_header
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
@@ -32,6 +33,7 @@ from csa_conform.run import RunOptions
 from csa_conform.terminal import one_line
 
 
+@exits("no divergence", "divergences (explained or not)", bisect=True)
 @click.command("explain")
 @golden_file(DEFAULT_FILE)
 @stage_option
@@ -44,9 +46,6 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
     re-run and re-computed on the host with one ingredient swapped (a libm function correctly rounded
     or the device's own, FMA contraction, flush-to-zero, the block scale's log2f) until one reproduces
     the device payload bit for bit.
-
-    Exit status: 0 no divergence, 1 divergences (explained or not), 2 usage, 4 environment
-    (125 with --git-bisect).
 
     \b
     Examples:

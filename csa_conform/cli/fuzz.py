@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from csa_conform.cli.common import boundary
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import device_options, effective_force_host
 from csa_conform.device.modes import Mode
 from csa_conform.errors import MissingExtra, UsageError
@@ -22,6 +23,7 @@ from csa_conform.reduce import Probe, describe
 from csa_conform.run import RunOptions
 
 
+@exits("the budget ran out without a divergence", "a divergence was found (and written)", bisect=True)
 @click.command("fuzz")
 @device_options
 @click.option("--budget-s", default=120.0, type=click.FloatRange(min=1), show_default=True,
@@ -42,9 +44,6 @@ def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, da
 
     Both ratios, f32/FP8 caches, 5/6 outputs, every bias shape, streams and resumed streams, block
     edges, every kv window offset, N and I in 1..8, sinks above and below the row max.
-
-    Exit status: 1 a divergence was found (and written), 0 the budget ran out without one, 2 usage,
-    4 environment (125 with --git-bisect; also when hypothesis is not installed).
 
     \b
     Examples:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from csa_conform.case_glob import exact_glob, matching_cases
 from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
@@ -19,6 +20,7 @@ from csa_conform.results import golden_reference, results_document
 from csa_conform.terminal import shell_join
 
 
+@exits("measured (the gap is a measurement, not a gate)")
 @click.command("gap")
 @golden_file(DEFAULT_FILE)
 @case_selection()
@@ -38,8 +40,7 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
     profiles; per stage and tensor: steps and elements identical bit for bit,
     max / mean / median / p99 / p99.9 of absolute, relative and ULP error,
     the largest cosine distance of a step, -inf mask agreement, top-k set
-    overlap and rank changes, per-row argmax identity of Y. Exit 0 once
-    measured: the gap is a measurement, not a gate.
+    overlap and rank changes, per-row argmax identity of Y.
 
     \b
     Examples:

@@ -11,6 +11,7 @@ import click
 
 from csa_conform.case_glob import exact_glob
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import engine_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
@@ -30,6 +31,7 @@ def generate_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None =
     return recipe.generate(reference, replay=runner(profile, engine))
 
 
+@exits("written")
 @click.command("generate")
 @click.option("--suite", type=click.Choice(sorted(SUITES)), default="ci", show_default=True,
               help="Which suite of recipes to build.")

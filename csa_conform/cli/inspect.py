@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from csa_conform.cli.common import boundary, console, emit_json, print_table, stdout_is_terminal
+from csa_conform.cli.exit_status import exits
 from csa_conform.diff import default_axes
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -30,6 +31,7 @@ from csa_conform.numerics.records import (
 PREVIEW = 6
 
 
+@exits("listed")
 @click.command("inspect")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("case", required=False)

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from csa_conform.cli.common import boundary
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, device_options, effective_force_host, golden_file
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
@@ -31,6 +32,7 @@ def _sizes(before: dict[str, int], after: dict[str, int]) -> str:
     return ", ".join(f"{key} {before[key]} -> {after[key]}" for key in before)
 
 
+@exits("the case did not diverge", "the reduced case diverges (reproduced)", bisect=True)
 @click.command("reduce")
 @golden_file(DEFAULT_FILE)
 @case_selection(exact=True)
@@ -48,9 +50,6 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
     Starts the stream at the failing step from its stored past state, then drops batch rows,
     query tokens, heads, index heads, top-k slots and leading steps. The one-case golden file
     verifies against the oracle, diverges with these kernels and passes with the built-in ones.
-
-    Exit status: 1 the reduced case diverges (reproduced), 0 the case did not diverge, 2 usage,
-    4 environment (125 with --git-bisect).
 
     \b
     Examples:

@@ -10,6 +10,7 @@ import click
 from csa_conform.atomic import refuse_special_target, write_atomically
 from csa_conform.bounded_json import read_text
 from csa_conform.cli.common import boundary
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.output import stdin_closed
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -18,6 +19,7 @@ from csa_conform.report import junit_xml, merge_shards, merged_summary
 from csa_conform.results import load_results
 
 
+@exits("written, whatever the results say (the run's own exit code is the gate)")
 @click.command("report")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write JUnit XML here.")
@@ -34,8 +36,7 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
     """Turn RESULTS (documents written by verify, diff, bisect, explain or gap with --json;
     '-' reads stdin) into CI artefacts: one JUnit file and one JSON summary, however
     many documents are given. The shards of one run (diff --shard K/N) are first
-    merged into the document the unsharded run writes. Exits 0 once written,
-    whatever the results say: the run's own exit code is the gate.
+    merged into the document the unsharded run writes.
 
     \b
     Examples:

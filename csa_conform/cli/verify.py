@@ -22,6 +22,7 @@ from csa_conform.cli.common import (
     stdout_is_terminal,
 )
 from csa_conform.case_glob import matching_cases
+from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, golden_file, output_options
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
@@ -41,6 +42,7 @@ def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
     return result
 
 
+@exits("verified: every stage and output bit-identical", "a verification failure or a corrupt dataset")
 @click.command("verify")
 @golden_file()
 @case_selection()
