@@ -11,7 +11,11 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
+from types import MappingProxyType
 
+import numpy as np
+
+from csa_conform.numerics import variant
 from csa_conform.oracle.engine import chosen_engine
 
 PACKAGE = Path(__file__).resolve().parents[1] / "csa_conform"
@@ -88,3 +92,20 @@ def test_an_engine_choice_is_returned_not_written(monkeypatch):
     assert chosen_engine("numpy") == "numpy"
     assert chosen_engine(None) is None
     assert dict(os.environ) == before
+
+
+def test_the_numerics_variant_module_holds_no_mutable_state():
+    """Only constants, frozen values and functions: a variant reaches the oracle as an argument."""
+    immutable = (str, int, float, bool, tuple, frozenset, type(None), np.floating)
+    for name, value in vars(variant).items():
+        if name.startswith("__") or callable(value) or isinstance(value, type(variant)) or name == "annotations":
+            continue
+        if isinstance(value, variant.Numerics):
+            assert value.tallies is None and value.trace is None, name
+            continue
+        if name == "GLIBC":  # a read-only view of libm's functions
+            assert isinstance(value, MappingProxyType), name
+            continue
+        assert isinstance(value, immutable), f"variant.{name} is a mutable {type(value).__name__}"
+    source = ast.parse(Path(variant.__file__).read_text(encoding="utf-8"))
+    assert not any(isinstance(node, ast.Global) for node in ast.walk(source))

@@ -45,7 +45,7 @@ from csa_conform.explain.hypotheses import (
 )
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.golden import GoldenFile
-from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally, using
+from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally
 from csa_conform.spec import BY_NAME
 
 EXPLAINED = "explained"
@@ -180,8 +180,7 @@ def _describe(first: dict) -> str:
 def _trial(hypothesis: Hypothesis, stage: str, g, inputs, upstream, target) -> Trial:
     tallies: dict[str, Tally] = {}
     try:
-        with using(hypothesis.numerics(tallies)):
-            payload = run_stage(stage, g, inputs, upstream)
+        payload = run_stage(stage, g, inputs, upstream, hypothesis.numerics(tallies))
     except ContractError as error:
         return Trial(hypothesis.key, hypothesis.name, -1, 0, rejected=str(error))
     differing, total = mismatches(payload, target)
@@ -258,8 +257,7 @@ def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
     trace: dict = {}
     if stage in TRACED_PROVENANCE:  # the block inputs of a record or query; other stages need no re-run
         try:
-            with using(Numerics(trace=trace)):
-                run_stage(stage, g, inputs, expected)
+            run_stage(stage, g, inputs, expected, Numerics(trace=trace))
         except ContractError:
             trace = {}
     return {"tensor": first.tensor, "coords": first.first["coords"],
@@ -331,8 +329,7 @@ def _diagnose(stage: str, g, inputs, expected, target, upstream) -> list[Finding
     def tracer() -> dict:
         trace: dict = {}
         try:
-            with using(Numerics(trace=trace)):
-                run_stage(stage, g, inputs, upstream)
+            run_stage(stage, g, inputs, upstream, Numerics(trace=trace))
         except ContractError:
             return {}
         return trace

@@ -15,6 +15,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
@@ -39,15 +40,17 @@ class _StageRun:
     stage to defer it to, and the device stage's payload cannot be reproduced.
     """
 
-    def __init__(self, geometry: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads):
+    def __init__(self, geometry: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads,
+                 numerics: Numerics):
         self.geometry = geometry
         self._inputs = inputs
         self._upstream = upstream
+        self._numerics = numerics
 
     @property
     def engine(self) -> Engine:
-        """The active numerics variant decides (a swapped ingredient runs on the numpy engine)."""
-        return resolve_engine()
+        """The run's numerics variant decides (a swapped ingredient runs on the numpy engine)."""
+        return resolve_engine(numerics=self._numerics)
 
     def input(self, name: str) -> np.ndarray:
         return self._inputs[name]
@@ -63,9 +66,10 @@ class _StageRun:
         return None
 
 
-def run_stage(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads) -> dict:
-    """The stage's payload under the active numerics variant; raises ContractError as the oracle does."""
-    return STAGE_FUNCTIONS[stage](_StageRun(g, inputs, upstream))
+def run_stage(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads,
+              numerics: Numerics = REFERENCE) -> dict:
+    """The stage's payload under `numerics`; raises ContractError as the oracle does."""
+    return STAGE_FUNCTIONS[stage](_StageRun(g, inputs, upstream, numerics))
 
 
 def consumed_upstream(stage: str, expected: Payloads, actual: Payloads) -> dict:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 # convention -> what is added to the binary32 pattern before the top 16 bits are kept
 CONVENTIONS = {"ties-away": 0x8000, "truncate": 0}
 
 
-def bf16_bits(x) -> np.ndarray:
+def bf16_bits(x, numerics: Numerics = REFERENCE) -> np.ndarray:
     """bfloat16 bit patterns (uint16) of binary32 values."""
     bits = np.asarray(x, dtype=np.float32).view(np.uint32)
     rounded = np.right_shift(bits, np.uint32(16), out=np.empty_like(bits))
@@ -24,10 +24,10 @@ def bf16_bits(x) -> np.ndarray:
     rounded += bits
     rounded += np.uint32(0x7FFF)
     rounded >>= np.uint32(16)
-    convention = variant.active().bf16_rounding
+    convention = numerics.bf16_rounding
     if convention is not None:
         swapped = (bits.astype(np.uint64) + np.uint64(CONVENTIONS[convention])) >> np.uint64(16)
-        variant.active().count_bf16(rounded, swapped.astype(np.uint32))
+        numerics.count_bf16(rounded, swapped.astype(np.uint32))
         rounded = swapped.astype(np.uint32)
     is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     if is_nan.any():
@@ -40,6 +40,6 @@ def bf16_to_f32(bits) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-def bf16_round(x) -> np.ndarray:
+def bf16_round(x, numerics: Numerics = REFERENCE) -> np.ndarray:
     """binary32 values rounded through bfloat16 and back."""
-    return bf16_to_f32(bf16_bits(x))
+    return bf16_to_f32(bf16_bits(x, numerics))

@@ -13,16 +13,16 @@ import numpy as np
 from csa_conform.errors import ContractError
 from csa_conform.numerics.e8m0 import e8m0_encode, power_of_two
 from csa_conform.numerics.rustfmt import rust_display_f32
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 
-def block_power(amax, target_max) -> np.ndarray:
+def block_power(amax, target_max, numerics: Numerics = REFERENCE) -> np.ndarray:
     """ceil(log2f(amax / target_max)) as the E8M0 exponent, as the reference computes it."""
     quotient = np.asarray(amax, dtype=np.float32) / np.float32(target_max)
-    return np.ceil(variant.active().block_scale_log2(quotient)).astype(np.int64).reshape(quotient.shape)
+    return np.ceil(numerics.block_scale_log2(quotient)).astype(np.int64).reshape(quotient.shape)
 
 
-def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):
+def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str, numerics: Numerics = REFERENCE):
     """Shared E8M0-scaled block quantizer; blocks along the last axis, batch axes in processing order.
 
     The reference quantizes block after block and stops at the first one that
@@ -30,15 +30,14 @@ def quantize_blocks(x, target_max, amax_floor, encode, decode, what: str):
     failing block in C order decides the message.
     """
     x = np.asarray(x, dtype=np.float32)
-    numerics = variant.active()
     numerics.record(f"{what} block input", x)
     finite = np.isfinite(x)
     safe = np.where(finite, x, np.float32(0))
     amax = np.abs(safe).max(axis=-1, initial=amax_floor)
-    power = block_power(amax, target_max)
+    power = block_power(amax, target_max, numerics)
     scale = power_of_two(power)
     normalized = np.clip(safe / scale[..., None], -target_max, target_max)
-    codes = encode(normalized)
+    codes = encode(normalized, numerics=numerics)
     decoded = decode(codes)
     with np.errstate(over="ignore"):
         dequantized = numerics.dequantized(decoded * scale[..., None])

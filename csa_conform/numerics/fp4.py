@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.blockscale import quantize_blocks
 
@@ -32,12 +32,12 @@ def e2m1_decode(codes) -> np.ndarray:
     return E2M1_TABLE[np.asarray(codes, dtype=np.uint8) & np.uint8(0x0F)]
 
 
-def e2m1_encode(values) -> np.ndarray:
+def e2m1_encode(values, numerics: Numerics = REFERENCE) -> np.ndarray:
     """Codes of binary32 values already clamped to [-6, 6]."""
     values = np.asarray(values, dtype=np.float32)
     magnitude = np.abs(values)
     code = np.zeros(values.shape, dtype=np.uint8)
-    away = variant.active().code_ties_away  # a variant's convention: every midpoint to the larger magnitude
+    away = numerics.code_ties_away  # a variant's convention: every midpoint to the larger magnitude
     for threshold, inclusive in _MIDPOINTS:
         above = magnitude >= threshold if inclusive or away else magnitude > threshold
         code += above.astype(np.uint8)
@@ -59,12 +59,13 @@ def unpack_nibbles(packed) -> np.ndarray:
     return codes
 
 
-def quantize_fp4_blocks(x):
+def quantize_fp4_blocks(x, numerics: Numerics = REFERENCE):
     """FP4 E2M1 block-32 quantization of x[..., 32].
 
     Returns (scale_bytes u8[...], packed u8[..., 16], dequantized f32[..., 32]).
     """
-    scales, codes, dequantized = quantize_blocks(x, E2M1_MAX, AMAX_FLOOR, e2m1_encode, e2m1_decode, "FP4 E2M1")
+    scales, codes, dequantized = quantize_blocks(x, E2M1_MAX, AMAX_FLOOR, e2m1_encode, e2m1_decode, "FP4 E2M1",
+                                                 numerics)
     return scales, pack_nibbles(codes), dequantized
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.numerics.blockscale import quantize_blocks
 from csa_conform.numerics.e8m0 import e8m0_decode
 
@@ -41,13 +41,13 @@ def e4m3_decode(codes) -> np.ndarray:
     return E4M3_TABLE[np.asarray(codes, dtype=np.uint8)]
 
 
-def e4m3_encode(values) -> np.ndarray:
+def e4m3_encode(values, numerics: Numerics = REFERENCE) -> np.ndarray:
     """Codes of binary32 values already clamped to [-448, 448]."""
     values = np.asarray(values, dtype=np.float32)
     sign = ((values.view(np.uint32) >> np.uint32(24)) & np.uint32(0x80)).astype(np.uint8)
     magnitude = np.abs(values)
     bits = magnitude.view(np.uint32).astype(np.int64)
-    if variant.active().code_ties_away:  # a variant's convention: midpoints to the larger magnitude
+    if numerics.code_ties_away:  # a variant's convention: midpoints to the larger magnitude
         subnormal = np.floor(magnitude.astype(np.float64) * 512.0 + 0.5).astype(np.int64)
         normal = ((bits + 0x80000) >> 20) - (120 << 3)
     else:
@@ -57,12 +57,12 @@ def e4m3_encode(values) -> np.ndarray:
     return sign | code.astype(np.uint8)
 
 
-def quantize_fp8_blocks(x):
+def quantize_fp8_blocks(x, numerics: Numerics = REFERENCE):
     """FP8 E4M3 block-64 quantization of x[..., 64].
 
     Returns (scale_bytes u8[...], codes u8[..., 64], dequantized f32[..., 64]).
     """
-    return quantize_blocks(x, E4M3_MAX, AMAX_FLOOR, e4m3_encode, e4m3_decode, "FP8 E4M3")
+    return quantize_blocks(x, E4M3_MAX, AMAX_FLOOR, e4m3_encode, e4m3_decode, "FP8 E4M3", numerics)
 
 
 def dequantize_fp8_blocks(scale_bytes, codes) -> np.ndarray:

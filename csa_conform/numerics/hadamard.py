@@ -10,9 +10,10 @@ import numpy as np
 
 from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.bf16 import bf16_round
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 
-def hadamard_bf16(x) -> np.ndarray:
+def hadamard_bf16(x, numerics: Numerics = REFERENCE) -> np.ndarray:
     values = np.array(x, dtype=np.float32)
     width = values.shape[-1]
     if width == 0 or width & (width - 1):
@@ -30,4 +31,4 @@ def hadamard_bf16(x) -> np.ndarray:
         span *= 2
     scale = np.float32(1) / np.sqrt(np.float32(width))
     with np.errstate(over="ignore", invalid="ignore"):
-        return bf16_round(values * scale)
+        return bf16_round(values * scale, numerics)

@@ -10,9 +10,10 @@ from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.fp4 import FP4_BLOCK, quantize_fp4_blocks
 from csa_conform.numerics.hadamard import hadamard_bf16
 from csa_conform.numerics.rope import compressed_rope
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 
-def fp4_round_trip(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fp4_round_trip(values, numerics: Numerics = REFERENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Block-32 FP4 of values[..., W]: (scales[..., W/32], nibbles[..., W/32, 16], dequantized[..., W])."""
     values = np.asarray(values, dtype=np.float32)
     width = values.shape[-1]
@@ -21,17 +22,17 @@ def fp4_round_trip(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             f"{OP}: FP4 index width {width} must be divisible by {FP4_BLOCK}"
         )
     blocks = values.reshape(values.shape[:-1] + (width // FP4_BLOCK, FP4_BLOCK))
-    scales, packed, dequantized = quantize_fp4_blocks(blocks)
+    scales, packed, dequantized = quantize_fp4_blocks(blocks, numerics)
     return scales, packed, dequantized.reshape(values.shape)
 
 
-def finalize_index_query(q, rope_dim: int, position) -> np.ndarray:
+def finalize_index_query(q, rope_dim: int, position, numerics: Numerics = REFERENCE) -> np.ndarray:
     """q[..., 128] with `position` broadcast over the leading shape."""
-    query = bf16_round(q)
+    query = bf16_round(q, numerics)
     width = query.shape[-1]
     if rope_dim > width:
         raise ContractError(
             f"{OP}: index query RoPE width exceeds index head dimension"
         )
-    query[..., width - rope_dim :] = compressed_rope(query[..., width - rope_dim :], position)
-    return fp4_round_trip(hadamard_bf16(query))[2]
+    query[..., width - rope_dim :] = compressed_rope(query[..., width - rope_dim :], position, numerics)
+    return fp4_round_trip(hadamard_bf16(query, numerics), numerics)[2]

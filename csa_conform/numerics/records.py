@@ -12,6 +12,7 @@ import numpy as np
 from csa_conform.numerics.bf16 import bf16_bits, bf16_to_f32
 from csa_conform.numerics.fp4 import FP4_BLOCK, dequantize_fp4_blocks
 from csa_conform.numerics.fp8 import FP8_BLOCK, dequantize_fp8_blocks
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 HEAD_DIM = 512
 ROPE_DIM = 64
@@ -22,11 +23,11 @@ FP4_BLOCKS = INDEX_DIM // FP4_BLOCK
 FP4_RECORD_BYTES = FP4_BLOCKS * (FP4_BLOCK // 2 + 1)
 
 
-def pack_fp8_record(scale_bytes, codes, tail) -> np.ndarray:
+def pack_fp8_record(scale_bytes, codes, tail, numerics: Numerics = REFERENCE) -> np.ndarray:
     """u8[..., 583] from scales[..., 7], codes[..., 7, 64] and the f32 RoPE tail[..., 64]."""
     scale_bytes = np.asarray(scale_bytes, dtype=np.uint8)
     blocks = np.concatenate([scale_bytes[..., None], np.asarray(codes, dtype=np.uint8)], axis=-1)
-    tail_bytes = bf16_bits(tail).astype("<u2").view(np.uint8)
+    tail_bytes = bf16_bits(tail, numerics).astype("<u2").view(np.uint8)
     lead = blocks.shape[:-2]
     head = blocks.reshape(lead + (FP8_BLOCKS * (FP8_BLOCK + 1),))
     return np.concatenate([head, tail_bytes.reshape(lead + (ROPE_DIM * 2,))], axis=-1)

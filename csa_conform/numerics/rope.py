@@ -11,7 +11,7 @@ import numpy as np
 
 from csa_conform.errors import OP, ContractError
 from csa_conform.numerics.bf16 import bf16_round
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 ROPE_BASE = np.float32(160_000.0)
 ROPE_FACTOR = np.float32(16.0)
@@ -19,18 +19,17 @@ RAMP_LOW = np.float32(15.0)
 RAMP_HIGH = np.float32(25.0)
 
 
-def rope_frequencies(rope_dim: int) -> np.ndarray:
+def rope_frequencies(rope_dim: int, numerics: Numerics = REFERENCE) -> np.ndarray:
     """f32 frequency of each (2j, 2j+1) pair, in the reference's operation order."""
     pair = np.arange(rope_dim // 2, dtype=np.float32)
     ramp = np.clip((pair - RAMP_LOW) / (RAMP_HIGH - RAMP_LOW), np.float32(0), np.float32(1))
     exponent = -(np.float32(2) * pair) / np.float32(rope_dim)
-    numerics = variant.active()
     base = numerics.powf(np.full_like(exponent, ROPE_BASE), exponent)
     one = np.float32(1)
     return numerics.pair(base, one - ramp, base / ROPE_FACTOR, ramp)
 
 
-def compressed_rope(tail, positions) -> np.ndarray:
+def compressed_rope(tail, positions, numerics: Numerics = REFERENCE) -> np.ndarray:
     """Rotate tail[..., even] by the compressed RoPE at `positions` (broadcast over the leading shape)."""
     tail = np.asarray(tail, dtype=np.float32)
     width = tail.shape[-1]
@@ -38,9 +37,8 @@ def compressed_rope(tail, positions) -> np.ndarray:
         return tail.copy()
     if width % 2:
         raise ContractError(f"{OP}: compressed RoPE tail width must be even")
-    numerics = variant.active()
     position = (np.asarray(positions).astype(np.int64) + numerics.rope_shift).astype(np.float32)[..., None]
-    angle = position * rope_frequencies(width)
+    angle = position * rope_frequencies(width, numerics)
     numerics.record("rope angle", np.broadcast_to(angle, angle.shape))
     sin, cos = numerics.sinf(angle), numerics.cosf(angle)
     # (2i, 2i+1) pairs; a variant may pair (i, i + width/2) instead (the split-halves layout)
@@ -48,6 +46,6 @@ def compressed_rope(tail, positions) -> np.ndarray:
         slice(0, None, 2), slice(1, None, 2))
     real, imaginary = tail[..., first], tail[..., second]
     rotated = np.empty(np.broadcast_shapes(tail.shape, angle.shape[:-1] + (width,)), dtype=np.float32)
-    rotated[..., first] = bf16_round(numerics.pair(real, cos, imaginary, sin, -1))
-    rotated[..., second] = bf16_round(numerics.pair(real, sin, imaginary, cos, +1))
+    rotated[..., first] = bf16_round(numerics.pair(real, cos, imaginary, sin, -1), numerics)
+    rotated[..., second] = bf16_round(numerics.pair(real, sin, imaginary, cos, +1), numerics)
     return rotated

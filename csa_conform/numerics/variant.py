@@ -4,28 +4,27 @@ The oracle computes the CPU reference's arithmetic: glibc's binary32 libm,
 every a*b+c rounded twice, subnormals kept. A kernel that differs usually
 differs in exactly one of those ingredients: another libm (correctly rounded,
 or CUDA's), fused multiply-adds (--fmad=true), flush-to-zero. A ``Numerics``
-names one such combination; the oracle's stage code asks ``active()`` for its
-libm functions, its accumulations and its a*b±c*d pairs, so ``explain`` can
-re-run a stage under a variant (``with using(variant): ...``) and see whether
-it reproduces a device payload bit for bit. REFERENCE, the default, is the
-reference itself and costs nothing extra.
-
-The active variant is process-wide rather than per thread, because the oracle
-spreads query chunks over worker threads that must all see it.
+names one such combination; the oracle's stage code receives it as an argument
+(``numerics=``, REFERENCE by default) and asks it for its libm functions, its
+accumulations and its a*b±c*d pairs, so ``explain`` can re-run a stage under a
+variant (``run_stage(..., numerics)``, an engine bound to it) and see whether it
+reproduces a device payload bit for bit. REFERENCE, the default, is the
+reference itself and costs nothing extra. Nothing here is process-wide: two
+re-runs under different variants (or threads of one) never see each other's.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import numpy as np
 
 from csa_conform.numerics import libm
 
 LIBM = ("expf", "sinf", "cosf", "powf", "log2f")
-GLIBC: Mapping[str, Callable] = {name: getattr(libm, name) for name in LIBM}
+GLIBC: Mapping[str, Callable] = MappingProxyType({name: getattr(libm, name) for name in LIBM})
 
 ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
 PAIRS_FIRST = "pairs-first"  # a*b ± c*d -> fma(a, b, ±c*d)
@@ -193,19 +192,3 @@ class Numerics:
 
 
 REFERENCE = Numerics()
-_active = REFERENCE
-
-
-def active() -> Numerics:
-    return _active
-
-
-@contextlib.contextmanager
-def using(variant: Numerics) -> Iterator[Numerics]:
-    """Run the oracle under `variant` inside the block (process-wide; not reentrant across threads)."""
-    global _active
-    previous, _active = _active, variant
-    try:
-        yield variant
-    finally:
-        _active = previous

@@ -9,6 +9,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp8_record
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.compressor import pool_and_finalize, stream
 from csa_conform.oracle.payloads import StagePayload
 from csa_conform.oracle.pooling import finalize_attention_records
@@ -22,22 +23,23 @@ def compression_update(
     compressor_norm: np.ndarray,
     past_compressed_kv: np.ndarray,
     past_compression_carry: np.ndarray,
+    numerics: Numerics = REFERENCE,
 ) -> dict[str, np.ndarray]:
     candidates, block_starts, carry = stream(
         geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry
     )
-    logical, packed = attention_records(geometry, candidates, block_starts, compressor_norm)
+    logical, packed = attention_records(geometry, candidates, block_starts, compressor_norm, numerics)
     return present_compression(geometry, past_compressed_kv, logical, packed, carry)
 
 
-def attention_records(geometry: StepGeometry, candidates, block_starts, compressor_norm):
+def attention_records(geometry: StepGeometry, candidates, block_starts, compressor_norm, numerics: Numerics = REFERENCE):
     """(logical, packed) of every record the step emits, or the reference's first failure."""
 
     def finalize(pooled, positions):
-        return finalize_attention_records(pooled, compressor_norm, positions, geometry.rope_dim)
+        return finalize_attention_records(pooled, compressor_norm, positions, geometry.rope_dim, numerics)
 
     prefix = "ratio-4 " if geometry.ratio == 4 else ""
-    return pool_and_finalize(candidates, block_starts, finalize, prefix)
+    return pool_and_finalize(candidates, block_starts, finalize, prefix, numerics)
 
 
 def present_compression(

@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from csa_conform.errors import ContractError
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.pooling import pool_failure, softmax_pool
 
 OVERLAP_RATIO = 4
@@ -88,10 +89,10 @@ def stream(geometry, kv, gate, ape, past_carry):
     return candidates, block_starts, carry
 
 
-def pool_and_finalize(candidates, block_starts, finalize: Callable, prefix: str):
+def pool_and_finalize(candidates, block_starts, finalize: Callable, prefix: str, numerics: Numerics = REFERENCE):
     """Pool every record, then finalize; raise the reference's first failure in (batch, record) order."""
     values, scores = candidates[:, :, :, 0], candidates[:, :, :, 1]
-    pooled, no_finite, invalid = softmax_pool(values, scores)
+    pooled, no_finite, invalid = softmax_pool(values, scores, numerics)
     if not (no_finite | invalid).any():
         try:
             return finalize(pooled, block_starts[None, :])

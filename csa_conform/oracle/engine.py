@@ -19,17 +19,19 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Callable
 
 from csa_conform.errors import MemoryShortage, UsageError
 from csa_conform.memory import address_space_left, human
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 ENGINE_VARIABLE = "CSA_CONFORM_ENGINE"
 ENGINE_CHOICES = ("auto", "numpy", "numba")
 # Measured: a verify with cached kernels peaks at 450 MB of address space; compiling them takes more.
 NUMBA_ADDRESS_SPACE = 1 << 30
+STAGES = ("compression_update", "index_key_update", "index_query_finalize", "index_scoring",
+          "sparse_sink_softmax_attention")  # Engine's fields after its name, in order
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ def numba_available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def resolve_engine(choice: str | None = None) -> Engine:
-    """The engine named by `choice`, else by $CSA_CONFORM_ENGINE, else auto."""
+def resolve_engine(choice: str | None = None, numerics: Numerics = REFERENCE) -> Engine:
+    """The engine named by `choice`, else by $CSA_CONFORM_ENGINE, else auto, computing `numerics`."""
     source = "engine" if choice else ENGINE_VARIABLE
     name = choice or os.environ.get(ENGINE_VARIABLE) or "auto"
     if name not in ENGINE_CHOICES:
@@ -64,9 +66,10 @@ def resolve_engine(choice: str | None = None) -> Engine:
         raise MemoryShortage(f"oracle engine 'numba' needs about {human(NUMBA_ADDRESS_SPACE)} of address space to "
                              f"compile its kernels, more than the {left[1]} leaves ({human(left[0])}); "
                              "use engine numpy (the same bytes)")
-    if variant.active() is not variant.REFERENCE:
+    if numerics is not REFERENCE:
         # The compiled kernels are the reference arithmetic only; a swapped ingredient (explain) needs numpy.
-        name = "numpy"
+        numpy = _engine("numpy")
+        return Engine("numpy", *(partial(getattr(numpy, stage), numerics=numerics) for stage in STAGES))
     return _engine(name)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp4_record
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.compressor import pool_and_finalize, stream
 from csa_conform.oracle.payloads import StagePayload
 from csa_conform.oracle.pooling import finalize_index_records
@@ -22,21 +23,22 @@ def index_key_update(
     index_compressor_norm: np.ndarray,
     past_index_key: np.ndarray,
     past_index_carry: np.ndarray,
+    numerics: Numerics = REFERENCE,
 ) -> dict[str, np.ndarray]:
     candidates, block_starts, carry = stream(
         geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry
     )
-    logical, packed = index_records(geometry, candidates, block_starts, index_compressor_norm)
+    logical, packed = index_records(geometry, candidates, block_starts, index_compressor_norm, numerics)
     return present_index_keys(past_index_key, logical, packed, carry)
 
 
-def index_records(geometry: StepGeometry, candidates, block_starts, index_compressor_norm):
+def index_records(geometry: StepGeometry, candidates, block_starts, index_compressor_norm, numerics: Numerics = REFERENCE):
     """(logical, packed) of every index key the step emits, or the reference's first failure."""
 
     def finalize(pooled, positions):
-        return finalize_index_records(pooled, index_compressor_norm, positions, geometry.rope_dim)
+        return finalize_index_records(pooled, index_compressor_norm, positions, geometry.rope_dim, numerics)
 
-    return pool_and_finalize(candidates, block_starts, finalize, "ratio-4 ")
+    return pool_and_finalize(candidates, block_starts, finalize, "ratio-4 ", numerics)
 
 
 def present_index_keys(past_index_key, logical, packed, carry, decode=decode_fp4_record) -> StagePayload:

@@ -11,7 +11,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.numerics.records import decode_fp4_record
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure
@@ -25,7 +25,8 @@ def causal_records(geometry: StepGeometry) -> np.ndarray:
     return np.minimum((positions + 1) // 4, geometry.next_records)
 
 
-def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight, row_limit: int | None):
+def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight, row_limit: int | None,
+                  numerics: Numerics = REFERENCE):
     """Returns ({"scores": f32[B,S,T/4]}, first RowFailure or None) from the packed present keys
     u8[B,T/4,68], decoded as scoring reads them; rows >= row_limit stay -inf."""
     batch, sequence, heads, width = transformed.shape
@@ -39,7 +40,6 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
         queries = np.ascontiguousarray(np.moveaxis(transformed[:, chunk], -1, 0))
         dots = np.zeros(queries.shape[1:] + (records,), dtype=np.float32)
         product = np.empty_like(dots)
-        numerics = variant.active()
         with np.errstate(invalid="ignore", over="ignore"):
             for d in range(width):
                 numerics.accumulate(dots, queries[d][..., None], keys[d][:, None, None, :], product)

@@ -19,12 +19,12 @@ from csa_conform.numerics.hadamard import hadamard_bf16
 from csa_conform.numerics.index_query import fp4_round_trip
 from csa_conform.numerics.records import pack_fp4_record, pack_fp8_record
 from csa_conform.numerics.rope import compressed_rope
-from csa_conform.numerics import variant
+from csa_conform.numerics.variant import REFERENCE, Numerics
 
 RMS_EPSILON = np.float32(1.0e-6)
 
 
-def softmax_pool(values: np.ndarray, scores: np.ndarray):
+def softmax_pool(values: np.ndarray, scores: np.ndarray, numerics: Numerics = REFERENCE):
     """Pool candidates along axis -2 of values/scores[..., K, W].
 
     Returns (pooled[..., W], no_finite[..., W], invalid[..., W]): the two masks
@@ -35,7 +35,6 @@ def softmax_pool(values: np.ndarray, scores: np.ndarray):
     no_finite = ~np.isfinite(maximum)
     numerator = np.zeros(maximum.shape, dtype=np.float32)
     denominator = np.zeros(maximum.shape, dtype=np.float32)
-    numerics = variant.active()
     with np.errstate(invalid="ignore", over="ignore"):
         for candidate in range(scores.shape[-2]):
             score = scores[..., candidate, :]
@@ -58,12 +57,11 @@ def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str
     return f"{OP}: {prefix}compression softmax is invalid for dimension {d}"
 
 
-def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str) -> np.ndarray:
+def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Numerics = REFERENCE) -> np.ndarray:
     """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w."""
-    values = bf16_round(records)
+    values = bf16_round(records, numerics)
     by_dim = np.moveaxis(values, -1, 0)
     square_sum = np.zeros(by_dim.shape[1:], dtype=np.float32)
-    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for column in by_dim:
             numerics.accumulate(square_sum, column, column)
@@ -72,24 +70,26 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str) -> np.ndarra
     width = np.float32(values.shape[-1])
     inverse_rms = np.float32(1) / np.sqrt(square_sum / width + RMS_EPSILON)
     with np.errstate(over="ignore", invalid="ignore"):
-        return bf16_round(values * inverse_rms[..., None] * norm)
+        return bf16_round(values * inverse_rms[..., None] * norm, numerics)
 
 
-def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int):
+def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int,
+                               numerics: Numerics = REFERENCE):
     """(logical f32[..., 512], packed u8[..., 583]) of pooled[..., 512] records."""
-    record = rms_normalize(pooled, norm, "")
+    record = rms_normalize(pooled, norm, "", numerics)
     non_rope = record.shape[-1] - rope_dim
-    record[..., non_rope:] = compressed_rope(record[..., non_rope:], block_starts)
+    record[..., non_rope:] = compressed_rope(record[..., non_rope:], block_starts, numerics)
     blocks = record[..., :non_rope].reshape(record.shape[:-1] + (non_rope // FP8_BLOCK, FP8_BLOCK))
-    scales, codes, dequantized = quantize_fp8_blocks(blocks)
+    scales, codes, dequantized = quantize_fp8_blocks(blocks, numerics)
     record[..., :non_rope] = dequantized.reshape(record.shape[:-1] + (non_rope,))
-    return record, pack_fp8_record(scales, codes, record[..., non_rope:])
+    return record, pack_fp8_record(scales, codes, record[..., non_rope:], numerics)
 
 
-def finalize_index_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int):
+def finalize_index_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int,
+                           numerics: Numerics = REFERENCE):
     """(logical f32[..., 128], packed u8[..., 68]) of pooled[..., 128] index records."""
-    record = rms_normalize(pooled, norm, "index ")
+    record = rms_normalize(pooled, norm, "index ", numerics)
     width = record.shape[-1]
-    record[..., width - rope_dim :] = compressed_rope(record[..., width - rope_dim :], block_starts)
-    scales, packed, logical = fp4_round_trip(hadamard_bf16(record))
+    record[..., width - rope_dim :] = compressed_rope(record[..., width - rope_dim :], block_starts, numerics)
+    scales, packed, logical = fp4_round_trip(hadamard_bf16(record, numerics), numerics)
     return logical, pack_fp4_record(scales, packed)

@@ -16,8 +16,8 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import OP, ContractError
-from csa_conform.numerics import variant
 from csa_conform.numerics.records import decode_fp8_record
+from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.parallel import map_chunks, query_chunks
 
 
@@ -29,6 +29,7 @@ def sparse_sink_softmax_attention(
     candidates: np.ndarray,
     head_sink: np.ndarray,
     bias: np.ndarray | None,
+    numerics: Numerics = REFERENCE,
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, dim = query.shape
     source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates)
@@ -45,13 +46,13 @@ def sparse_sink_softmax_attention(
         row_ids = rows[:, chunk][:, :, live]
         keys = np.take(source_by_dim, flat_rows[:, chunk][:, :, live], axis=1)
         queries = np.ascontiguousarray(np.moveaxis(query[:, chunk], -1, 0))
-        live_scores = _scaled_scores(keys, queries, geometry.scale)
+        live_scores = _scaled_scores(keys, queries, geometry.scale, numerics)
         if bias is not None:
             live_scores += bias[:, :, chunk][..., live].transpose(0, 2, 1, 3)
         live_scores[np.broadcast_to((row_ids == empty_row)[:, :, None, :], live_scores.shape)] = -np.inf
-        probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start)
+        probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
-        output[:, chunk] = _weighted_values(probabilities, values)
+        output[:, chunk] = _weighted_values(probabilities, values, numerics)
         scores[:, chunk] = -np.inf
         scores[:, chunk, :, live] = live_scores
         return failure
@@ -106,11 +107,10 @@ def candidate_rows(geometry, current_kv, present_compressed_kv, candidates, deco
     return source, rows
 
 
-def _scaled_scores(keys, queries, scale) -> np.ndarray:
+def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
     """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long."""
     dots = np.zeros(queries.shape[1:] + keys.shape[-1:], dtype=np.float32)
     product = np.empty_like(dots)
-    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for d in range(keys.shape[0]):
             numerics.accumulate(dots, queries[d][..., None], keys[d][:, :, None, :], product)
@@ -118,13 +118,11 @@ def _scaled_scores(keys, queries, scale) -> np.ndarray:
     return dots
 
 
-def softmax_with_sink(scores, head_sink, first_query, exp=None):
+def softmax_with_sink(scores, head_sink, first_query, exp):
     """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
 
-    `exp` is the active numerics' expf (glibc's, as the NumPy port, unless explain swapped it); the
-    numba engine passes its compiled twin of glibc's.
+    `exp` is the numerics' expf (glibc's, as the NumPy port, unless explain swapped it).
     """
-    exp = exp or variant.active().expf
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
         active = maximum != -np.inf
@@ -143,11 +141,10 @@ def softmax_with_sink(scores, head_sink, first_query, exp=None):
     return probabilities, None
 
 
-def _weighted_values(probabilities, values) -> np.ndarray:
+def _weighted_values(probabilities, values, numerics: Numerics) -> np.ndarray:
     """[B,s,N,D] = ascending sum over candidates of p_c * value_c."""
     output = np.zeros(values.shape[1:3] + probabilities.shape[-1:] + values.shape[-1:], dtype=np.float32)
     product = np.empty_like(output)
-    numerics = variant.active()
     with np.errstate(over="ignore", invalid="ignore"):
         for probability, value in zip(probabilities, values):
             numerics.accumulate(output, probability[..., None], value[:, :, None, :], product)

@@ -25,7 +25,7 @@ from csa_conform.explain.element import element_provenance
 from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.fp8 import e4m3_decode
-from csa_conform.numerics.variant import Numerics, using
+from csa_conform.numerics.variant import Numerics
 from csa_conform.results import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
@@ -170,8 +170,7 @@ def test_record_byte_provenance_matches_the_golden_bytes(variant_goldens):
         info, step = golden.case_info(case), golden.read_step(case, 0)
     g = validate_step(info.attrs, step.inputs, info.output_names)
     trace: dict = {}
-    with using(Numerics(trace=trace)):
-        run_stage("compression_update", g, step.inputs, step.stages)
+    run_stage("compression_update", g, step.inputs, step.stages, Numerics(trace=trace))
     packed = step.stages["compression_update"]["present_compressed_kv"][0, 0]
     for byte in (65 * 2 + 6, 65 * 6 + 64):
         found = element_provenance("compression_update", "present_compressed_kv", (0, 0, byte), g, step.inputs,

@@ -11,6 +11,7 @@ import pytest
 
 from csa_conform.explain.hypotheses import correctly_rounded
 from csa_conform.numerics import libm
+from csa_conform.numerics.bf16 import bf16_bits
 from csa_conform.numerics.variant import (
     ACCUMULATE,
     PAIRS_FIRST,
@@ -19,10 +20,8 @@ from csa_conform.numerics.variant import (
     SUMS_FIRST,
     Numerics,
     Tally,
-    active,
     flush,
     fmaf,
-    using,
 )
 
 LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
@@ -58,12 +57,11 @@ def test_flush_zeroes_subnormals_keeping_the_sign():
     assert _bits(flush(values)).tolist() == [0, 0x80000000, 0x00800000, 0x80000000, 0x3F800000]
 
 
-def test_reference_is_the_default_and_using_restores_it():
-    assert active() is REFERENCE and REFERENCE.is_reference
-    variant = Numerics(ftz=True)
-    with using(variant):
-        assert active() is variant
-    assert active() is REFERENCE
+def test_a_variant_applies_only_where_it_is_passed():
+    tie = np.float32(1 + 2.0**-8)  # halfway between two bf16 values: the even one is 1.0
+    assert REFERENCE.is_reference and int(bf16_bits(tie)) == 0x3F80
+    assert int(bf16_bits(tie, Numerics(bf16_rounding="ties-away"))) == 0x3F81
+    assert int(bf16_bits(tie)) == 0x3F80
 
 
 def test_accumulate_and_pair_fuse_as_named():
