@@ -11,8 +11,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from csa_conform.contract.messages import invalid, unsupported
 from csa_conform.contract.schema import validate_frozen_schema, validate_ratio_schema
+from csa_conform.errors import invalid, unsupported
 
 LAYOUT_VERSION = 1
 FP8_BLOCK, FP8_BLOCK_BYTES = 64, 65

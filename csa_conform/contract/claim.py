@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract.attributes import create_kernel, is_int
-from csa_conform.contract.messages import OP, debug_dim, debug_dims, debug_shape, dtype_name
+from csa_conform.contract.messages import debug_dim, debug_dims, debug_shape, dtype_name
 from csa_conform.contract.schema import (
     BIAS_INPUT,
     INPUT_NAMES,
@@ -21,7 +21,7 @@ from csa_conform.contract.schema import (
     REQUIRED_OUTPUTS,
     positional_inputs,
 )
-from csa_conform.errors import ContractError
+from csa_conform.errors import ContractError, operator_message
 
 # Claim axis rules: ANY, NONZERO, an int (that fixed extent) or (input, axis) (same extent).
 ANY, NONZERO = "any", "nonzero"
@@ -208,16 +208,14 @@ def unsupported_reason(
     except ContractError as denied:
         return str(denied)
     if len(dtypes) != len(shapes):
-        return (
-            f"{OP}: claim metadata must cover all {len(shapes)} positional inputs "
-            f"(got {len(shapes)} shapes and {len(dtypes)} dtypes)"
-        )
+        return operator_message(f"claim metadata must cover all {len(shapes)} positional inputs "
+                                f"(got {len(shapes)} shapes and {len(dtypes)} dtypes)")
     ratio_claim = _ratio4_claim if kernel.ratio == 4 else _ratio128_claim
     try:
         ratio_claim(attrs, shapes, dtypes, kernel.cache_format)
         _attention_bias_claim(attrs, shapes, dtypes)
     except _ClaimDenied as denied:
-        return f"{OP}: {denied}"
+        return operator_message(str(denied))
     return None
 
 

@@ -11,9 +11,10 @@ from typing import Sequence
 import numpy as np
 
 from csa_conform.contract.attributes import Kernel
-from csa_conform.contract.messages import debug_shape, dtype_name, invalid, unsupported
+from csa_conform.contract.messages import debug_shape, dtype_name
 from csa_conform.contract.schema import INPUT_NAMES
 from csa_conform.numerics.rustfmt import rust_display_f32
+from csa_conform.errors import invalid, unsupported
 
 DENSE_WINDOW = 128
 
