@@ -82,9 +82,9 @@ class Gap:
         }
 
 
-def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None) -> None:
-    """Add every step of every (chosen) case of ``path`` to ``gap``."""
-    expected_run, actual_run = runner(gap.expected), runner(gap.actual)
+def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None, engine: str | None = None) -> None:
+    """Add every step of every (chosen) case of ``path`` to ``gap``, the oracle run by ``engine``."""
+    expected_run, actual_run = runner(gap.expected, engine), runner(gap.actual, engine)
     with GoldenFile(path) as golden:
         golden_ids = golden.case_ids() if case_ids is None else case_ids
         for case_id in golden_ids:

@@ -34,6 +34,7 @@ class ProfileRunner:
     """
 
     profile: str
+    engine: str | None = None  # the oracle engine chosen on the command line (None: $CSA_CONFORM_ENGINE, else auto)
 
     @property
     def rejects_ties(self) -> bool:
@@ -44,17 +45,17 @@ class ProfileRunner:
         if self.profile == REFERENCE:
             from csa_conform.oracle import run_step
 
-            return run_step(attrs, inputs, output_names, engine)
+            return run_step(attrs, inputs, output_names, engine or self.engine)
         from csa_conform.official import run_official_step
 
         exp = "fast" if self.profile == OFFICIAL_FAST_EXP else "exact"
-        return run_official_step(attrs, inputs, output_names, engine, exp, upstream)
+        return run_official_step(attrs, inputs, output_names, engine or self.engine, exp, upstream)
 
 
-def runner(profile: str) -> Callable:
+def runner(profile: str, engine: str | None = None) -> Callable:
     if profile not in NUMERICS_PROFILES:
         raise UsageError(f"{profile!r} is not a numerics profile: expected one of {', '.join(NUMERICS_PROFILES)}")
-    return ProfileRunner(profile)
+    return ProfileRunner(profile, engine)
 
 
 def file_profile(provenance: Mapping, path: str = "golden file") -> str:

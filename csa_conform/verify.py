@@ -82,12 +82,12 @@ def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
     return None
 
 
-def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
+def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None) -> CaseResult:
     """Digests first (a tampered file is reported as such, naming the object), then replay under the
-    numerics profile the file names."""
+    numerics profile the file names, the oracle run by ``engine`` (None: $CSA_CONFORM_ENGINE, else auto)."""
     reproduce = reproduce_command(golden.path, case_id)
     result = CaseResult(case_id, True, reproduce)
-    run = runner(file_profile(golden.provenance, golden.path))
+    run = runner(file_profile(golden.provenance, golden.path), engine)
     try:
         info = golden.case_info(case_id)
         result.family = info.family
@@ -108,9 +108,9 @@ def verify_case(golden: GoldenFile, case_id: str) -> CaseResult:
     return result
 
 
-def verify_case_in(path: str, manifest: str, case_id: str) -> CaseResult:
+def verify_case_in(path: str, manifest: str, case_id: str, engine: str | None = None) -> CaseResult:
     """``verify_case`` in a worker process, on the same file the parent opened (same manifest)."""
-    return verify_case(_opened(path, manifest), case_id)
+    return verify_case(_opened(path, manifest), case_id, engine)
 
 
 @lru_cache(maxsize=1)

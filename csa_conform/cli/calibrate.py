@@ -13,7 +13,7 @@ from csa_conform.cli.options import engine_option
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import ISOLATED, MODES, Gap, measure_file
-from csa_conform.oracle.engine import use_engine
+from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 from csa_conform.tolerance import MARGIN, Tolerances
 
@@ -47,12 +47,12 @@ def calibrate_command(files: tuple[str, ...], output: Path, profile: str, mode: 
       csa-conform calibrate build/full.h5 -o build/tolerances.toml
       csa-conform calibrate goldens/ci.h5 build/full.h5 --margin 3 -o tolerances.toml --force
     """
-    use_engine(engine)
+    engine = chosen_engine(engine)
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
     gap = Gap(REFERENCE, profile, mode)
     for path in files:
-        measure_file(gap, path)
+        measure_file(gap, path, engine=engine)
     tolerances = Tolerances.calibrated(gap, list(files), margin)
     write_atomically(output, tolerances.to_toml().encode("utf-8"), replace=force)
     exact = sum(limits["exact"] for limits in tolerances.limits.values())

@@ -14,7 +14,7 @@ from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option,
 from csa_conform.exitcodes import ExitCode
 from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
 from csa_conform.golden import GoldenFile
-from csa_conform.oracle.engine import use_engine
+from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 from csa_conform.results import golden_reference, results_document
 from csa_conform.terminal import shell_join
@@ -49,13 +49,13 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
       csa-conform gap build/full.h5 --mode isolated
       csa-conform gap goldens/ci.h5 --case 'random.*' --json > gap.json
     """
-    use_engine(engine)
+    engine = chosen_engine(engine)
     started = time.monotonic()
     gap = Gap(REFERENCE, profile, mode)
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         schema_version = golden.schema_version
-    measure_file(gap, file, case_ids)
+    measure_file(gap, file, case_ids, engine)
     entry = gap.entry()
     if as_json:
         elapsed = time.monotonic() - started

@@ -16,19 +16,19 @@ from csa_conform.cli.options import engine_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.golden import GoldenCase, write_goldens
-from csa_conform.oracle import run_step
-from csa_conform.oracle.engine import use_engine
+from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
 from csa_conform.terminal import shell_join
 
 
-def generate_case(recipe: Recipe, profile: str = REFERENCE) -> GoldenCase:
-    """One case, oracle included (module level so worker processes can receive it).
+def generate_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None = None) -> GoldenCase:
+    """One case, oracle included, run by ``engine`` (module level so worker processes can receive it).
 
     Another profile replays the reference's draw (the seed its tie redraws settled on)."""
+    reference = runner(REFERENCE, engine)
     if profile == REFERENCE:
-        return recipe.generate(run_step)
-    return recipe.generate(run_step, replay=runner(profile))
+        return recipe.generate(reference)
+    return recipe.generate(reference, replay=runner(profile, engine))
 
 
 @exits("written")
@@ -64,7 +64,7 @@ def generate_command(
       csa-conform generate --case 'random.r4-*' --seed 7 -o random.h5
       csa-conform generate --suite full --profile official -o build/full-official.h5
     """
-    use_engine(engine)
+    engine = chosen_engine(engine)
     output = output or Path(f"{suite}.h5")
     jobs = capped_jobs(jobs)
     recipes = suite_recipes(suite, seed, case_glob)
@@ -81,7 +81,7 @@ def generate_command(
     def describe(case: GoldenCase) -> str:
         return f"{case.case_id} ({len(case.steps)} steps)"
 
-    work = generate_case if profile == REFERENCE else partial(generate_case, profile=profile)
+    work = partial(generate_case, profile=profile, engine=engine)
     cases = progress(counting(fan_out(work, recipes, jobs)), len(recipes), "generate", describe, quiet)
     provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*", **provenance_entry(profile)}
     try:

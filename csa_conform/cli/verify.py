@@ -27,7 +27,7 @@ from csa_conform.cli.options import case_selection, engine_option, golden_file, 
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.oracle.engine import use_engine
+from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import file_profile
 from csa_conform.results import CaseResult, golden_reference, results_document
 from csa_conform.terminal import escaped, one_line
@@ -68,7 +68,7 @@ def verify_command(
       csa-conform verify goldens/ci.h5 --case 'random.*' --jobs 4 -q
       csa-conform verify goldens/ci.h5 --json > verify.json
     """
-    use_engine(engine)
+    engine = chosen_engine(engine)
     jobs = capped_jobs(jobs)
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
@@ -76,7 +76,8 @@ def verify_command(
         schema_version = golden.schema_version
         # One handle for the whole run; worker processes open the file once each and
         # refuse it unless its manifest digest is the one this handle read.
-        work = partial(verify_case, golden) if jobs == 1 else partial(verify_case_in, file, golden.manifest)
+        work = (partial(verify_case, golden, engine=engine) if jobs == 1
+                else partial(verify_case_in, file, golden.manifest, engine=engine))
         results = list(
             progress(
                 fan_out(partial(timed_case, work), case_ids, jobs),

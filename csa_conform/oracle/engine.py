@@ -70,16 +70,15 @@ def resolve_engine(choice: str | None = None) -> Engine:
     return _engine(name)
 
 
-def use_engine(choice: str | None) -> Engine:
-    """Resolve `choice` and, when one was given, make it the default for this process and its workers.
+def chosen_engine(choice: str | None) -> str | None:
+    """Check a command's `choice` before any work (a bad name or a memory shortage is refused at once).
 
-    Without a choice nothing is written: workers resolve the same default themselves, and a
-    process that runs several commands (a test session) keeps its own environment.
+    The result is what the command passes to its oracle runs and --jobs workers as an argument:
+    the resolved name, or None without a choice (each run then resolves the default itself), so
+    nothing is written to the environment a test session or a caller's later commands share.
     """
     engine = resolve_engine(choice)
-    if choice is not None:
-        os.environ[ENGINE_VARIABLE] = engine.name
-    return engine
+    return engine.name if choice is not None else None
 
 
 @cache

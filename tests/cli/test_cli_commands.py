@@ -213,12 +213,13 @@ def test_generate_refuses_to_overwrite_without_force(copy):
 
 def test_ctrl_c_during_generate_leaves_no_file(tmp_path, monkeypatch):
     calls = []
+    generate_case = generate_module.generate_case
 
-    def interrupted(recipe):
+    def interrupted(recipe, **options):
         calls.append(recipe.case_id)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return recipe.generate(generate_module.run_step)
+        return generate_case(recipe, **options)
 
     monkeypatch.setattr(generate_module, "generate_case", interrupted)
     result = invoke("generate", "--case", SMALL, "-o", str(tmp_path / "out.h5"))
@@ -253,7 +254,7 @@ def test_inspect_shows_expected_errors(tmp_path):
 
 
 def test_a_recipe_that_misbehaves_fails_generation_with_a_reproduce_command(tmp_path, monkeypatch):
-    def misbehaving(recipe):
+    def misbehaving(recipe, **_options):
         raise FixtureError(f"{recipe.case_id} step 0: the oracle accepted a step meant to be rejected", recipe.case_id)
 
     monkeypatch.setattr(generate_module, "generate_case", misbehaving)

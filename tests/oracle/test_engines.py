@@ -5,6 +5,7 @@ of the CPU reference's own sample in tests/reference."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,7 +91,7 @@ def _numba_importable() -> bool:
 
 @needs_numba
 def test_generate_writes_the_same_file_with_either_engine(tmp_path, monkeypatch):
-    monkeypatch.setenv(ENGINE_VARIABLE, "auto")  # the command sets it; restored after the test
+    monkeypatch.setenv(ENGINE_VARIABLE, "auto")  # the user's default; --engine overrides it
     written = {}
     for engine in ("numpy", "numba"):
         path = tmp_path / f"{engine}.h5"
@@ -100,6 +101,20 @@ def test_generate_writes_the_same_file_with_either_engine(tmp_path, monkeypatch)
         assert result.exit_code == 0, result.output
         written[engine] = path.read_bytes()
     assert written["numpy"] == written["numba"]
+
+
+@pytest.mark.parametrize("command", ["verify", "gap"])
+def test_a_commands_engine_reaches_every_oracle_run_as_an_argument(command, monkeypatch):
+    from csa_conform.oracle import pipeline
+
+    monkeypatch.setenv(ENGINE_VARIABLE, "fast")  # read by a run that is not handed the choice: it would fail
+    chosen = []
+    resolve = pipeline.resolve_engine
+    monkeypatch.setattr(pipeline, "resolve_engine", lambda choice=None: chosen.append(choice) or resolve(choice))
+    result = CliRunner().invoke(main, [command, str(CI_GOLDENS), "--case", "random.r4-n4-i3-k1", "--engine", "numpy"])
+    assert result.exit_code == 0, result.output
+    assert chosen and set(chosen) == {"numpy"}
+    assert os.environ[ENGINE_VARIABLE] == "fast"
 
 
 def test_a_bad_engine_variable_is_one_line_and_exit_2(monkeypatch):
