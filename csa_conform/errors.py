@@ -32,6 +32,21 @@ class ContractError(CsaConformError, ValueError):
         self.kind = kind
 
 
+def operator_message(message: str, kind: str = "invalid") -> str:
+    """The reference's text of a rejection: the operator prefix, and ``Unsupported: `` for that kind."""
+    return f"{OP}: Unsupported: {message}" if kind == "unsupported" else f"{OP}: {message}"
+
+
+def invalid(message: str) -> ContractError:
+    """The reference's ``error()`` path."""
+    return ContractError(operator_message(message), "invalid")
+
+
+def unsupported(message: str) -> ContractError:
+    """The reference's ``unsupported()`` path."""
+    return ContractError(operator_message(message, "unsupported"), "unsupported")
+
+
 class HostStageRejected(ContractError):
     """A stage forced to the host refused what this run fed it (e.g. a top-k tie in device scores)."""
 

@@ -15,15 +15,7 @@ module is the public surface the oracle, device, fixtures and CLI import from.
 
 from __future__ import annotations
 
-from csa_conform.contract.attributes import (
-    CACHE_FORMATS,
-    FP4_BLOCK,
-    FP4_BLOCK_BYTES,
-    FP8_BLOCK,
-    FP8_BLOCK_BYTES,
-    LAYOUT_VERSION,
-    stored_record_width,
-)
+from csa_conform.contract.attributes import CACHE_FORMATS, LAYOUT_VERSION, stored_record_width
 from csa_conform.contract.bias import attention_bias
 from csa_conform.contract.claim import ANY, NONZERO, claim_metadata, unsupported_reason
 from csa_conform.contract.execute import DENSE_WINDOW
@@ -38,6 +30,9 @@ from csa_conform.contract.schema import (
     REQUIRED_OUTPUTS,
 )
 from csa_conform.contract.step import validate_step
+from csa_conform.numerics.fp4 import FP4_BLOCK
+from csa_conform.numerics.fp8 import FP8_BLOCK
+from csa_conform.numerics.records import FP4_BLOCK_BYTES, FP8_BLOCK_BYTES
 from csa_conform.numerics.rustfmt import rust_display_f32
 
 __all__ = [

@@ -11,12 +11,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from csa_conform.contract.messages import invalid, unsupported
 from csa_conform.contract.schema import validate_frozen_schema, validate_ratio_schema
+from csa_conform.errors import invalid, unsupported
+from csa_conform.numerics.fp4 import FP4_BLOCK
+from csa_conform.numerics.fp8 import FP8_BLOCK
+from csa_conform.numerics.records import FP4_BLOCK_BYTES, FP8_BLOCK_BYTES
 
 LAYOUT_VERSION = 1
-FP8_BLOCK, FP8_BLOCK_BYTES = 64, 65
-FP4_BLOCK, FP4_BLOCK_BYTES = 32, 17
 CACHE_FORMATS = ("f32", "fp8_e4m3_block64", "fp4_e2m1_block32")
 # The attributes the factory reads as floats; every other numeric attribute is an int64.
 FLOAT_ATTRIBUTES = frozenset({"scale"})

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract.execute import require_dtype
-from csa_conform.contract.messages import debug_shape, invalid, unsupported
+from csa_conform.contract.messages import debug_shape
+from csa_conform.errors import invalid, unsupported
 
 
 def attention_bias(bias: np.ndarray, target: tuple[int, int, int, int]) -> np.ndarray:

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from csa_conform.contract.attributes import create_kernel, is_int
-from csa_conform.contract.messages import OP, debug_dim, debug_dims, debug_shape, dtype_name
+from csa_conform.contract.messages import debug_dim, debug_dims, debug_shape, dtype_name
 from csa_conform.contract.schema import (
     BIAS_INPUT,
     INPUT_NAMES,
@@ -21,7 +21,8 @@ from csa_conform.contract.schema import (
     REQUIRED_OUTPUTS,
     positional_inputs,
 )
-from csa_conform.errors import ContractError
+from csa_conform.errors import ContractError, operator_message
+from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_RECORD_BYTES, HEAD_DIM
 
 # Claim axis rules: ANY, NONZERO, an int (that fixed extent) or (input, axis) (same extent).
 ANY, NONZERO = "any", "nonzero"
@@ -44,7 +45,7 @@ def _ratio4_claim_shapes(heads: int, index_heads: int) -> tuple:
         (3, (batch, sequence, 1024)),
         (4, (4, 1024)),
         (5, (512,)),
-        (6, (batch, ANY, 583)),
+        (6, (batch, ANY, FP8_RECORD_BYTES)),
         (7, (batch, 8, 2, 1024)),
         (8, (batch,)),
         (9, ()),
@@ -55,7 +56,7 @@ def _ratio4_claim_shapes(heads: int, index_heads: int) -> tuple:
         (14, (batch, sequence, 256)),
         (15, (4, 256)),
         (16, (128,)),
-        (17, (batch, ANY, 68)),
+        (17, (batch, ANY, FP4_RECORD_BYTES)),
         (18, (batch, 8, 2, 256)),
     )
 
@@ -116,8 +117,8 @@ def _claim_int(attrs: Mapping, name: str) -> int:
 
 
 def _fixed_claim_contract(attrs: Mapping, ratio: int) -> None:
-    if _claim_int(attrs, "head_dim") != 512:
-        raise _ClaimDenied(f"ratio-{ratio} requires head_dim=512")
+    if _claim_int(attrs, "head_dim") != HEAD_DIM:
+        raise _ClaimDenied(f"ratio-{ratio} requires head_dim={HEAD_DIM}")
     if attrs.get("qk_rope_head_dim", 0) != 64:
         raise _ClaimDenied(f"ratio-{ratio} requires qk_rope_head_dim=64")
 
@@ -148,7 +149,7 @@ def _ratio128_claim(attrs: Mapping, shapes: Sequence, dtypes: Sequence, cache_fo
     for index in range(REQUIRED_INPUTS):
         _claim_dtype(dtypes, index, _claim_dtype_rule(index, cache_dtype))
     heads = _claim_int(attrs, "num_heads")
-    stored = 512 if cache_format == "f32" else 583
+    stored = HEAD_DIM if cache_format == "f32" else FP8_RECORD_BYTES
     for index, contract in _ratio128_claim_shapes(heads, stored):
         _claim_shape(shapes, index, contract)
 
@@ -208,16 +209,14 @@ def unsupported_reason(
     except ContractError as denied:
         return str(denied)
     if len(dtypes) != len(shapes):
-        return (
-            f"{OP}: claim metadata must cover all {len(shapes)} positional inputs "
-            f"(got {len(shapes)} shapes and {len(dtypes)} dtypes)"
-        )
+        return operator_message(f"claim metadata must cover all {len(shapes)} positional inputs "
+                                f"(got {len(shapes)} shapes and {len(dtypes)} dtypes)")
     ratio_claim = _ratio4_claim if kernel.ratio == 4 else _ratio128_claim
     try:
         ratio_claim(attrs, shapes, dtypes, kernel.cache_format)
         _attention_bias_claim(attrs, shapes, dtypes)
     except _ClaimDenied as denied:
-        return f"{OP}: {denied}"
+        return operator_message(str(denied))
     return None
 
 

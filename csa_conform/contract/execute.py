@@ -11,8 +11,10 @@ from typing import Sequence
 import numpy as np
 
 from csa_conform.contract.attributes import Kernel
-from csa_conform.contract.messages import debug_shape, dtype_name, invalid, unsupported
+from csa_conform.contract.messages import debug_shape, dtype_name
 from csa_conform.contract.schema import INPUT_NAMES
+from csa_conform.errors import invalid, unsupported
+from csa_conform.numerics.records import HEAD_DIM, ROPE_DIM
 from csa_conform.numerics.rustfmt import rust_display_f32
 
 DENSE_WINDOW = 128
@@ -102,9 +104,9 @@ def require_dtypes(arrays: list, float_inputs: Sequence[int], others: Sequence[t
 
 
 def require_frozen_dims(ratio: int, dim: int, kernel: Kernel) -> None:
-    if dim != 512 or kernel.rope_dim != 64:
+    if dim != HEAD_DIM or kernel.rope_dim != ROPE_DIM:
         raise unsupported(
-            f"ratio-{ratio} stateful compression is frozen to D=512 and RD=64, "
+            f"ratio-{ratio} stateful compression is frozen to D={HEAD_DIM} and RD={ROPE_DIM}, "
             f"got D={dim}, RD={kernel.rope_dim}"
         )
 

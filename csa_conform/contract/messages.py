@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import OP
 HARNESS = "csa-conform harness check (not a reference message)"
 
 
@@ -39,14 +39,6 @@ def dtype_name(dtype) -> str:
         return "Undefined"
     name = np.dtype(dtype).name
     return _DTYPE_NAMES.get(name) or name[:1].upper() + name[1:]
-
-
-def invalid(message: str) -> ContractError:
-    return ContractError(f"{OP}: {message}", "invalid")
-
-
-def unsupported(message: str) -> ContractError:
-    return ContractError(f"{OP}: Unsupported: {message}", "unsupported")
 
 
 def debug_dims(shape) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from csa_conform.contract import execute
 from csa_conform.contract.attributes import Kernel, stored_record_width
 from csa_conform.contract.geometry import StepGeometry, step_geometry
-from csa_conform.contract.messages import debug_shape, invalid, unsupported
+from csa_conform.contract.messages import debug_shape
 from csa_conform.contract.schema import INPUT_NAMES
+from csa_conform.errors import invalid, unsupported
 
 _RATIO4_FLOAT_INPUTS = (0, 1, 2, 3, 4, 5, 7, 10, 11, 12, 13, 14, 15, 16, 18)
 _RATIO4_FINITE_INPUTS = (0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15, 16)

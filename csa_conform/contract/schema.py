@@ -10,8 +10,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from csa_conform.contract.messages import HARNESS, invalid, unsupported
-from csa_conform.errors import ContractError
+from csa_conform.contract.messages import HARNESS
+from csa_conform.errors import ContractError, invalid, unsupported
 
 INPUT_NAMES = (
     # 0..10: required by every v1 node

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.diagnosis.findings import RESTRICTED, Context, Finding, spans
+from csa_conform.numerics.records import FP8_RECORD_BYTES
 
 ROW_AXES = ("b", "s", "h", "i")
 LARGEST_POWER = 30
@@ -64,7 +65,7 @@ def _axis_predicates(name: str, hit: np.ndarray, tensor: str, context: Context) 
         lowest = int(np.flatnonzero(hit)[0])
         width = hit.size
         tail = {"d": width - g.rope_dim, "byte": width - 2 * g.rope_dim}[name]
-        if tail > 0 and lowest >= tail and hit.size in (g.dim, g.index_dim, 583):
+        if tail > 0 and lowest >= tail and hit.size in (g.dim, g.index_dim, FP8_RECORD_BYTES):
             found.append(f"the RoPE tail ({name} >= {tail})")
     return found
 

@@ -19,9 +19,9 @@ from csa_conform.contract import StepGeometry
 from csa_conform.numerics import libm
 from csa_conform.numerics.fp4 import E2M1_TABLE, FP4_BLOCK
 from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
+from csa_conform.numerics.records import FP4_BLOCK_BYTES, FP8_BLOCK_BYTES, FP8_SCALED_BYTES
 from csa_conform.numerics.rope import rope_frequencies
 
-FP8_SCALED = 7 * 65  # bytes of the seven scaled FP8 blocks before the bf16 tail
 LISTED_CANDIDATES = 6
 
 
@@ -91,16 +91,16 @@ def _record(g: StepGeometry, stage: str, tensor: str, coords: tuple, inputs, tra
     if tensor.startswith("present_") and tensor.endswith(("kv", "key")):
         byte = coords[2]
         if index_stream:
-            block, offset = divmod(byte, 17)
+            block, offset = divmod(byte, FP4_BLOCK_BYTES)
             d = None if offset == 0 else block * FP4_BLOCK + 2 * (offset - 1)
             found.update(byte=byte, fp4_block=block, part="scale byte" if offset == 0 else f"codes of d={d},{d + 1}")
-        elif byte < FP8_SCALED:
-            block, offset = divmod(byte, 65)
+        elif byte < FP8_SCALED_BYTES:
+            block, offset = divmod(byte, FP8_BLOCK_BYTES)
             d = None if offset == 0 else block * FP8_BLOCK + offset - 1
             found.update(byte=byte, fp8_block=block, part="scale byte" if offset == 0 else f"code of d={d}")
         else:
-            d = width - g.rope_dim + (byte - FP8_SCALED) // 2
-            found.update(byte=byte, part=f"bf16 {'low' if (byte - FP8_SCALED) % 2 == 0 else 'high'} byte of d={d}")
+            d = width - g.rope_dim + (byte - FP8_SCALED_BYTES) // 2
+            found.update(byte=byte, part=f"bf16 {'low' if (byte - FP8_SCALED_BYTES) % 2 == 0 else 'high'} byte of d={d}")
     else:
         d = coords[2]
     if d is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import unsupported
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.variant import REFERENCE, Numerics
 
@@ -17,10 +17,7 @@ def hadamard_bf16(x, numerics: Numerics = REFERENCE) -> np.ndarray:
     values = np.array(x, dtype=np.float32)
     width = values.shape[-1]
     if width == 0 or width & (width - 1):
-        raise ContractError(
-            f"{OP}: Unsupported: Hadamard index width must be a power of two, got {width}",
-            kind="unsupported",
-        )
+        raise unsupported(f"Hadamard index width must be a power of two, got {width}")
     span = 1
     while span < width:
         pairs = values.reshape(values.shape[:-1] + (width // (2 * span), 2, span))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import invalid
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.fp4 import FP4_BLOCK, quantize_fp4_blocks
 from csa_conform.numerics.hadamard import hadamard_bf16
@@ -18,9 +18,7 @@ def fp4_round_trip(values, numerics: Numerics = REFERENCE) -> tuple[np.ndarray, 
     values = np.asarray(values, dtype=np.float32)
     width = values.shape[-1]
     if width % FP4_BLOCK:
-        raise ContractError(
-            f"{OP}: FP4 index width {width} must be divisible by {FP4_BLOCK}"
-        )
+        raise invalid(f"FP4 index width {width} must be divisible by {FP4_BLOCK}")
     blocks = values.reshape(values.shape[:-1] + (width // FP4_BLOCK, FP4_BLOCK))
     scales, packed, dequantized = quantize_fp4_blocks(blocks, numerics)
     return scales, packed, dequantized.reshape(values.shape)
@@ -31,8 +29,6 @@ def finalize_index_query(q, rope_dim: int, position, numerics: Numerics = REFERE
     query = bf16_round(q, numerics)
     width = query.shape[-1]
     if rope_dim > width:
-        raise ContractError(
-            f"{OP}: index query RoPE width exceeds index head dimension"
-        )
+        raise invalid("index query RoPE width exceeds index head dimension")
     query[..., width - rope_dim :] = compressed_rope(query[..., width - rope_dim :], position, numerics)
     return fp4_round_trip(hadamard_bf16(query, numerics), numerics)[2]

@@ -17,10 +17,13 @@ from csa_conform.numerics.variant import REFERENCE, Numerics
 HEAD_DIM = 512
 ROPE_DIM = 64
 FP8_BLOCKS = (HEAD_DIM - ROPE_DIM) // FP8_BLOCK
-FP8_RECORD_BYTES = FP8_BLOCKS * (FP8_BLOCK + 1) + ROPE_DIM * 2
+FP8_BLOCK_BYTES = FP8_BLOCK + 1
+FP8_SCALED_BYTES = FP8_BLOCKS * FP8_BLOCK_BYTES  # the scaled blocks before the bf16 tail
+FP8_RECORD_BYTES = FP8_SCALED_BYTES + ROPE_DIM * 2
 INDEX_DIM = 128
 FP4_BLOCKS = INDEX_DIM // FP4_BLOCK
-FP4_RECORD_BYTES = FP4_BLOCKS * (FP4_BLOCK // 2 + 1)
+FP4_BLOCK_BYTES = FP4_BLOCK // 2 + 1
+FP4_RECORD_BYTES = FP4_BLOCKS * FP4_BLOCK_BYTES
 
 
 def pack_fp8_record(scale_bytes, codes, tail, numerics: Numerics = REFERENCE) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import invalid
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.variant import REFERENCE, Numerics
 
@@ -36,7 +36,7 @@ def compressed_rope(tail, positions, numerics: Numerics = REFERENCE) -> np.ndarr
     if width == 0:
         return tail.copy()
     if width % 2:
-        raise ContractError(f"{OP}: compressed RoPE tail width must be even")
+        raise invalid("compressed RoPE tail width must be even")
     position = (np.asarray(positions).astype(np.int64) + numerics.rope_shift).astype(np.float32)[..., None]
     angle = position * rope_frequencies(width, numerics)
     numerics.record("rope angle", np.broadcast_to(angle, angle.shape))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.errors import OP
+from csa_conform.errors import operator_message
 from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.numerics.records import decode_fp4_record
 from csa_conform.oracle.parallel import map_chunks, query_chunks
@@ -82,6 +82,5 @@ def _first_non_finite(scores, causal) -> RowFailure | None:
     return RowFailure(
         int(b) * sequence + int(s),
         STAGE_RANK,
-        f"{OP}: ratio-4 index score is non-finite at "
-        f"[batch={b}, query={s}, record={record}]",
+        operator_message(f"ratio-4 index score is non-finite at [batch={b}, query={s}, record={record}]"),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import ContractError, operator_message
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.fp8 import FP8_BLOCK, quantize_fp8_blocks
 from csa_conform.numerics.hadamard import hadamard_bf16
@@ -53,8 +53,8 @@ def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str
         return None
     d = int(np.argmax(failing))
     if no_finite[d]:
-        return f"{OP}: {prefix}compression block has no finite score for dimension {d}"
-    return f"{OP}: {prefix}compression softmax is invalid for dimension {d}"
+        return operator_message(f"{prefix}compression block has no finite score for dimension {d}")
+    return operator_message(f"{prefix}compression softmax is invalid for dimension {d}")
 
 
 def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Numerics = REFERENCE) -> np.ndarray:
@@ -66,7 +66,7 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Nu
         for column in by_dim:
             numerics.accumulate(square_sum, column, column)
     if not np.isfinite(square_sum).all():
-        raise ContractError(f"{OP}: {what}RMSNorm square sum is non-finite")
+        raise ContractError(operator_message(f"{what}RMSNorm square sum is non-finite"))
     width = np.float32(values.shape[-1])
     inverse_rms = np.float32(1) / np.sqrt(square_sum / width + RMS_EPSILON)
     with np.errstate(over="ignore", invalid="ignore"):

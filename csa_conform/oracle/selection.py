@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import ContractError, operator_message
 from csa_conform.numerics.rustfmt import rust_display_f32
 from csa_conform.oracle.rows import RowFailure, earliest
 
@@ -45,9 +45,9 @@ def _first_tie(scores, live, ranked) -> RowFailure | None:
     return RowFailure(
         int(b) * scores.shape[1] + int(s),
         STAGE_RANK,
-        f"{OP}: Unsupported: portable top-k tie ordering is unfrozen: "
-        f"equal score {rust_display_f32(row[left])} at [batch={b}, query={s}] "
-        f"for compressed records {left} and {right}",
+        operator_message(f"portable top-k tie ordering is unfrozen: "
+                         f"equal score {rust_display_f32(row[left])} at [batch={b}, query={s}] "
+                         f"for compressed records {left} and {right}", "unsupported"),
         "unsupported",
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.errors import OP, ContractError
+from csa_conform.errors import invalid
 from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.parallel import map_chunks, query_chunks
@@ -67,9 +67,7 @@ def raise_first_invalid(geometry: StepGeometry, chunk_failures) -> None:
     if failures:
         b, s, h = min(failures)
         prefix = "ratio-4 " if geometry.ratio == 4 else ""
-        raise ContractError(
-            f"{OP}: {prefix}softmax denominator is invalid at [batch={b}, head={h}, query={s}]"
-        )
+        raise invalid(f"{prefix}softmax denominator is invalid at [batch={b}, head={h}, query={s}]")
 
 
 def _per_query(count: int, batch: int, heads: int, dim: int) -> int:
