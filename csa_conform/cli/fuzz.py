@@ -14,7 +14,7 @@ import click
 
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import device_options, effective_force_host
+from csa_conform.cli.options import device_options, effective_force_host, quiet_option
 from csa_conform.device.modes import Mode
 from csa_conform.errors import MissingExtra, UsageError
 from csa_conform.exitcodes import ExitCode
@@ -37,7 +37,7 @@ from csa_conform.run import RunOptions
 @click.option("-o", "--output", default="fuzz-found.h5", type=click.Path(dir_okay=False), show_default=True,
               help="The one-case golden file the diverging case is written to.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@quiet_option("No progress on stderr.")
 @boundary
 def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, database, output, force, quiet):
     """Draw valid cases at the suite's thin edges until the kernels diverge from the oracle; shrink it.

@@ -12,7 +12,7 @@ import click
 from csa_conform.case_glob import exact_glob
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import engine_option
+from csa_conform.cli.options import case_selection, engine_option, jobs_option, quiet_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.golden import GoldenCase, write_goldens
@@ -35,18 +35,17 @@ def generate_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None =
 @click.command("generate")
 @click.option("--suite", type=click.Choice(sorted(SUITES)), default="ci", show_default=True,
               help="Which suite of recipes to build.")
-@click.option("--case", "case_glob", metavar="GLOB", help="Only cases whose id matches GLOB.")
+@case_selection()
 @click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=0, show_default=True,
               help="Suite seed every case seed derives from.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Golden file to write [default: SUITE.h5].")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes (the file is identical for any value).")
+@jobs_option("Worker processes (the file is identical for any value).")
 @engine_option
 @click.option("--profile", type=click.Choice(NUMERICS_PROFILES), default=REFERENCE, show_default=True,
               help="Numerics profile the payloads are computed under (the file's root names it).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@quiet_option("No progress bar.")
 @boundary
 def generate_command(
     suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, engine: str | None,

@@ -11,11 +11,11 @@ from rich.text import Text
 
 from csa_conform.cli.common import boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.exit_status import exits
+from csa_conform.cli.options import OneStage
 from csa_conform.diff import default_axes
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, array_sha256
-from csa_conform.spec import resolve_stage
 from csa_conform.terminal import escaped, one_line
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode
@@ -36,7 +36,8 @@ PREVIEW = 6
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("case", required=False)
 @click.option("--step", type=click.IntRange(min=0), help="Show the tensors of step K.")
-@click.option("--stage", metavar="S", help="Only this stage (as diff --stage spells it) or 'inputs' / 'outputs'.")
+@click.option("--stage", type=OneStage(("inputs", "outputs")), metavar="S",
+              help="Only this stage (as diff --stage spells it) or 'inputs' / 'outputs'.")
 @click.option("--decode", is_flag=True, help="Decode packed FP8/FP4 records (first record of each tensor).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @boundary
@@ -51,8 +52,6 @@ def inspect_command(
       csa-conform inspect goldens/ci.h5 seed-closed-form.r4-prefill-8
       csa-conform inspect goldens/ci.h5 seed-closed-form.r4-prefill-8 --step 0 --stage 5 --decode
     """
-    if stage is not None and resolve_stage(stage) is not None:
-        stage = resolve_stage(stage).name
     if case is None and (step is not None or stage or decode):
         raise UsageError("--step, --stage and --decode need a CASE")
     with GoldenFile(file) as golden:

@@ -51,6 +51,14 @@ def golden_file(default: str | None = None) -> Callable:
     return click.argument("file", required=False, default=default, type=click.Path(dir_okay=False))
 
 
+def jobs_option(help: str = "Worker processes.") -> Callable:
+    return click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help=help)
+
+
+def quiet_option(help: str) -> Callable:
+    return click.option("-q", "--quiet", is_flag=True, help=help)
+
+
 def case_selection(exact: bool = False) -> Callable:
     """--case: a glob over case ids, or (``exact``) one case id, required."""
     if exact:
@@ -78,6 +86,21 @@ class StageList(click.ParamType):
         if not chosen:
             self.fail(f"no stage given; choose {STAGE_CHOICES}", param, ctx)
         return tuple(name for name in STAGE_NAMES if name in chosen)
+
+
+class OneStage(StageList):
+    """One stage, spelled as for StageList, or one of ``groups`` (inspect's 'inputs', 'outputs')."""
+
+    def __init__(self, groups: tuple[str, ...] = ()):
+        self.groups = groups
+
+    def convert(self, value, param, ctx) -> str:
+        if value in self.groups:
+            return value
+        stages = super().convert(value, param, ctx)
+        if value == "all" or len(stages) != 1:
+            self.fail(f"{value!r}: give one stage{''.join(f', or {group}' for group in self.groups)}", param, ctx)
+        return stages[0]
 
 
 def stage_option(function: Callable) -> Callable:
@@ -167,7 +190,7 @@ device_depth_options = _compose(
 
 output_options = _compose(
     click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md)."),
-    click.option("-q", "--quiet", is_flag=True, help="No progress, header or table: failures and the summary only."),
+    quiet_option("No progress, header or table: failures and the summary only."),
 )
 
 

@@ -14,7 +14,14 @@ import click
 
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import DEFAULT_FILE, case_selection, device_options, effective_force_host, golden_file
+from csa_conform.cli.options import (
+    DEFAULT_FILE,
+    case_selection,
+    device_options,
+    effective_force_host,
+    golden_file,
+    quiet_option,
+)
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.modes import Mode
@@ -42,7 +49,7 @@ def _sizes(before: dict[str, int], after: dict[str, int]) -> str:
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--budget-s", default=300.0, type=click.FloatRange(min=1), show_default=True,
               help="Stop searching after this many seconds; the smallest case found so far is written.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@quiet_option("No progress on stderr.")
 @boundary
 def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, output, force, budget_s, quiet):
     """Shrink a divergent case while its first divergent stage and tensor still diverge.

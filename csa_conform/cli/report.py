@@ -11,6 +11,7 @@ from csa_conform.atomic import refuse_special_target, write_atomically
 from csa_conform.bounded_json import read_text
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
+from csa_conform.cli.options import quiet_option
 from csa_conform.cli.output import stdin_closed
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -29,7 +30,7 @@ from csa_conform.results import load_results
               help="Write the one results document the shards of one run (--shard K/N) merge into.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write one self-contained HTML page: verdict matrix, error histograms, heatmaps, gap tables.")
-@click.option("-q", "--quiet", is_flag=True, help="Do not print the one-line summary.")
+@quiet_option("Do not print the one-line summary.")
 @boundary
 def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, merged_path: Path | None,
                    html_path: Path | None, quiet: bool) -> ExitCode:

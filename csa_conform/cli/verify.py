@@ -23,7 +23,7 @@ from csa_conform.cli.common import (
 )
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import case_selection, engine_option, golden_file, output_options
+from csa_conform.cli.options import case_selection, engine_option, golden_file, jobs_option, output_options
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
@@ -47,7 +47,7 @@ def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
 @golden_file()
 @case_selection()
 @output_options
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@jobs_option()
 @engine_option
 @boundary
 def verify_command(
