@@ -87,13 +87,23 @@ class StoredCase:
 
 
 def store_case(case: GoldenCase, compression) -> StoredCase:
-    """Hash and compress every distinct array of ``case`` once (``compression``: the writer's Compression)."""
+    """Hash and compress every distinct array of ``case`` once (``compression``: the writer's Compression).
+
+    A stream hands one array object to several steps (a step's present_* is the next one's past_*,
+    the weights are every step's): each object is hashed once, each distinct content compressed once.
+    """
     stored: dict[tuple, StoredArray] = {}
+    seen: dict[int, StoredArray] = {}  # id() of an array of the case, which the case keeps alive
+
+    def one(array: np.ndarray) -> StoredArray:
+        if id(array) not in seen:
+            seen[id(array)] = _stored(array, compression, stored)
+        return seen[id(array)]
 
     def store(arrays: Mapping[str, np.ndarray]) -> dict[str, StoredArray]:
-        return {name: _stored(array, compression, stored) for name, array in arrays.items()}
+        return {name: one(array) for name, array in arrays.items()}
 
-    history = None if case.kv_history is None else _stored(case.kv_history, compression, stored)
+    history = None if case.kv_history is None else one(case.kv_history)
     steps = []
     for step in case.steps:
         window = history_window(step.inputs, case.kv_history)
