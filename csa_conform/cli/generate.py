@@ -88,7 +88,7 @@ def generate_command(
         return f"{case.case_id} ({len(case.steps)} steps)"
 
     work = partial(stored_case, profile=profile, engine=engine)
-    cases = progress(counting(fan_out(work, recipes, jobs)), len(recipes), "generate", describe, quiet)
+    cases = progress(counting(fan_out(work, recipes, jobs, [recipe.weight for recipe in recipes])), len(recipes), "generate", describe, quiet)
     provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*", **provenance_entry(profile)}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)
