@@ -35,7 +35,7 @@ def generate_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None =
 def stored_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None = None) -> StoredCase:
     """One case generated and then hashed and compressed where it was made (a --jobs worker), so the
     process writing the file only copies its chunks in and the pipe carries compressed bytes."""
-    return store_case(generate_case(recipe, profile, engine), Compression())
+    return store_case(generate_case(recipe, profile=profile, engine=engine), Compression())
 
 
 @exits("written")
