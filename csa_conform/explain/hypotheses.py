@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
+from csa_conform.explain import exact_fma
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
@@ -62,7 +63,7 @@ class Hypothesis:
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
         return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
-                        self.rope_shift, self.rope_split_halves, self.code_ties_away)
+                        self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
