@@ -37,6 +37,7 @@ from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, SUB_STEP, Context, Finding, diagnose
+from csa_conform.diagnosis.substeps import localize
 from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
@@ -95,7 +96,7 @@ class Explanation:
         if self.verdict == INHERITED:
             return f"{where}: inherited: {self.note}"
         finding = self.diagnosis[0] if self.diagnosis else None
-        if finding is not None and finding.kind in STRUCTURAL and finding.decisive:
+        if finding is not None and finding.kind in STRUCTURAL and finding.decisive and not self.trials:
             return f"{where}: {finding.kind}: {finding.headline} (structural: no numeric ingredient tried)"
         pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
             f": {self.note}" if self.note else "")
@@ -268,6 +269,9 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
         return explanation
     if _sub_step(explanation, g, inputs, upstream, target):
         return explanation
+    localized = localize(stage, g, inputs, expected[stage], target)
+    if localized is not None:  # where it starts; the numeric search below may still name why
+        explanation.diagnosis.insert(0, localized)
     cause, closest, trials, explanation.search = _search(stage, g, inputs, upstream, target, device_libm,
                                                          explanation.baseline)
     explanation.trials, explanation.closest = trials, closest

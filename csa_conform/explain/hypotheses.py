@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 
+from csa_conform.diagnosis.substeps import SUB_STEPS
 from csa_conform.explain import exact_fma
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
@@ -95,14 +96,6 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
     if stage in FLOAT_STAGES:
         found.append(Hypothesis("ftz", "flush-to-zero of subnormal inputs and results", ftz=True))
     return found
-
-
-# The sub-steps of the multi-step stages, in order; a structural hypothesis changes one of them.
-SUB_STEPS = {
-    "compression_update": ("pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"),
-    "index_key_update": ("pool", "bf16", "RMSNorm", "RoPE", "Hadamard", "FP4 block quantization"),
-    "index_query_finalize": ("bf16", "RoPE", "Hadamard", "FP4 round trip"),
-}
 
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
