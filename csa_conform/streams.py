@@ -92,6 +92,14 @@ class Stream:
         return (sum(int(step[name].size) for name in FIXED_INPUTS if name in step)
                 + sum(int(step[name][0].size) for name in FIXED_ROW_INPUTS if name in step))
 
+    def window_floor(self) -> tuple[int, int]:
+        """(the first raw position the last step's current_kv must hold, its elements over the rows):
+        the first query's dense window reaches back to max(0, start + 1 - 128)."""
+        step = self.steps[-1]
+        total = int(step["total_sequence_length"])
+        first = max(0, total - int(step["query"].shape[1]) + 1 - DENSE_WINDOW)
+        return first, (total - first) * int(step["current_kv"].shape[2]) * self.batch
+
     def shape(self) -> dict[str, int]:
         longest = {axis: max(int(step[name].shape[1]) for step in self.steps)
                    for axis, name in (("S", "query"), ("Kc", "current_kv"))}

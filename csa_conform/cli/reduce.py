@@ -40,12 +40,14 @@ def _sizes(before: dict[str, int], after: dict[str, int]) -> str:
 
 
 def _elements(original: Stream, reduced: Stream) -> str:
-    """Sizes before and after, and the floor: what the contract fixes for the reduced case's rows."""
+    """Sizes before and after, and the floor: what the contract fixes for the reduced case's rows
+    and position."""
     before, after = original.elements(), reduced.elements()
-    fixed = reduced.fixed_elements()
+    first, window = reduced.window_floor()
+    fixed = reduced.fixed_elements() + window
     rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
     line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
-            f"(compressor ape and norm, {rows} carries and cursors)")
+            f"(compressor ape and norm, {rows} carries and cursors, a current_kv from position {first})")
     if before > fixed:
         line += f"; of the {before - fixed:,} it lets vary, {after - fixed:,} remain ({(after - fixed) / (before - fixed):.1%})"
     return line

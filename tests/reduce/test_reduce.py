@@ -90,9 +90,10 @@ def test_a_single_step_case_restarts_at_position_0_down_to_what_the_contract_fix
     assert code == ExitCode.DIVERGED, stdout + stderr
     assert "as a prefill from position 0: kept" in stderr
     before, after, fixed = _elements(stdout)
-    # ape 128x512, norm 512, carry 128x2x512, seqlens_k, T; then one token of one head, one kv position
-    assert fixed == 128 * 512 + 512 + 128 * 2 * 512 + 2
-    assert after == fixed + 512 + 512 + 2 * 512 + 1 and after <= before / 4
+    # ape 128x512, norm 512, carry 128x2x512, seqlens_k, T, the kv of position 0; then one token of one head
+    assert fixed == 128 * 512 + 512 + 128 * 2 * 512 + 2 + 512
+    assert after == fixed + 512 + 2 * 512 + 1 and after <= before / 4
+    assert "a current_kv from position 0)" in stdout
     assert f"of the {before - fixed:,} it lets vary, {after - fixed:,} remain" in stdout
     assert "verified against the oracle: yes" in stdout and "built-in kernels: pass" in stdout
     with GoldenFile(out) as golden:
@@ -112,7 +113,7 @@ def test_without_a_case_the_smallest_diverging_cases_are_reduced_and_the_smalles
     with GoldenFile(out) as golden:
         assert golden.case_ids() == [f"{found.group(1)}.reduced"]
     _, after, fixed = _elements(stdout)
-    assert after == fixed + 3714  # one token of one head and one index head at ratio 4
+    assert after == fixed + 3714 - 512  # one token of one head and one index head at ratio 4
 
 
 def test_a_case_that_does_not_diverge_exits_0_and_writes_nothing(tmp_path):
@@ -163,6 +164,7 @@ def test_restarts_and_fewer_past_records_give_streams_the_oracle_accepts():
         biased = stream_of(golden, "random.r4-bias-BNSC")
     records = int(resumed.steps[0]["past_compressed_kv"].shape[1])
     assert records >= 2 and resumed.fixed_elements() == 4 * 1024 + 512 + 4 * 256 + 128 + 8 * 2 * 1024 + 8 * 2 * 256 + 2
+    assert resumed.window_floor() == (0, 26 * 512)  # start 24, S 2: the dense window reaches position 0
     fewer = past_records(resumed, 1)
     assert fewer.start == resumed.start - 4 * (records - 1)
     assert fewer.steps[0]["past_index_key"].shape[1] == 1 and fewer.case("x", "") is not None
