@@ -117,7 +117,8 @@ class CudaBackend:
                 loaded.load(ptx.encode())
             except Exception as error:
                 raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
-            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report)
+            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report,
+                                                 module.declared_block(self._declared(loaded, module)))
         loaded, build = _COMPILED[key]
         self.builds[module.module] = build
         if module.build.strict_ptx and build.ptx.flagged:
@@ -127,6 +128,16 @@ class CudaBackend:
             return loaded.get_function(module.entry)
         except Exception as error:
             raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
+
+    def _declared(self, loaded, module: ModuleSource) -> int | None:
+        """The module's ``csa_block_<entry>`` (a __constant__ int), None when it declares none."""
+        try:
+            pointer = loaded.get_global(module.block_symbol)
+        except self.cp.cuda.driver.CUDADriverError as error:
+            if "CUDA_ERROR_NOT_FOUND" in str(error):
+                return None
+            raise DeviceUnavailable(f"{module.path}: cannot read {module.block_symbol}: {error}") from None
+        return int(self.cp.ndarray((1,), self.cp.int32, memptr=pointer).get()[0])
 
     def _compile(self, module: ModuleSource, options: tuple[str, ...]) -> str:
         nvrtc = self.cp.cuda.nvrtc

@@ -91,6 +91,17 @@ def _guarded(shape, dtype) -> np.ndarray:
     return base[: count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def _slot_bits(arg) -> int:
+    """An argument as the 8 bytes of its slot: a buffer's address, an i64, a binary32, else an i32."""
+    if isinstance(arg, EmulatedArray):
+        return arg.array.ctypes.data
+    if isinstance(arg, np.int64):
+        return int(arg) & 0xFFFF_FFFF_FFFF_FFFF
+    if isinstance(arg, np.float32):
+        return int(np.float32(arg).view(np.uint32))
+    return int(arg) & 0xFFFF_FFFF
+
+
 class EmulatedArray:
     """A 'device' buffer: host memory the runner cannot mistake for a host tensor, with a guard after it."""
 
@@ -129,32 +140,31 @@ class HostEmulationBackend:
     def function(self, module: ModuleSource):
         options = module.build.nvrtc_options("host")
         flags, ftz = gxx_flags(options)
-        library = _build(module.source, "host_module.cpp", self.build_dir, flags)
-        self.builds[module.module] = ModuleBuild(module.module, module.sha256, options, None)
-        return library, getattr(library, module.entry), ftz
+        library = _build(module.source, "host_module.cpp", self.build_dir, flags + (f"-DCSA_ENTRY={module.entry}",))
+        try:
+            declared = ctypes.c_int.in_dll(library, module.block_symbol).value
+        except ValueError:  # no such symbol: the seed's launch shape
+            declared = None
+        self.builds[module.module] = ModuleBuild(module.module, module.sha256, options, None,
+                                                 module.declared_block(declared))
+        return library, ftz
 
     def launch(self, entry, function, grid, block, args) -> None:
-        library, kernel, ftz = function
-        converted = []
-        for arg in args:
-            if isinstance(arg, EmulatedArray):
-                converted.append(ctypes.c_void_p(arg.array.ctypes.data))
-            elif isinstance(arg, np.float32):
-                converted.append(ctypes.c_float(float(arg)))
-            elif isinstance(arg, np.int64):
-                converted.append(ctypes.c_longlong(int(arg)))
-            else:
-                converted.append(ctypes.c_int(int(arg)))
+        library, ftz = function
+        slots = (ctypes.c_uint64 * max(1, len(args)))()
+        for position, arg in enumerate(args):
+            slots[position] = _slot_bits(arg)
+        base = ctypes.addressof(slots)
+        pointers = (ctypes.c_void_p * max(1, len(args)))(*(base + 8 * position for position in range(len(args))))
         library.csa_host_flush_subnormals.restype = ctypes.c_uint
         previous = library.csa_host_flush_subnormals(int(ftz))
-        library.csa_host_set_grid(grid[0])
         try:
-            for block_index in range(grid[0]):
-                for thread in range(block[0]):
-                    library.csa_host_set_thread(block_index, thread, block[0])
-                    kernel(*converted)
+            status = library.csa_host_launch(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), pointers)
         finally:
             library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
+        if status != 0:
+            raise DeviceUnavailable(f"launch of {entry} (grid {grid}, block {block}) failed: "
+                                    "the host backend cannot map its threads' stacks")
         self.launches += 1
 
     def copy_into(self, target, source) -> None:

@@ -1,5 +1,13 @@
-// Host build of one kernel module (prelude + module source in CSA_SOURCE).
+// Host build of one kernel module (prelude + module source in CSA_SOURCE,
+// its entry in CSA_ENTRY): csa_host_launch runs a launch's blocks in order,
+// and the threads of a block as fibers with a real barrier (cuda_host_shim.h).
+#include <sys/mman.h>
 #include <xmmintrin.h>
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
 #include "cuda_host_shim.h"
 #include CSA_SOURCE
 
@@ -13,3 +21,176 @@ extern "C" unsigned int csa_host_flush_subnormals(int on)
 }
 
 extern "C" void csa_host_restore_mxcsr(unsigned int previous) { _mm_setcsr(previous); }
+
+// What the shared section holds before every block: the CUDA backend's poison
+// byte, so a thread reading shared memory no thread of its block wrote sees
+// the same garbage on every run, never a previous block's values.
+extern "C" char __start_csa_shared[] __attribute__((weak));
+extern "C" char __stop_csa_shared[] __attribute__((weak));
+static const int SHARED_POISON = 0xA5;
+
+namespace {
+
+// Every argument arrives as a pointer to an 8-byte slot holding its value.
+template <typename... Parameters, std::size_t... I>
+void call_entry(void (*entry)(Parameters...), void* const* arguments, std::index_sequence<I...>)
+{
+    entry(*static_cast<std::decay_t<Parameters>*>(arguments[I])...);
+}
+
+template <typename... Parameters>
+void call_entry(void (*entry)(Parameters...), void* const* arguments)
+{
+    call_entry(entry, arguments, std::index_sequence_for<Parameters...>{});
+}
+
+// A fiber's stack (its top 16-byte aligned), with an inaccessible page below it: an overflowing thread
+// faults instead of writing into its neighbour's stack.
+const std::size_t STACK_BYTES = 1u << 20;
+const std::size_t GUARD_PAGE = 1u << 12;
+
+enum class FiberState { runnable, waiting, done };
+
+struct Fiber {
+    void* stack_pointer;
+    FiberState state;
+};
+
+struct Block {
+    void* const* arguments = nullptr;
+    void* scheduler = nullptr;  // the scheduler's stack pointer while a fiber runs
+    Fiber* fibers = nullptr;
+    unsigned int current = 0;
+    char* stacks = nullptr;
+    std::size_t threads = 0;  // fibers the stacks were mapped for
+};
+
+Block block;
+
+}  // namespace
+
+// Saves the callee-saved registers on the current stack, stores its pointer in
+// *from, and resumes the stack `to` (x86-64 System V; MXCSR and the x87
+// control word are the launch's, the same on every fiber). A fiber that never
+// ran starts in csa_host_fiber_main. Far cheaper than swapcontext, which
+// makes a system call per switch.
+extern "C" void csa_host_switch(void** from, void* to);
+asm(R"(
+    .text
+    .p2align 4
+    .type csa_host_switch, @function
+csa_host_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size csa_host_switch, .-csa_host_switch
+)");
+
+namespace {
+
+void wait_at_barrier()
+{
+    Fiber& fiber = block.fibers[block.current];
+    fiber.state = FiberState::waiting;
+    csa_host_switch(&fiber.stack_pointer, block.scheduler);
+}
+
+}  // namespace
+
+extern "C" [[noreturn]] void csa_host_fiber_main()
+{
+    call_entry(CSA_ENTRY, block.arguments);
+    Fiber& fiber = block.fibers[block.current];
+    fiber.state = FiberState::done;
+    csa_host_switch(&fiber.stack_pointer, block.scheduler);
+    __builtin_unreachable();
+}
+
+namespace {
+
+// A fresh fiber's stack: six zero registers for csa_host_switch to pop, then
+// csa_host_fiber_main as the return address, entered as a called function is
+// (the stack 16-byte aligned before the call's return address).
+void* fresh_stack(char* top)
+{
+    void** frame = reinterpret_cast<void**>(top) - 8;
+    for (int i = 0; i < 6; ++i) frame[i] = nullptr;
+    frame[6] = reinterpret_cast<void*>(&csa_host_fiber_main);
+    frame[7] = nullptr;
+    return frame;
+}
+
+bool map_stacks(std::size_t threads)
+{
+    if (block.threads >= threads) return true;
+    if (block.stacks != nullptr) munmap(block.stacks, block.threads * (STACK_BYTES + GUARD_PAGE));
+    delete[] block.fibers;
+    block.threads = 0;
+    const std::size_t bytes = threads * (STACK_BYTES + GUARD_PAGE);
+    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mapped == MAP_FAILED) return false;
+    block.stacks = static_cast<char*>(mapped);
+    for (std::size_t t = 0; t < threads; ++t) mprotect(block.stacks + t * (STACK_BYTES + GUARD_PAGE), GUARD_PAGE, PROT_NONE);
+    block.fibers = new Fiber[threads];
+    block.threads = threads;
+    return true;
+}
+
+// One block: every live thread runs, in index order, until it waits at the
+// barrier or returns; rounds repeat until all have returned.
+void run_block(unsigned int threads)
+{
+    for (unsigned int t = 0; t < threads; ++t) {
+        block.fibers[t].stack_pointer = fresh_stack(block.stacks + (t + 1) * (STACK_BYTES + GUARD_PAGE));
+        block.fibers[t].state = FiberState::runnable;
+    }
+    for (bool live = true; live;) {
+        live = false;
+        for (unsigned int t = 0; t < threads; ++t) {
+            Fiber& fiber = block.fibers[t];
+            if (fiber.state == FiberState::done) continue;
+            live = true;
+            fiber.state = FiberState::runnable;
+            block.current = t;
+            threadIdx.x = t;
+            csa_host_switch(&block.scheduler, fiber.stack_pointer);
+        }
+    }
+}
+
+}  // namespace
+
+// The launch: 0, or -1 when the fibers' stacks cannot be mapped.
+extern "C" int csa_host_launch(unsigned int grid, unsigned int threads, void* const* arguments)
+{
+    if (threads > 1 && !map_stacks(threads)) return -1;
+    gridDim.x = grid;
+    blockDim.x = threads;
+    block.arguments = arguments;
+    csa_host_barrier = threads > 1 ? wait_at_barrier : nullptr;
+    for (unsigned int b = 0; b < grid; ++b) {
+        blockIdx.x = b;
+        if (__start_csa_shared != nullptr)
+            memset(__start_csa_shared, SHARED_POISON, (std::size_t)(__stop_csa_shared - __start_csa_shared));
+        if (threads > 1) {
+            run_block(threads);
+        } else {
+            threadIdx.x = 0;
+            call_entry(CSA_ENTRY, arguments);
+        }
+    }
+    csa_host_barrier = nullptr;
+    return 0;
+}
