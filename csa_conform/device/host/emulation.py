@@ -116,6 +116,30 @@ class EmulatedArray:
     dtype = property(lambda self: self.array.dtype)
 
 
+# Each thread of a multi-thread block runs on its own stack: STACK_BYTES above an inaccessible page.
+PAGE = 4096
+STACK_BYTES = 512 * 1024
+STACK_STRIDE = PAGE + STACK_BYTES
+
+
+@cache
+def thread_stacks(threads: int) -> int:
+    """The address of stacks for ``threads`` fibers, mapped once per process and block width and shared
+    by every module (mappings per module would exhaust the process's mapping count)."""
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    read_write, private_anonymous_unreserved = 0x1 | 0x2, 0x02 | 0x20 | 0x4000
+    base = libc.mmap(None, threads * STACK_STRIDE, read_write, private_anonymous_unreserved, -1, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise DeviceUnavailable(f"the host backend cannot map stacks for {threads} threads per block")
+    for thread in range(threads):
+        if libc.mprotect(base + thread * STACK_STRIDE, PAGE, 0) != 0:
+            raise DeviceUnavailable(f"the host backend cannot protect the stacks of {threads} threads per block")
+    return base
+
+
 @cache
 def process_build_dir() -> Path:
     """Where this process builds host modules (once per source and flags); removed when it exits."""
@@ -156,15 +180,14 @@ class HostEmulationBackend:
             slots[position] = _slot_bits(arg)
         base = ctypes.addressof(slots)
         pointers = (ctypes.c_void_p * max(1, len(args)))(*(base + 8 * position for position in range(len(args))))
+        stacks = thread_stacks(block[0]) if block[0] > 1 else 0
         library.csa_host_flush_subnormals.restype = ctypes.c_uint
         previous = library.csa_host_flush_subnormals(int(ftz))
         try:
-            status = library.csa_host_launch(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), pointers)
+            library.csa_host_launch(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), pointers,
+                                    ctypes.c_void_p(stacks), ctypes.c_size_t(STACK_STRIDE))
         finally:
             library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
-        if status != 0:
-            raise DeviceUnavailable(f"launch of {entry} (grid {grid}, block {block}) failed: "
-                                    "the host backend cannot map its threads' stacks")
         self.launches += 1
 
     def copy_into(self, target, source) -> None:

@@ -1,7 +1,6 @@
 // Host build of one kernel module (prelude + module source in CSA_SOURCE,
 // its entry in CSA_ENTRY): csa_host_launch runs a launch's blocks in order,
 // and the threads of a block as fibers with a real barrier (cuda_host_shim.h).
-#include <sys/mman.h>
 #include <xmmintrin.h>
 
 #include <cstddef>
@@ -44,11 +43,6 @@ void call_entry(void (*entry)(Parameters...), void* const* arguments)
     call_entry(entry, arguments, std::index_sequence_for<Parameters...>{});
 }
 
-// A fiber's stack (its top 16-byte aligned), with an inaccessible page below it: an overflowing thread
-// faults instead of writing into its neighbour's stack.
-const std::size_t STACK_BYTES = 1u << 20;
-const std::size_t GUARD_PAGE = 1u << 12;
-
 enum class FiberState { runnable, waiting, done };
 
 struct Fiber {
@@ -60,9 +54,8 @@ struct Block {
     void* const* arguments = nullptr;
     void* scheduler = nullptr;  // the scheduler's stack pointer while a fiber runs
     Fiber* fibers = nullptr;
+    std::size_t capacity = 0;  // fibers allocated
     unsigned int current = 0;
-    char* stacks = nullptr;
-    std::size_t threads = 0;  // fibers the stacks were mapped for
 };
 
 Block block;
@@ -132,28 +125,12 @@ void* fresh_stack(char* top)
     return frame;
 }
 
-bool map_stacks(std::size_t threads)
-{
-    if (block.threads >= threads) return true;
-    if (block.stacks != nullptr) munmap(block.stacks, block.threads * (STACK_BYTES + GUARD_PAGE));
-    delete[] block.fibers;
-    block.threads = 0;
-    const std::size_t bytes = threads * (STACK_BYTES + GUARD_PAGE);
-    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (mapped == MAP_FAILED) return false;
-    block.stacks = static_cast<char*>(mapped);
-    for (std::size_t t = 0; t < threads; ++t) mprotect(block.stacks + t * (STACK_BYTES + GUARD_PAGE), GUARD_PAGE, PROT_NONE);
-    block.fibers = new Fiber[threads];
-    block.threads = threads;
-    return true;
-}
-
 // One block: every live thread runs, in index order, until it waits at the
 // barrier or returns; rounds repeat until all have returned.
-void run_block(unsigned int threads)
+void run_block(unsigned int threads, char* stacks, std::size_t stride)
 {
     for (unsigned int t = 0; t < threads; ++t) {
-        block.fibers[t].stack_pointer = fresh_stack(block.stacks + (t + 1) * (STACK_BYTES + GUARD_PAGE));
+        block.fibers[t].stack_pointer = fresh_stack(stacks + (t + 1) * stride);
         block.fibers[t].state = FiberState::runnable;
     }
     for (bool live = true; live;) {
@@ -172,10 +149,18 @@ void run_block(unsigned int threads)
 
 }  // namespace
 
-// The launch: 0, or -1 when the fibers' stacks cannot be mapped.
-extern "C" int csa_host_launch(unsigned int grid, unsigned int threads, void* const* arguments)
+// The launch. Thread t of a block runs on the stack ending at stacks + (t + 1)
+// * stride (16-byte aligned; the caller maps them once per process, each above
+// an inaccessible page, so an overflowing thread faults instead of writing
+// into its neighbour's stack).
+extern "C" void csa_host_launch(unsigned int grid, unsigned int threads, void* const* arguments, char* stacks,
+                                std::size_t stride)
 {
-    if (threads > 1 && !map_stacks(threads)) return -1;
+    if (threads > block.capacity) {
+        delete[] block.fibers;
+        block.fibers = new Fiber[threads];
+        block.capacity = threads;
+    }
     gridDim.x = grid;
     blockDim.x = threads;
     block.arguments = arguments;
@@ -185,12 +170,11 @@ extern "C" int csa_host_launch(unsigned int grid, unsigned int threads, void* co
         if (__start_csa_shared != nullptr)
             memset(__start_csa_shared, SHARED_POISON, (std::size_t)(__stop_csa_shared - __start_csa_shared));
         if (threads > 1) {
-            run_block(threads);
+            run_block(threads, stacks, stride);
         } else {
             threadIdx.x = 0;
             call_entry(CSA_ENTRY, arguments);
         }
     }
     csa_host_barrier = nullptr;
-    return 0;
 }
