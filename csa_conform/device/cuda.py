@@ -132,12 +132,15 @@ class CudaBackend:
     def _declared(self, loaded, module: ModuleSource) -> int | None:
         """The module's ``csa_block_<entry>`` (a __constant__ int), None when it declares none."""
         try:
-            pointer = loaded.get_global(module.block_symbol)
+            pointer = loaded.get_global_var(module.block_symbol)
         except self.cp.cuda.driver.CUDADriverError as error:
             if "CUDA_ERROR_NOT_FOUND" in str(error):
                 return None
             raise DeviceUnavailable(f"{module.path}: cannot read {module.block_symbol}: {error}") from None
-        return int(self.cp.ndarray((1,), self.cp.int32, memptr=pointer).get()[0])
+        value = np.zeros(1, np.int32)
+        runtime = self.cp.cuda.runtime
+        runtime.memcpy(value.ctypes.data, pointer, value.nbytes, runtime.memcpyDeviceToHost)
+        return int(value[0])
 
     def _compile(self, module: ModuleSource, options: tuple[str, ...]) -> str:
         nvrtc = self.cp.cuda.nvrtc
