@@ -3,12 +3,13 @@
 ``HostEmulationBackend`` has the CUDA backend's interface
 (csa_conform.device.backend.Backend): each module is compiled as C++ with
 the CUDA builtins it uses mapped onto standard C++ (cuda_host_shim.h) and
-each launch runs its blocks, and the threads of a block, one after another
-in index order. The module's NVRTC options map onto g++: --fmad=false is
+each launch runs its blocks one after another, the threads of a block as
+fibers that take turns, in index order, at every __syncthreads()
+(host_module.cpp). The module's NVRTC options map onto g++: --fmad=false is
 -ffp-contract=off, --fmad=true (NVRTC's default, so the production build) is
 -ffp-contract=fast -mfma, --ftz=true sets SSE's FTZ/DAZ bits around the
 launch, -D and include paths pass through. What this is not (a GPU, a
-barrier, the device's libm): specs/host-backend.md. ``build_prelude`` gives
+race, the device's libm): specs/host-backend.md. ``build_prelude`` gives
 ctypes access to the prelude's libm ports and block codecs.
 """
 
