@@ -152,15 +152,20 @@ def test_flagged_ptx_is_reported_and_refused_only_under_strict_ptx(install, inst
 
 
 def test_a_declared_block_is_read_from_the_loaded_module_and_checked(install, monkeypatch):
-    backend = install(FakeNvrtc())
-    backend.function(KernelDirectory().module("csa_ratio4_index_replicate"))
-    assert backend.builds["csa_ratio4_index_replicate"].block is None  # undeclared: the seed's shape
+    """Only a global the PTX declares is asked for: under compute-sanitizer a failing lookup is an error."""
+    declaration = ".const .align 4 .u32 csa_block_csa_ratio4_sink_attention = 128;\n"
+    backend = install(FakeNvrtc(ptx=declaration + CLEAN_PTX))
     monkeypatch.setattr(FakeModule, "declared", {"csa_block_csa_ratio4_sink_attention": 128})
     backend.function(KernelDirectory().module("csa_ratio4_attention"))
     assert backend.builds["csa_ratio4_attention"].block == 128
     assert backend.builds["csa_ratio4_attention"].to_dict()["declared_block"] == 128
+    monkeypatch.setattr(FakeModule, "declared", {})  # a lookup of an undeclared symbol would now fail
+    backend = install(FakeNvrtc())
+    backend.function(KernelDirectory().module("csa_ratio4_index_replicate"))
+    assert backend.builds["csa_ratio4_index_replicate"].block is None  # undeclared: the seed's shape
     monkeypatch.setattr(FakeModule, "declared", {"csa_block_csa_ratio4_sink_attention": 1025})
     monkeypatch.setattr(cuda, "_COMPILED", {})
+    backend = install(FakeNvrtc(ptx=declaration + CLEAN_PTX))
     with pytest.raises(DeviceUnavailable, match="csa_block_csa_ratio4_sink_attention = 1025 is not a block size"):
         backend.function(KernelDirectory().module("csa_ratio4_attention"))
 
