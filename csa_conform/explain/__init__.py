@@ -36,7 +36,16 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, SUB_STEP, Context, Finding, diagnose
+from csa_conform.device.cuda import POISON
+from csa_conform.diagnosis import (
+    NEVER_WRITTEN,
+    ROUNDING_CONVENTION,
+    STRUCTURAL,
+    SUB_STEP,
+    Context,
+    Finding,
+    diagnose,
+)
 from csa_conform.diagnosis.substeps import localize
 from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
@@ -267,7 +276,8 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
         return explanation
-    if _sub_step(explanation, g, inputs, upstream, target):
+    if _unwritten_state(explanation, g, inputs, upstream, target) or _sub_step(explanation, g, inputs, upstream,
+                                                                                target):
         return explanation
     localized = localize(stage, g, inputs, expected[stage], target)
     if localized is not None:  # where it starts; the numeric search below may still name why
@@ -280,6 +290,29 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     elif not trials:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
     return explanation
+
+
+def _unwritten_state(explanation: Explanation, g, inputs, upstream, target) -> bool:
+    """A past carry the kernel never copied into its state: the stage re-run with that input replaced by the
+    runner's poison (what the kernel's fresh state buffer held) reproduces the device. The records it
+    emits were pooled from uninitialised memory, so no numeric ingredient is tried."""
+    stage = explanation.stage
+    carry = next((name for name in BY_NAME[stage].inputs if name.endswith("_carry")), None)
+    if carry is None or g.start == 0:  # at position 0 the reference resets the carry whatever it held
+        return False
+    poisoned = np.empty(np.shape(inputs[carry]), dtype=np.float32)
+    poisoned.view(np.uint8).fill(POISON)
+    hypothesis = Hypothesis("state:never-written", f"{carry} never copied into the kernel's state")
+    trial = Rerun(stage, g, dict(inputs, **{carry: poisoned}), upstream, target).trial(hypothesis)
+    if not trial.reproduces:
+        return False
+    headline = (f"the kernel never copied {carry} into its state: the stage re-run from the runner's 0x{POISON:02X} "
+                f"poison in place of {carry} reproduces the device bit for bit (records pooled from "
+                "uninitialised memory)")
+    explanation.diagnosis.insert(0, Finding(NEVER_WRITTEN, stage, explanation.tensors(), headline,
+                                            explanation.baseline, explanation.baseline,
+                                            {"pattern": f"0x{POISON:02X}", "source": carry, "trial": hypothesis.key}))
+    return True
 
 
 def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:
