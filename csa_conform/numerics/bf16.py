@@ -24,6 +24,7 @@ def bf16_bits(x, numerics: Numerics = REFERENCE) -> np.ndarray:
 def _rounded_upper_halves(x, numerics: Numerics) -> np.ndarray:
     """The bfloat16 patterns as uint32 (the upper half of each binary32 after rounding), in place
     where it can be: rounding draws of a hundred million values is most of what making a prod case costs."""
+    numerics.record("bf16 input", x)
     values = np.asarray(x, dtype=np.float32)
     bits = values.view(np.uint32)
     rounded = np.right_shift(bits, np.uint32(16), out=np.empty_like(bits))
