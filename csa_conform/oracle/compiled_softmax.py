@@ -23,14 +23,14 @@ _MINUS_INFINITY = np.float32(-np.inf)
 
 
 @njit(**KERNEL_OPTIONS)
-def softmax_with_sink(scores, head_sink, begin, end, probabilities):
-    """probabilities [C, B, end - begin, N] of scores[:, begin:end]; returns the first (b, s, h) in C order
-    whose denominator is zero or non-finite, or (-1, -1, -1)."""
-    batch, _, heads, count = scores.shape
+def softmax_with_sink(scores, head_sink, begin, end, first_head, last_head, probabilities):
+    """probabilities [C, B, end - begin, N] of scores[:, begin:end, first_head:last_head] (other heads
+    untouched); returns the first (b, s, h) in C order whose denominator is zero or non-finite, or (-1, -1, -1)."""
+    batch, _, _, count = scores.shape
     first_invalid = (-1, -1, -1)
     for b in range(batch):
         for s in range(begin, end):
-            for h in range(heads):
+            for h in range(first_head, last_head):
                 row = scores[b, s, h]
                 weights = probabilities[:, b, s - begin, h]
                 maximum = _MINUS_INFINITY

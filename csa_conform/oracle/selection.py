@@ -17,24 +17,36 @@ STAGE_RANK = 2
 def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None):
     """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure.
 
-    One stable sort per row serves both: equal neighbours among its live
-    scores are the ties the reference refuses, and its head is the top Kw.
+    Equal neighbours among a row's sorted live scores are the ties the
+    reference refuses (a value sort finds them; the positions do not
+    matter). Once no row ties, the top Kw are the Kw smallest keys, found by
+    a partition and ordered by a sort of those Kw alone: live keys are then
+    distinct, so any sort gives the order a stable sort of the row would,
+    and slots past the live ones become -1 whichever index fills them.
     """
     keys = np.where(live, -scores, np.inf)
-    order = np.argsort(keys, axis=-1, kind="stable")
-    failure = earliest(*prior, _first_tie(scores, live, np.take_along_axis(keys, order, axis=-1)))
+    failure = earliest(*prior, _first_tie(scores, live, np.sort(keys, axis=-1)))
     if failure is not None:
         raise ContractError(failure.message, failure.kind)
     width = geometry.topk_width
-    order = order[..., :width]
+    order = _smallest(keys, width)
     chosen = np.take_along_axis(live, order, axis=-1)
     selected = np.where(chosen, order, -1).astype(np.int32)
     replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
     return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
 
 
+def _smallest(keys: np.ndarray, width: int) -> np.ndarray:
+    """Indices of each row's ``width`` smallest keys, ascending by key."""
+    if 0 < width < keys.shape[-1]:
+        keys_index = np.argpartition(keys, width - 1, axis=-1)[..., :width]
+        ranked = np.argsort(np.take_along_axis(keys, keys_index, axis=-1), axis=-1, kind="stable")
+        return np.take_along_axis(keys_index, ranked, axis=-1)
+    return np.argsort(keys, axis=-1, kind="stable")[..., :width]
+
+
 def _first_tie(scores, live, ranked) -> RowFailure | None:
-    """``ranked``: each row's keys (-score, +inf where not live) in ascending order, live ones first."""
+    """``ranked``: each row's keys (-score, +inf where not live) in ascending order."""
     within = np.arange(1, ranked.shape[-1]) < live.sum(axis=-1, keepdims=True)
     tied_rows = ((ranked[..., 1:] == ranked[..., :-1]) & within).any(axis=-1)
     if not tied_rows.any():
