@@ -15,8 +15,9 @@ steps' inputs are built once by this tree and saved under build/long-bench/;
 each tree ("after": this one, "before": a detached worktree of REF) then
 runs every step in a fresh process, the trees interleaved, the median of
 --repeat runs, reporting wall time, the process's peak resident memory (VmHWM)
-and that peak less the resident memory before the step, and each stage's
-time with its G mul-add/s (index scoring: S x causal records x I x 128;
+and that peak less the resident memory before the step, the process's CPU
+time (all threads: less sensitive than wall time to other load on the
+machine), and each stage's time (and CPU time) with its G mul-add/s (index scoring: S x causal records x I x 128;
 attention: S x N x C x 512, twice: scores and values). The no-FMA peak is
 measured here: independent binary32 multiply-then-add chains, numba,
 fastmath off, one thread per core. Targets on 2 cores: (a) <= 0.15 s and
@@ -83,24 +84,26 @@ def child(case: str) -> None:
     attrs, outputs = header["attrs"], header["outputs"]
     run_step(attrs, inputs, outputs)  # compile or load the numba cache, warm up
     stage_seconds: dict[str, float] = {}
+    stage_cpu: dict[str, float] = {}
     for stage in STAGES:
         original = stage_functions.STAGE_FUNCTIONS[stage.name]
 
         def timed(run, original=original, name=stage.name):
-            begin = time.perf_counter()
+            begin, begin_cpu = time.perf_counter(), time.process_time()
             payload = original(run)
             stage_seconds[name] = time.perf_counter() - begin
+            stage_cpu[name] = time.process_time() - begin_cpu
             return payload
 
         stage_functions.STAGE_FUNCTIONS[stage.name] = timed
     before = _resident_kib("VmRSS")
-    begin = time.perf_counter()
+    begin, begin_cpu = time.perf_counter(), time.process_time()
     result = run_step(attrs, inputs, outputs)
-    wall = time.perf_counter() - begin
+    wall, cpu = time.perf_counter() - begin, time.process_time() - begin_cpu
     work = _work(attrs, inputs, result)
     print(json.dumps({
         "wall": wall, "peak_mib": _resident_kib("VmHWM") / 1024, "step_mib": (_resident_kib("VmHWM") - before) / 1024,
-        "stages": stage_seconds, "work": work, "tree": str(Path(stage_functions.__file__).parents[2]),
+        "cpu": cpu, "stages": stage_seconds, "stage_cpu": stage_cpu, "work": work, "tree": str(Path(stage_functions.__file__).parents[2]),
     }))
 
 
@@ -197,8 +200,10 @@ def main() -> None:
                     if stage in run["work"] and seconds > 0 else "")
                 for stage, seconds in run["stages"].items() if seconds >= 5e-4
             )
-            print(f"    {label:<6} {run['wall']:7.3f} s (min {fastest:.3f})  peak {run['peak_mib']:6.0f} MiB "
-                  f"(step {run['step_mib']:+6.0f})  {stages}")
+            print(f"    {label:<6} {run['wall']:7.3f} s (min {fastest:.3f}, cpu {run['cpu']:.3f} s)  "
+                  f"peak {run['peak_mib']:6.0f} MiB (step {run['step_mib']:+6.0f})  {stages}")
+            print(f"           cpu s by stage: " + ", ".join(
+                f"{stage} {seconds:.3f}" for stage, seconds in run["stage_cpu"].items() if seconds >= 5e-4))
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == CHILD:

@@ -109,7 +109,7 @@ def attention_scores(query, source, rows, empty_row, scale, bias, has_bias, begi
 def attention_values(probabilities, source, rows, empty_row, begin, end, first_head, last_head, output):
     """output[b, s, h] = ascending sum over candidates of p * row, for s in [begin, end), h in [first_head, last_head).
 
-    probabilities are [C, B, end - begin, N]. An empty slot's row is zeros
+    probabilities are [B, end - begin, N, C]. An empty slot's row is zeros
     and its probability 0, so its term is +0 and is skipped (a sum that
     starts at +0 never becomes -0, so adding +0 changes no bit). Candidates
     go two at a time, (y + p_c v_c) + p_c' v_c', the order of one at a
@@ -139,9 +139,10 @@ def attention_values(probabilities, source, rows, empty_row, begin, end, first_h
                         out0, out1, out2, out3 = output[b, s, h], output[b, s, h + 1], output[b, s, h + 2], output[b, s, h + 3]
                         for j in range(start, pairs, 2):
                             c, next_c = columns[j], columns[j + 1]
-                            weights, next_weights = probabilities[c, b, s - begin], probabilities[next_c, b, s - begin]
-                            p0, p1, p2, p3 = weights[h], weights[h + 1], weights[h + 2], weights[h + 3]
-                            n0, n1, n2, n3 = next_weights[h], next_weights[h + 1], next_weights[h + 2], next_weights[h + 3]
+                            weights = probabilities[b, s - begin]
+                            p0, p1, p2, p3 = weights[h, c], weights[h + 1, c], weights[h + 2, c], weights[h + 3, c]
+                            n0, n1 = weights[h, next_c], weights[h + 1, next_c]
+                            n2, n3 = weights[h + 2, next_c], weights[h + 3, next_c]
                             values, next_values = source[b, rows[b, s, c]], source[b, rows[b, s, next_c]]
                             for d in range(dim):
                                 value, next_value = values[d], next_values[d]
@@ -154,7 +155,7 @@ def attention_values(probabilities, source, rows, empty_row, begin, end, first_h
                         total = output[b, s, h]
                         for j in range(start, pairs, 2):
                             c, next_c = columns[j], columns[j + 1]
-                            p, next_p = probabilities[c, b, s - begin, h], probabilities[next_c, b, s - begin, h]
+                            p, next_p = probabilities[b, s - begin, h, c], probabilities[b, s - begin, h, next_c]
                             values, next_values = source[b, rows[b, s, c]], source[b, rows[b, s, next_c]]
                             for d in range(dim):
                                 total[d] = total[d] + p * values[d] + next_p * next_values[d]
@@ -163,7 +164,7 @@ def attention_values(probabilities, source, rows, empty_row, begin, end, first_h
                         c = columns[pairs]
                         values = source[b, rows[b, s, c]]
                         for k in range(block):
-                            p = probabilities[c, b, s - begin, h + k]
+                            p = probabilities[b, s - begin, h + k, c]
                             total = output[b, s, h + k]
                             for d in range(dim):
                                 total[d] += p * values[d]

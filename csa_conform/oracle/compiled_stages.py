@@ -105,7 +105,7 @@ def sparse_sink_softmax_attention(
         return None if b < 0 else (b, s, h)
 
     def attend(queries: slice):
-        probabilities = np.empty((count, batch, queries.stop - queries.start, heads), dtype=np.float32)
+        probabilities = np.empty((batch, queries.stop - queries.start, heads, count), dtype=np.float32)
         score(queries, everything[0])
         return weigh(queries, everything[1], probabilities)
 
@@ -116,7 +116,7 @@ def sparse_sink_softmax_attention(
         # One chunk of queries (a decode): its candidates split over the cores for the scores,
         # then its heads for the softmax and the values.
         (queries,) = query_parts
-        probabilities = np.empty((count, batch, sequence, heads), dtype=np.float32)
+        probabilities = np.empty((batch, sequence, heads, count), dtype=np.float32)
         map_chunks(lambda candidates: score(queries, candidates), even_parts(count, worker_count()))
         failures = map_chunks(lambda head_range: weigh(queries, head_range, probabilities),
                               even_parts(heads, worker_count()))
