@@ -12,9 +12,12 @@ the host with the inputs the kernel read, once per hypothesis
 reproduces the device payload bit for bit. Singles are tried first, in
 order, and the first that reproduces ends the search; then combinations of
 two, three and four distinct ingredients among those that moved the result,
+at most COMBINATION_CAP of them (the document says when the cap was hit),
 and the smallest reproducing one is reported; ``closest`` is
 only a hypothesis that left fewer elements differing than the reference's own
-arithmetic. Every verdict names the kernel (module and entry) that wrote the
+arithmetic. Hypotheses are screened on the rows that differ
+(csa_conform.explain.rows: attention's query rows), and the cause and the
+closest trial are re-run on the whole stage. Every verdict names the kernel (module and entry) that wrote the
 stage, and the first divergent element gets its provenance
 (csa_conform.explain.element).
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,7 +36,17 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.diagnosis import ROUNDING_CONVENTION, STRUCTURAL, SUB_STEP, Context, Finding, diagnose
+from csa_conform.device.cuda import POISON
+from csa_conform.diagnosis import (
+    NEVER_WRITTEN,
+    ROUNDING_CONVENTION,
+    STRUCTURAL,
+    SUB_STEP,
+    Context,
+    Finding,
+    diagnose,
+)
+from csa_conform.diagnosis.substeps import localize
 from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
@@ -43,6 +56,8 @@ from csa_conform.explain.hypotheses import (
     stage_hypotheses,
     structural_hypotheses,
 )
+from csa_conform.explain.rows import Rerun
+from csa_conform.explain.trial import Trial
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally
@@ -53,42 +68,11 @@ UNEXPLAINED = "unexplained"
 INHERITED = "inherited"
 COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
+COMBINATION_CAP = 32  # combinations tried at most per divergence, smallest first
 # stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
 TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
 
 __all__ = ["EXPLAINED", "INHERITED", "UNEXPLAINED", "Explanation", "Trial", "explain_case", "explain_report"]
-
-
-@dataclass
-class Trial:
-    """One hypothesis re-run: how far its payload is from the device's, and what its swap changed."""
-
-    key: str
-    name: str
-    mismatches: int
-    elements: int
-    changed: dict[str, tuple[int, int]] = field(default_factory=dict)
-    rejected: str | None = None
-
-    @property
-    def reproduces(self) -> bool:
-        return self.rejected is None and self.mismatches == 0
-
-    def effect(self) -> str:
-        """'15 of 39,168 expf arguments round differently' and the like."""
-        parts = []
-        for what, (changed, seen) in self.changed.items():
-            if what == "subnormal":
-                parts.append(f"{changed:,} of {seen:,} binary32 inputs and results are subnormal and flush to zero")
-                continue
-            unit = "operations" if what.startswith("fused") else "arguments"
-            parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
-        return "; ".join(parts) or "changes no argument"
-
-    def to_dict(self) -> dict:
-        return {"key": self.key, "name": self.name, "mismatches": self.mismatches, "elements": self.elements,
-                "reproduces": self.reproduces, "rejected": self.rejected,
-                "changed": {what: {"changed": c, "seen": s} for what, (c, s) in self.changed.items()}}
 
 
 @dataclass
@@ -109,6 +93,7 @@ class Explanation:
     diagnosis: list[Finding] = field(default_factory=list)
     kernel: str | None = None
     baseline: int = 0  # elements that differ under the reference's own arithmetic
+    search: dict | None = None  # how the numeric search ran: singles, combinations, the cap and whether it was hit
 
     def headline(self) -> str:
         where = f"{self.case} step {self.step} {self.stage}"
@@ -120,7 +105,7 @@ class Explanation:
         if self.verdict == INHERITED:
             return f"{where}: inherited: {self.note}"
         finding = self.diagnosis[0] if self.diagnosis else None
-        if finding is not None and finding.kind in STRUCTURAL and finding.decisive:
+        if finding is not None and finding.kind in STRUCTURAL and finding.decisive and not self.trials:
             return f"{where}: {finding.kind}: {finding.headline} (structural: no numeric ingredient tried)"
         pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
             f": {self.note}" if self.note else "")
@@ -144,6 +129,9 @@ class Explanation:
             lines.append(f"  also {finding.kind}: {finding.headline}")
         for key, reason in self.skipped.items():
             lines.append(f"  skipped {key}: {reason}")
+        if self.search and self.search["capped"]:
+            lines.append(f"  combination search stopped at its cap of {self.search['cap']} combinations "
+                         f"({self.search['untried']:,} more not tried)")
         if self.first:
             lines.append("  first divergent element: " + _describe(self.first))
         return lines
@@ -155,7 +143,7 @@ class Explanation:
                 "closest": None if self.closest is None else self.closest.to_dict(),
                 "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
                 "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
-                "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
+                "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
 
 
 def _value(value) -> str:
@@ -178,14 +166,7 @@ def _describe(first: dict) -> str:
 
 
 def _trial(hypothesis: Hypothesis, stage: str, g, inputs, upstream, target) -> Trial:
-    tallies: dict[str, Tally] = {}
-    try:
-        payload = run_stage(stage, g, inputs, upstream, hypothesis.numerics(tallies))
-    except ContractError as error:
-        return Trial(hypothesis.key, hypothesis.name, -1, 0, rejected=str(error))
-    differing, total = mismatches(payload, target)
-    changed = {what: (tally.changed, tally.seen) for what, tally in tallies.items()}
-    return Trial(hypothesis.key, hypothesis.name, differing, total, changed)
+    return Rerun(stage, g, inputs, upstream, target).trial(hypothesis)
 
 
 def _ingredient(hypothesis: Hypothesis) -> str:
@@ -199,7 +180,7 @@ def _ingredient(hypothesis: Hypothesis) -> str:
     return "ftz"
 
 
-def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> Iterator[list[Hypothesis]]:
+def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> list[list[Hypothesis]]:
     """Groups of 2..MOST_COMBINED distinct ingredients, smallest first, from the COMBINED_FROM ingredients
     whose best single comes closest; an ingredient contributes each of its variants that tie for best."""
     best: dict[str, list[tuple[Hypothesis, int]]] = {}
@@ -212,41 +193,50 @@ def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> Iterator[li
         elif trial.mismatches == variants[0][1]:
             variants.append((hypothesis, trial.mismatches))
     ranked = sorted(best.values(), key=lambda variants: variants[0][1])[:COMBINED_FROM]
+    found = []
     for size in range(2, MOST_COMBINED + 1):
-        group = []
         for ingredients in itertools.combinations(ranked, size):
             for choice in itertools.product(*ingredients):
-                group.append([hypothesis for hypothesis, _ in choice])
-        yield group
+                found.append([hypothesis for hypothesis, _ in choice])
+    return found
 
 
 def _search(stage: str, g, inputs, upstream, target, device_libm,
-            baseline: int) -> tuple[Trial | None, Trial | None, list[Trial]]:
-    """(cause, closest, every trial): singles, then the smallest combinations of the closest ingredients
-    (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together). ``closest`` is the
-    trial with fewest mismatches among those with fewer than ``baseline`` (the reference's own), if any."""
+            baseline: int) -> tuple[Trial | None, Trial | None, list[Trial], dict]:
+    """(cause, closest, every trial, how the search ran): singles, then the smallest combinations of the
+    closest ingredients (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together), at
+    most COMBINATION_CAP of them. Trials are screened on the rows that differ; the cause and ``closest``
+    (the trial with fewest mismatches among those with fewer than ``baseline``, the reference's own) are
+    then re-run on the whole stage, and a screened cause that does not reproduce there is no cause."""
+    rerun = Rerun(stage, g, inputs, upstream, target)
     singles = stage_hypotheses(stage, device_libm)
     trials = []
     for hypothesis in singles:  # the first single that reproduces ends the search
-        trials.append(_trial(hypothesis, stage, g, inputs, upstream, target))
+        trials.append(rerun.confirmed(hypothesis, rerun.trial(hypothesis)))
         if trials[-1].reproduces:
             break
     singles = singles[:len(trials)]
+    groups = _combinations(singles, trials) if not any(trial.reproduces for trial in trials) else []
+    tried = 0
+    for members in groups[:COMBINATION_CAP]:
+        if tried and len(members) > len(groups[tried - 1]) and any(trial.reproduces for trial in trials):
+            break  # the smallest reproducing size is complete
+        combined = members[0]
+        for other in members[1:]:
+            combined = combined.combine(other)
+        trials.append(rerun.confirmed(combined, rerun.trial(combined)))
+        tried += 1
     reproducing = [trial for trial in trials if trial.reproduces]
-    for group in _combinations(singles, trials) if not reproducing else ():
-        for members in group:
-            combined = members[0]
-            for other in members[1:]:
-                combined = combined.combine(other)
-            trials.append(_trial(combined, stage, g, inputs, upstream, target))
-        reproducing = [trial for trial in trials if trial.reproduces]
-        if reproducing:
-            break
+    search = {"singles": len(singles), "combinations": tried, "cap": COMBINATION_CAP,
+              "capped": tried == COMBINATION_CAP and len(groups) > COMBINATION_CAP and not reproducing,
+              "untried": len(groups) - tried, "screened_rows": rerun.screened}
     measured = [trial for trial in trials if trial.rejected is None and trial.mismatches < baseline]
     closest = min(measured, key=lambda trial: trial.mismatches) if measured else None
+    if closest is not None and rerun.screened is not None:
+        closest = rerun.whole(closest)
     cause = min(reproducing, key=lambda trial: sum(changed for changed, _ in trial.changed.values()),
                 default=None) if reproducing else None
-    return cause, closest, trials
+    return cause, closest, trials, search
 
 
 def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
@@ -286,15 +276,43 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
         return explanation
-    if _sub_step(explanation, g, inputs, upstream, target):
+    if _unwritten_state(explanation, g, inputs, upstream, target) or _sub_step(explanation, g, inputs, upstream,
+                                                                                target):
         return explanation
-    cause, closest, trials = _search(stage, g, inputs, upstream, target, device_libm, explanation.baseline)
+    localized = localize(stage, g, inputs, expected[stage], target)
+    if localized is not None:  # where it starts; the numeric search below may still name why
+        explanation.diagnosis.insert(0, localized)
+    cause, closest, trials, explanation.search = _search(stage, g, inputs, upstream, target, device_libm,
+                                                         explanation.baseline)
     explanation.trials, explanation.closest = trials, closest
     if cause is not None:
         explanation.verdict, explanation.cause = EXPLAINED, cause
     elif not trials:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
     return explanation
+
+
+def _unwritten_state(explanation: Explanation, g, inputs, upstream, target) -> bool:
+    """A past carry the kernel never copied into its state: the stage re-run with that input replaced by the
+    runner's poison (what the kernel's fresh state buffer held) reproduces the device. The records it
+    emits were pooled from uninitialised memory, so no numeric ingredient is tried."""
+    stage = explanation.stage
+    carry = next((name for name in BY_NAME[stage].inputs if name.endswith("_carry")), None)
+    if carry is None or g.start == 0:  # at position 0 the reference resets the carry whatever it held
+        return False
+    poisoned = np.empty(np.shape(inputs[carry]), dtype=np.float32)
+    poisoned.view(np.uint8).fill(POISON)
+    hypothesis = Hypothesis("state:never-written", f"{carry} never copied into the kernel's state")
+    trial = Rerun(stage, g, dict(inputs, **{carry: poisoned}), upstream, target).trial(hypothesis)
+    if not trial.reproduces:
+        return False
+    headline = (f"the kernel never copied {carry} into its state: the stage re-run from the runner's 0x{POISON:02X} "
+                f"poison in place of {carry} reproduces the device bit for bit (records pooled from "
+                "uninitialised memory)")
+    explanation.diagnosis.insert(0, Finding(NEVER_WRITTEN, stage, explanation.tensors(), headline,
+                                            explanation.baseline, explanation.baseline,
+                                            {"pattern": f"0x{POISON:02X}", "source": carry, "trial": hypothesis.key}))
+    return True
 
 
 def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 
+from csa_conform.diagnosis.substeps import SUB_STEPS
+from csa_conform.explain import exact_fma
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
@@ -62,7 +64,7 @@ class Hypothesis:
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
         return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
-                        self.rope_shift, self.rope_split_halves, self.code_ties_away)
+                        self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
@@ -94,14 +96,6 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
     if stage in FLOAT_STAGES:
         found.append(Hypothesis("ftz", "flush-to-zero of subnormal inputs and results", ftz=True))
     return found
-
-
-# The sub-steps of the multi-step stages, in order; a structural hypothesis changes one of them.
-SUB_STEPS = {
-    "compression_update": ("pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"),
-    "index_key_update": ("pool", "bf16", "RMSNorm", "RoPE", "Hadamard", "FP4 block quantization"),
-    "index_query_finalize": ("bf16", "RoPE", "Hadamard", "FP4 round trip"),
-}
 
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:

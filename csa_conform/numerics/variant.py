@@ -85,6 +85,7 @@ class Numerics:
     rope_shift: int = 0  # positions added to every RoPE position (a port rotating at the wrong position)
     rope_split_halves: bool = False  # RoPE pairs (d, d + width/2) instead of (2i, 2i+1)
     code_ties_away: bool = False  # FP8/FP4 codes round ties away from zero instead of to the even code
+    fused_multiply_add: Callable = fmaf  # an exact binary32 fma (explain passes a compiled one)
 
     @property
     def is_reference(self) -> bool:
@@ -155,7 +156,7 @@ class Numerics:
         with np.errstate(over="ignore", invalid="ignore"):
             separate = acc + self._flush(a * b) if self.ftz else acc + a * b
         if ACCUMULATE in self.fused:
-            fused = fmaf(a, b, acc)
+            fused = self.fused_multiply_add(a, b, acc)
             self._count("fused accumulation", separate, fused)
             separate = fused
         acc[...] = self._flush(separate) if self.ftz else separate
@@ -169,7 +170,8 @@ class Numerics:
             result = first + second if sign > 0 else first - second
             which = self._pair_fusion(sign)
             if which is not None:
-                fused = fmaf(a, b, sign * second) if which == "first" else fmaf(np.float32(sign) * c, d, first)
+                fma = self.fused_multiply_add
+                fused = fma(a, b, sign * second) if which == "first" else fma(np.float32(sign) * c, d, first)
                 self._count("fused pairs", result, fused)
                 result = fused
         return self._flush(result) if self.ftz else np.asarray(result, dtype=np.float32)

@@ -13,6 +13,7 @@ from csa_conform.diagnosis import (
     RESTRICTED,
     SCALE_EXPONENT,
     STALE,
+    SUB_STEP,
     Context,
     diagnose,
 )
@@ -116,3 +117,55 @@ def test_kinds_are_documented_and_in_the_schema():
     text = (Path(__file__).resolve().parents[2] / "specs" / "diagnosis.md").read_text()
     assert all(f"| `{kind}` |" in text for kind in KINDS)
     assert schema()["$defs"]["finding"]["properties"]["kind"]["enum"] == list(KINDS)
+
+
+def _ci_step(case: str):
+    from pathlib import Path
+
+    from csa_conform.contract import validate_step
+    from csa_conform.golden import GoldenFile
+
+    with GoldenFile(Path(__file__).resolve().parents[2] / "goldens" / "ci.h5") as golden:
+        info, step = golden.case_info(case), golden.read_step(case, 0)
+    return validate_step(info.attrs, step.inputs, info.output_names), step.inputs, step.stages
+
+
+def test_one_rope_tail_byte_a_bf16_step_off_is_localized_at_rope():
+    """What the CUDA seed's kernels do at large positions (device cosf/powf): one bf16 of the RoPE tail
+    one step off; the head's codes and the tail's energy are the reference's, so RoPE is where it starts."""
+    from csa_conform.diagnosis.substeps import localize
+
+    g, inputs, stages = _ci_step("boundaries.r128-resumed-119-chunks")
+    reference = stages["compression_update"]
+    device = {name: np.array(array, copy=True) for name, array in reference.items()}
+    device["present_compressed_kv"][0, -1, 583 - 2] ^= 0x01  # the low byte of the last tail bf16
+    found = localize("compression_update", g, inputs, reference, device)
+    assert found.kind == SUB_STEP and found.evidence["sub_step"] == "RoPE" and found.evidence["rule"] == "rope"
+    assert found.evidence["matched"] == ["pool", "bf16", "RMSNorm"] and found.decisive
+    assert found.evidence["first"] == [0, device["present_compressed_kv"].shape[1] - 1]
+
+
+def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_matching_stages_at_nothing():
+    """A code moved to the other grid value bracketing the reference's quantizer input: only the
+    quantization differs. A code moved away from its input is not a quantization difference."""
+    from csa_conform.diagnosis.substeps import _record_chain, localize
+    from csa_conform.numerics.fp8 import e4m3_decode
+
+    g, inputs, stages = _ci_step("boundaries.r128-resumed-119-chunks")
+    reference = stages["compression_update"]
+    assert localize("compression_update", g, inputs, reference, reference) is None
+    normalized = _record_chain("compression_update", g, inputs)[0][0, -1]
+    record = reference["present_compressed_kv"][0, -1]
+    scale = 2.0 ** (int(record[0]) - 127)
+    codes = np.abs(e4m3_decode(record[1:65])).astype(np.float64)
+    between = np.abs(normalized[:64]) / scale != codes  # the input lies strictly between two codes
+    byte = 1 + int(np.argmax(((record[1:65] & 0x7F) > 8) & ((record[1:65] & 0x7F) < 0x7E) & between))
+    toward = 1 if abs(normalized[byte - 1]) / scale > abs(float(e4m3_decode(record[byte]))) else -1
+    for step, sub_step in ((toward, "FP8 block quantization"), (-toward, None)):
+        device = {name: np.array(array, copy=True) for name, array in reference.items()}
+        device["present_compressed_kv"][0, -1, byte] = int(record[byte]) + step
+        found = localize("compression_update", g, inputs, reference, device)
+        if sub_step:
+            assert found.evidence["sub_step"] == sub_step and found.evidence["rule"] == "quantizer"
+        else:
+            assert found.evidence["rule"] != "quantizer"

@@ -65,6 +65,13 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path):
         assert explanation.diagnosis, explanation.headline()
         finding = explanation.diagnosis[0]
         assert finding.kind == bug.kind, explanation.headline()
+        if finding.evidence.get("method") == "intermediates":  # localized by matching every intermediate
+            assert all(finding.evidence[key] == value for key, value in bug.evidence.items()), finding.evidence
+            assert finding.decisive and finding.headline in explanation.headline()
+            assert explanation.verdict != EXPLAINED, "a porting bug must not get a numeric cause"
+            assert finding.evidence["matched"] == finding.evidence["sub_steps"][
+                :finding.evidence["sub_steps"].index(bug.evidence["sub_step"])]
+            continue
         if finding.kind in ("rounding-convention", "sub-step"):
             assert explanation.verdict == EXPLAINED and explanation.cause.key == finding.evidence["trial"]
             assert all(finding.evidence[key] == value for key, value in bug.evidence.items())
@@ -104,3 +111,21 @@ def test_bisect_and_diff_name_the_kernel_and_diff_prints_one_block_per_case(tmp_
     assert text.count("  diagnosis: index-shift: the attention window starts 1 position early: candidates is shifted "
                       "along c: device c=k holds the reference's c=k-1") == 2
     assert text.count("2 later stages diverge after it") == 2 and "candidates row b=0 s=" in text
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_records_pooled_from_a_carry_never_copied_are_never_written_without_numeric_trials(tmp_path):
+    """At the step whose block completes, the carry is reset and only the records show the bug: the
+    re-run from a poisoned past carry reproduces them, so no numeric ingredient is tried."""
+    bug = next(bug for bug in DIAGNOSED if bug.name == "carry_not_copied")
+    kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
+    with GoldenFile(CI_GOLDENS) as golden:
+        explanations = explain_case(golden, "boundaries.r128-resumed-119-chunks", kernels)
+    records = [e for e in explanations if e.stage == "compression_update" and any(
+        "present_compressed_kv" in line for line in e.summary)]
+    assert records
+    for explanation in records:
+        finding = explanation.diagnosis[0]
+        assert finding.kind == "never-written" and finding.evidence["source"] == "past_compression_carry"
+        assert finding.evidence["trial"] == "state:never-written" and finding.decisive
+        assert not explanation.trials and "structural: no numeric ingredient tried" in explanation.headline()

@@ -1,0 +1,69 @@
+"""Binary32 fma(a, b, c) with one rounding, compiled: what explain's FMA hypotheses evaluate.
+
+The formulation is csa_conform.numerics.variant.fmaf's, proven exact: a
+binary32 product has at most 48 significant bits and exponents in
+[-298, 256], so it is exact in binary64; Knuth's TwoSum gives the binary64
+sum and its exact error; rounding that sum to odd (set the last bit when the
+error is non-zero) keeps 53 >= 24 + 2 bits, so the single rounding to
+binary32 that follows is the correct rounding of a*b + c (Boldo & Melquiond,
+"Emulation of FMA and correctly rounded sums: proved algorithms using
+rounding to odd"). Infinities and NaNs pass through the binary64 arithmetic
+as IEEE says. With numba the loop is compiled (fastmath off, so nothing is
+contracted); without it the NumPy formulation runs. Both are compared with
+the C library's fmaf on every edge class in tests/explain/test_exact_fma.py.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from csa_conform.numerics.variant import fmaf as numpy_fmaf
+from csa_conform.oracle.engine import numba_available
+
+__all__ = ["fmaf"]
+
+_KERNEL: list[Callable] = []
+
+
+def _kernel() -> Callable:
+    """The compiled loop over flat binary32 arrays (compiled on first use)."""
+    if not _KERNEL:
+        from numba import njit
+
+        from csa_conform.oracle.compile_cache import kernel_cache
+
+        @njit(cache=kernel_cache(), fastmath=False)
+        def fused(a, b, c, out):  # pragma: no cover - compiled
+            totals = np.empty(a.shape[0], dtype=np.float64)
+            bits = totals.view(np.int64)
+            for i in range(a.shape[0]):
+                product = np.float64(a[i]) * np.float64(b[i])
+                addend = np.float64(c[i])
+                total = product + addend
+                totals[i] = total
+                if total - total != 0.0:  # an infinity or a NaN: IEEE's result already
+                    out[i] = np.float32(total)
+                    continue
+                virtual = total - product
+                error = (product - (total - virtual)) + (addend - virtual)
+                if error != 0.0 and (bits[i] & 1) == 0:
+                    bits[i] += 1 if (error > 0.0) == (total > 0.0) else -1
+                out[i] = np.float32(totals[i])
+        _KERNEL.append(fused)
+    return _KERNEL[0]
+
+
+def compiled_fmaf(a, b, c) -> np.ndarray:
+    """fma over broadcast binary32 arrays through the compiled loop (numba must import)."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(value, dtype=np.float32) for value in (a, b, c)))
+    out = np.empty(a.shape, dtype=np.float32)
+    _kernel()(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1),
+              np.ascontiguousarray(c).reshape(-1), out.reshape(-1))
+    return out
+
+
+def fmaf(a, b, c) -> np.ndarray:
+    """Binary32 a*b+c rounded once: compiled when numba imports, else NumPy's formulation."""
+    return compiled_fmaf(a, b, c) if numba_available() else numpy_fmaf(a, b, c)

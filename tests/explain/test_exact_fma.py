@@ -1,0 +1,103 @@
+"""The exact binary32 fma explain evaluates (compiled, and its NumPy fallback) equals the C library's fmaf,
+which is correctly rounded (hardware FMA on x86-64), bit for bit on every edge class."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+import pytest
+
+from csa_conform.explain.exact_fma import compiled_fmaf, fmaf
+from csa_conform.numerics.variant import fmaf as numpy_fmaf
+
+LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
+LIBM.fmaf.restype = ctypes.c_float
+LIBM.fmaf.argtypes = (ctypes.c_float,) * 3
+
+F32 = np.float32
+TINY = F32(2.0**-149)
+MAX = np.finfo(np.float32).max
+
+
+def _bits(x):
+    return np.asarray(x, dtype=np.float32).view(np.uint32)
+
+
+def _hardware(a, b, c) -> np.ndarray:
+    return np.array([LIBM.fmaf(float(x), float(y), float(z)) for x, y, z in zip(a, b, c)], dtype=np.float32)
+
+
+def _edge_classes(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    n = 2000
+    a = rng.standard_normal(n).astype(F32)
+    b = rng.standard_normal(n).astype(F32)
+    product = a.astype(np.float64) * b
+    # ties: c puts a*b+c exactly halfway between two binary32 neighbours (odd and even low bits)
+    c_tie = np.empty(n, dtype=F32)
+    a_tie = np.ldexp(F32(1) + rng.integers(0, 2**23, n).astype(F32) * F32(2.0**-23), 0).astype(F32)
+    b_tie = np.full(n, F32(1.5) + F32(2.0**-23))
+    exact = a_tie.astype(np.float64) * b_tie
+    c_tie[:] = (-(exact - exact.astype(F32).astype(np.float64))).astype(F32)
+    c_tie += np.where(np.arange(n) % 2 == 0, F32(2.0**-24), F32(-(2.0**-24))) * np.ldexp(F32(1), 1)
+    subnormal = rng.integers(1, 2**23, n).astype(np.float64) * 2.0**-149
+    return {
+        "random": (a, b, rng.standard_normal(n).astype(F32)),
+        "cancellation": (a, b, (-product * (1 + rng.standard_normal(n) * 2.0**-22)).astype(F32)),
+        "exact cancellation": (a, b, -(a * b)),
+        "ties": (a_tie, b_tie, c_tie),
+        "subnormal results": ((subnormal * 2.0**60).astype(F32), np.full(n, F32(2.0**-60)),
+                              (rng.integers(-2**10, 2**10, n) * 2.0**-149).astype(F32)),
+        "subnormal inputs": (subnormal.astype(F32), rng.standard_normal(n).astype(F32),
+                             (rng.standard_normal(n) * 2.0**-140).astype(F32)),
+        "underflow to zero": (np.full(n, TINY), (rng.random(n) * 0.75).astype(F32),
+                              np.where(np.arange(n) % 2 == 0, F32(0), F32(-0.0)).astype(F32)),
+        "overflow": ((rng.random(n) * 2 + 1).astype(F32) * F32(2.0**100), np.full(n, F32(2.0**28)),
+                     np.where(np.arange(n) % 3 == 0, -MAX, F32(0)).astype(F32)),
+        "overflow brought back": (np.full(n, MAX), np.full(n, F32(2.0)), np.full(n, -MAX)),
+        "signed zeros": (np.tile(np.array([0.0, -0.0, 0.0, -0.0, 1.0, -1.0], F32), n // 6 + 1)[:n],
+                         np.tile(np.array([1.0, 1.0, -1.0, -1.0, 0.0, -0.0], F32), n // 6 + 1)[:n],
+                         np.tile(np.array([0.0, -0.0, -0.0, 0.0, -0.0, 0.0], F32), n // 6 + 1)[:n]),
+        "infinities and NaN": (np.tile(np.array([np.inf, 0.0, np.inf, np.nan, 1.0, -np.inf], F32), n // 6 + 1)[:n],
+                               np.tile(np.array([1.0, np.inf, -1.0, 1.0, 1.0, 2.0], F32), n // 6 + 1)[:n],
+                               np.tile(np.array([1.0, 1.0, np.inf, 0.0, np.inf, np.inf], F32), n // 6 + 1)[:n]),
+    }
+
+
+EDGES = _edge_classes(np.random.default_rng(16))
+
+
+@pytest.mark.parametrize("edge", list(EDGES))
+@pytest.mark.parametrize("implementation", ["numpy", "compiled"])
+def test_exact_fma_equals_the_hardware_fma(edge, implementation):
+    if implementation == "compiled":
+        pytest.importorskip("numba")
+    a, b, c = EDGES[edge]
+    function = compiled_fmaf if implementation == "compiled" else numpy_fmaf
+    got, expected = function(a, b, c), _hardware(a, b, c)
+    nan = np.isnan(expected)
+    assert (np.isnan(got) == nan).all()
+    assert (_bits(got)[~nan] == _bits(expected)[~nan]).all(), edge
+
+
+def test_every_edge_class_is_one_where_a_single_rounding_can_matter():
+    """The classes exercise what they name: ties and cancellation differ from two roundings, subnormal
+    results and zeros of both signs occur, and an overflowing product comes back into range."""
+    def unfused(edge):
+        a, b, c = EDGES[edge]
+        with np.errstate(all="ignore"):
+            return (a * b + c).astype(F32)
+    for edge in ("ties", "cancellation", "overflow brought back"):
+        assert (_bits(unfused(edge)) != _bits(_hardware(*EDGES[edge]))).any(), edge
+    results = _hardware(*EDGES["subnormal results"])
+    assert ((np.abs(results) < 2.0**-126) & (results != 0)).any()
+    zeros = _bits(_hardware(*EDGES["signed zeros"]))
+    assert {0, 0x80000000} <= set(zeros.tolist())
+
+
+def test_broadcast_shapes_and_the_dispatch():
+    a = np.arange(6, dtype=F32).reshape(2, 3)
+    got = fmaf(a, F32(3), np.ones((1, 3), F32))
+    assert got.shape == (2, 3) and got.dtype == np.float32
+    assert (_bits(got) == _bits(numpy_fmaf(a, F32(3), np.ones((1, 3), F32)))).all()

@@ -1,0 +1,102 @@
+"""The numeric search: trials screened on attention's differing query rows and confirmed on the whole
+stage, and the stated cap on the combinations tried (reported in the document when hit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+
+import csa_conform.explain as explain
+from csa_conform.contract import validate_step
+from csa_conform.diff import compare_payloads
+from csa_conform.explain import EXPLAINED, UNEXPLAINED, explain_step
+from csa_conform.explain.rounded_libm import correctly_rounded
+from csa_conform.explain.rows import differing_rows
+from csa_conform.explain.stages import run_stage
+from csa_conform.golden import GoldenFile
+from csa_conform.numerics.variant import Numerics
+from csa_conform.results import schema
+
+CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
+ATTENTION = "sparse_sink_softmax_attention"
+
+
+def _step(case: str):
+    with GoldenFile(CI_GOLDENS) as golden:
+        info, step = golden.case_info(case), golden.read_step(case, 0)
+    return validate_step(info.attrs, step.inputs, info.output_names), step.inputs, step.stages
+
+
+def _explain(stage, g, inputs, expected, payload):
+    device = dict(expected, **{stage: payload})
+    diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: payload}) if not diff.passed]
+    assert diffs
+    return explain_step("case", 0, stage, g, inputs, expected, device, diffs, None, {})
+
+
+def _rounded_expf_rows(g, inputs, expected, rows):
+    """The attention payload with expf correctly rounded in `rows` only, the reference's elsewhere."""
+    rounded = run_stage(ATTENTION, g, inputs, expected, Numerics({"expf": correctly_rounded("expf")}))
+    payload = {name: np.array(array, copy=True) for name, array in expected[ATTENTION].items()}
+    for name in payload:
+        payload[name][:, rows] = rounded[name][:, rows]
+    return rounded, payload
+
+
+def test_attention_trials_run_on_the_differing_rows_and_the_cause_on_the_whole_stage():
+    g, inputs, expected = _step("boundaries.r4-prefill-7")
+    rounded, _ = _rounded_expf_rows(g, inputs, expected, slice(None))
+    rows = differing_rows(rounded, expected[ATTENTION])
+    assert 0 < rows.size <= g.sequence // 2, "the case must have rows the hypothesis leaves alone"
+    explanation = _explain(ATTENTION, g, inputs, expected, rounded)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "expf:correctly-rounded"
+    assert explanation.search["screened_rows"] == rows.size
+    whole = sum(np.asarray(array).size for array in expected[ATTENTION].values())
+    assert explanation.cause.elements == whole
+    screened = [trial for trial in explanation.trials if trial.key != explanation.cause.key]
+    assert all(trial.elements < whole for trial in screened if not trial.rejected)
+
+
+def test_a_hypothesis_that_reproduces_only_the_screened_rows_is_no_cause():
+    """The device rounds expf correctly in one differing row only: screened on that row the hypothesis
+    reproduces, but re-run on the whole stage it changes rows the device computed the reference's way."""
+    g, inputs, expected = _step("boundaries.r128-resumed-119-chunks")
+    rounded, _ = _rounded_expf_rows(g, inputs, expected, slice(None))
+    rows = differing_rows(rounded, expected[ATTENTION])
+    assert rows.size >= 2
+    _, payload = _rounded_expf_rows(g, inputs, expected, rows[:1])
+    explanation = _explain(ATTENTION, g, inputs, expected, payload)
+    assert explanation.search["screened_rows"] == 1
+    assert explanation.verdict == UNEXPLAINED and explanation.cause is None
+    single = next(trial for trial in explanation.trials if trial.key == "expf:correctly-rounded")
+    assert single.mismatches > 0 and single.elements == sum(a.size for a in expected[ATTENTION].values())
+
+
+def test_the_combination_search_stops_at_its_cap_and_says_so(monkeypatch):
+    """A record byte no ingredient produces: every combination would be tried; the cap stops it."""
+    g, inputs, expected = _step("boundaries.r4-prefill-8")
+    stage = "compression_update"
+    payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
+    payload["present_compressed_kv"][0, -1, -1] ^= 0x01  # the last bf16 byte of the RoPE tail
+    monkeypatch.setattr(explain, "COMBINATION_CAP", 3)
+    explanation = _explain(stage, g, inputs, expected, payload)
+    search = explanation.search
+    assert explanation.verdict == UNEXPLAINED
+    assert search["combinations"] == 3 and search["cap"] == 3 and search["capped"] and search["untried"] > 0
+    assert len(explanation.trials) == search["singles"] + 3
+    assert any(f"stopped at its cap of 3 combinations ({search['untried']:,} more not tried)" in line
+               for line in explanation.lines())
+    entry = schema()["properties"]["explain"]["properties"]["explanations"]["items"]
+    jsonschema.validate(explanation.to_dict(), dict(entry, **{"$defs": schema()["$defs"]}))
+
+
+def test_without_the_cap_every_combination_runs(monkeypatch):
+    g, inputs, expected = _step("boundaries.r4-prefill-8")
+    stage = "compression_update"
+    payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
+    payload["present_compressed_kv"][0, -1, -1] ^= 0x01
+    monkeypatch.setattr(explain, "COMBINATION_CAP", 1000)
+    search = _explain(stage, g, inputs, expected, payload).search
+    assert not search["capped"] and search["untried"] == 0 and search["combinations"] > 3
