@@ -32,7 +32,7 @@ from csa_conform.oracle.compiled_records import (
 from csa_conform.oracle.compiled_softmax import softmax_with_sink
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
-from csa_conform.oracle.parallel import map_chunks, query_chunks, worker_count
+from csa_conform.oracle.parallel import even_parts, map_chunks, query_chunks, worker_count
 from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, raise_first_invalid
 
 # Query chunks hold this many softmax elements: each chunk's probabilities
@@ -58,12 +58,6 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
 
     map_chunks(score_chunk, record_chunks(records))
     return masked_scores(geometry, scores, row_limit)
-
-
-def even_parts(size: int, parts: int) -> list[slice]:
-    """``size`` split into at most ``parts`` contiguous ranges of nearly equal length."""
-    bounds = np.linspace(0, size, min(parts, size) + 1).astype(int) if size else np.array([0, 0])
-    return [slice(int(begin), int(end)) for begin, end in zip(bounds[:-1], bounds[1:])]
 
 
 def record_chunks(records: int) -> list[slice]:
