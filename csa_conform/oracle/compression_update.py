@@ -11,7 +11,6 @@ from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.compressor import pool_and_finalize, stream
-from csa_conform.oracle.parallel import even_parts, map_chunks, worker_count
 from csa_conform.oracle.payloads import StagePayload
 from csa_conform.oracle.pooling import finalize_attention_records
 
@@ -43,20 +42,6 @@ def attention_records(geometry: StepGeometry, candidates, block_starts, compress
     return pool_and_finalize(candidates, block_starts, finalize, prefix, numerics)
 
 
-def appended(past: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """np.concatenate([past, new], axis=1), the past copied in record chunks on every core: at 2^20
-    tokens the past cache is 146 MiB, a copy that one thread spends ~15 ms on."""
-    shape = past.shape[:1] + (past.shape[1] + new.shape[1],) + past.shape[2:]
-    present = np.empty(shape, dtype=np.result_type(past, new))
-
-    def copy(chunk: slice) -> None:
-        present[:, chunk] = past[:, chunk]
-
-    map_chunks(copy, even_parts(past.shape[1], worker_count()))
-    present[:, past.shape[1]:] = new
-    return present
-
-
 def present_compression(
     geometry: StepGeometry, past_compressed_kv, logical, packed, carry, decode=decode_fp8_record
 ) -> StagePayload:
@@ -64,10 +49,10 @@ def present_compression(
     record, decoded from the present cache (through `decode`, which the numba engine compiles) only
     when read."""
     if geometry.cache_format == "f32":
-        present = appended(np.asarray(past_compressed_kv, dtype=np.float32), logical)
+        present = np.concatenate([np.asarray(past_compressed_kv, dtype=np.float32), logical], axis=1)
         logical_records = present.copy
     else:
-        present = appended(past_compressed_kv, packed)
+        present = np.concatenate([past_compressed_kv, packed], axis=1)
         logical_records = partial(decode, present)
     tensors = {"present_compressed_kv": present, "present_compression_carry": carry}
     return StagePayload(tensors, {"logical_records": logical_records})

@@ -10,7 +10,6 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.numerics.records import decode_fp4_record
 from csa_conform.numerics.variant import REFERENCE, Numerics
-from csa_conform.oracle.compression_update import appended
 from csa_conform.oracle.compressor import pool_and_finalize, stream
 from csa_conform.oracle.payloads import StagePayload
 from csa_conform.oracle.pooling import finalize_index_records
@@ -45,6 +44,6 @@ def index_records(geometry: StepGeometry, candidates, block_starts, index_compre
 def present_index_keys(past_index_key, logical, packed, carry, decode=decode_fp4_record) -> StagePayload:
     """The stage payload; every logical key is decoded from the present keys (through `decode`, which
     the numba engine compiles) only when read: scoring reads the packed keys."""
-    present = appended(past_index_key, packed)
+    present = np.concatenate([past_index_key, packed], axis=1)
     tensors = {"present_index_key": present, "present_index_carry": carry}
     return StagePayload(tensors, {"logical_keys": partial(decode, present)})

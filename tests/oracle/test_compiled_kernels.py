@@ -129,7 +129,7 @@ def test_no_kernel_uses_numba_threads():
 def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
     import numba
 
-    from csa_conform.oracle import compiled_stages, compression_update, parallel
+    from csa_conform.oracle import compiled_stages, parallel
 
     info, steps = _steps(case_id)
     names = list(info.output_names)
@@ -138,7 +138,6 @@ def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
     for workers, working_set in settings:
         monkeypatch.setattr(parallel, "worker_count", lambda workers=workers: workers)
         monkeypatch.setattr(compiled_stages, "worker_count", lambda workers=workers: workers)
-        monkeypatch.setattr(compression_update, "worker_count", lambda workers=workers: workers)
         monkeypatch.setattr(parallel, "WORKING_SET_ELEMENTS", working_set)
         monkeypatch.setattr(compiled_stages, "SOFTMAX_CHUNK_ELEMENTS", working_set)
         for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):

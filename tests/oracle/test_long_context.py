@@ -10,9 +10,8 @@ from csa_conform.fixtures import suite_recipes
 from csa_conform.fixtures.stream import assemble
 from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.oracle import parallel, run_step
-from csa_conform.oracle.compression_update import appended, present_compression
+from csa_conform.oracle.compression_update import present_compression
 from csa_conform.oracle.engine import numba_available
-from csa_conform.oracle.parallel import even_parts
 from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows
 
 PREFILL = "long.r4-n2-i8-prefill-t65537"
@@ -37,21 +36,7 @@ def test_engines_and_thread_counts_agree_on_a_step_over_sixteen_thousand_records
     for workers in (1, 3):
         monkeypatch.setattr(parallel, "worker_count", lambda workers=workers: workers)
         monkeypatch.setattr("csa_conform.oracle.compiled_stages.worker_count", lambda workers=workers: workers)
-        monkeypatch.setattr("csa_conform.oracle.compression_update.worker_count", lambda workers=workers: workers)
         assert _payload_bytes(run_step(*long_step, engine="numba")) == reference
-
-
-@pytest.mark.parametrize("workers", (1, 2, 3, 7))
-def test_the_present_cache_copied_on_every_core_is_the_concatenation(workers, monkeypatch):
-    monkeypatch.setattr("csa_conform.oracle.compression_update.worker_count", lambda: workers)
-    rng = np.random.default_rng(workers)
-    for past_records, new_records in ((0, 1), (5, 0), (6, 2), (1, 1)):
-        past = rng.integers(0, 256, (2, past_records, 583), dtype=np.uint8)
-        new = rng.integers(0, 256, (2, new_records, 583), dtype=np.uint8)
-        expected = np.concatenate([past, new], axis=1)
-        present = appended(past, new)
-        assert present.dtype == expected.dtype and present.tobytes() == expected.tobytes()
-        assert even_parts(past_records, workers)[-1].stop == past_records
 
 
 def test_decoded_records_are_built_on_first_read_only_and_keep_the_payload_order():
