@@ -5,8 +5,14 @@ tensor (what ``bisect`` reports). Any smaller case whose chained device run
 diverges at the same stage and tensor replaces it: first the stream started
 at the failing step from its stored past state (earlier steps put back only
 when the divergence needs the device's own state from them) with the later
-steps dropped, then, greedily, fewer batch rows, fewer query tokens of the
-last step, fewer heads, index heads and top-k slots, and fewer leading steps.
+steps dropped, then, greedily, fewer batch rows, the failing token (or the
+step) restarted as a prefill from position 0 (no past records, cleared
+carries, a current_kv of just its own positions), fewer past records (the
+stream moved back a block per record), fewer query tokens of the last step, a
+shorter current_kv, fewer heads, index heads and top-k slots, no or a more
+broadcast attention_bias, no selected_indices output, and fewer leading steps.
+What the contract fixes (the compressors' ape and norm, one row's carries)
+never shrinks: ``Stream.fixed_elements`` is that floor.
 Every candidate is a fresh oracle run of the transformed inputs (one the
 contract rejects is skipped), so the reduced case verifies by construction;
 the search stops at a fixed point or when its time budget is spent.
@@ -24,8 +30,26 @@ from csa_conform.device.conformance import first_divergence, replay
 from csa_conform.device.modes import STAGES
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.golden import GoldenCase, GoldenFile, write_goldens
-from csa_conform.streams import Stream, heads, index_heads, kv_window, later_tokens, rows, tokens, topk
+from csa_conform.streams import (
+    Stream,
+    bias_axes,
+    bias_broadcast,
+    fitted,
+    heads,
+    index_heads,
+    kv_window,
+    later_tokens,
+    past_records,
+    restarted,
+    rows,
+    tokens,
+    topk,
+    without_bias,
+    without_output,
+)
 
+BIAS = "attention_bias"
+SELECTED = "selected_indices"
 # At most this many single-row / single-head candidates are tried before halves.
 SINGLES = 4
 
@@ -47,8 +71,23 @@ def _smaller(count: int, hint: int | None = None) -> list[int]:
 
 def candidates(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
     """Smaller streams, the biggest reductions first, each with what it changed."""
+    for change, candidate in _edits(stream, element):
+        yield change, fitted(candidate)
+
+
+def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
     for keep in _subsets(stream.batch, element.get("b")):
         yield f"B {stream.batch} -> {len(keep)} (rows {keep})", rows(stream, keep)
+    if len(stream.steps) == 1 and (stream.start or stream.tokens > 1):
+        token = min(element.get("s", 0), stream.tokens - 1)
+        yield f"token {token} alone as a prefill from position 0", restarted(stream, token, 1)
+        if stream.start and stream.tokens > 1:
+            yield f"the step's {stream.tokens} tokens as a prefill from position 0", restarted(stream, 0, stream.tokens)
+    records = int(stream.steps[0]["past_compressed_kv"].shape[1])
+    for remaining in [0, *_smaller(records)]:
+        if remaining < records and (candidate := past_records(stream, remaining)) is not None:
+            yield (f"past records {records} -> {remaining} (start {stream.start} -> "
+                   f"{stream.start - (records - remaining) * stream.ratio})"), candidate
     hint = element["s"] + 1 if "s" in element else None
     for count in _smaller(stream.tokens, hint):
         yield f"S {stream.tokens} -> {count}", tokens(stream, count)
@@ -66,6 +105,14 @@ def candidates(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, S
         yield f"I {stream.index_heads} -> {len(keep)} (index heads {keep})", index_heads(stream, keep)
     for k in _smaller(stream.topk):
         yield f"top-k {stream.topk} -> {k}", topk(stream, k)
+    axes = bias_axes(stream)
+    if any(BIAS in step for step in stream.steps):
+        yield "no attention_bias", without_bias(stream)
+    for dimension in axes:
+        yield f"attention_bias broadcast along {dimension}", bias_broadcast(stream, dimension)
+    if SELECTED in stream.output_names:
+        yield f"outputs {len(stream.output_names)} -> {len(stream.output_names) - 1} (no {SELECTED})", \
+            without_output(stream, SELECTED)
     for first in range(1, len(stream.steps)):
         yield f"steps {len(stream.steps)} -> {len(stream.steps) - first}", stream.from_step(first)
 
@@ -164,3 +211,50 @@ def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
             break
     case = current.case(reduced_id, description)
     return Reduction(stream, current, case, current_found, trials, kept, time.perf_counter() - started, complete)
+
+
+# Without --case: at most this many of a file's diverging cases are reduced (the smallest first).
+FILE_CASES = 3
+
+
+@dataclass
+class FileReduction:
+    """The smallest repro of a file: the best of its smallest diverging cases' reductions."""
+
+    best: Reduction
+    case_id: str
+    diverging: list[str]  # the cases found diverging, smallest first
+    scanned: int
+    reduced: list[tuple[str, int, int]]  # (case, elements before, after) per reduction made
+
+
+def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, budget_s: float,
+                say: Callable[[str], None]) -> FileReduction | None:
+    """Probe the file's cases smallest first (chained, these kernels) until ``FILE_CASES`` diverge or
+    half the budget is spent, reduce each of those in an equal share of what is left, and keep the
+    smallest reduced case; None when none of the probed cases diverges."""
+    started = time.perf_counter()
+    order = sorted(streams, key=lambda case: streams[case].elements())
+    diverging: list[str] = []
+    scanned = 0
+    for case_id in order:
+        if len(diverging) == FILE_CASES or time.perf_counter() - started >= budget_s / 2:
+            break
+        scanned += 1
+        if first_divergence(replay(golden, case_id, probe.runner), STAGES, probe.ulp) is not None:
+            diverging.append(case_id)
+            say(f"reduce: {case_id} diverges ({streams[case_id].elements():,} input elements)")
+    say(f"reduce: {len(diverging)} diverging of {scanned} cases probed (smallest first, of {len(order)})")
+    best: tuple[Reduction, str] | None = None
+    reduced = []
+    for position, case_id in enumerate(diverging):
+        share = (budget_s - (time.perf_counter() - started)) / (len(diverging) - position)
+        reduction = reduce_case(streams[case_id], case_id, probe, max(share, 1.0), say)
+        if reduction is None:
+            continue
+        reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))
+        if best is None or reduction.reduced.elements() < best[0].reduced.elements():
+            best = (reduction, case_id)
+    if best is None:
+        return None
+    return FileReduction(best[0], best[1], diverging, scanned, reduced)

@@ -221,7 +221,8 @@ def _merge_kernels(described: list[dict | None]) -> dict | None:
     counted: dict[tuple, dict] = {}
     for kernels in present:
         for launch in kernels.get("launches", []):
-            key = (launch["path"], launch["module"], launch.get("entry", ""), launch.get("source_sha256", ""))
+            key = (launch["path"], launch["module"], launch.get("entry", ""), launch.get("source_sha256", ""),
+                   launch.get("block", 0))
             counted.setdefault(key, {**launch, "count": 0})["count"] += launch["count"]
     merged["launches"] = [counted[key] for key in sorted(counted)]
     replays = [kernels["replay"] for kernels in present if kernels.get("replay")]

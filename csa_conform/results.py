@@ -252,10 +252,11 @@ def kernel_provenance(provenance) -> dict:
     described = provenance.to_dict()
     counted: dict[tuple, dict] = {}
     for launch in provenance.launches:
-        key = (launch.path, launch.module, launch.entry, launch.source_sha256)
+        key = (launch.path, launch.module, launch.entry, launch.source_sha256, launch.block[0])
         found = counted.setdefault(key, {
             "path": launch.path, "module": launch.module, "stages": list(launch.stages), "count": 0,
-            **({"entry": launch.entry, "source_sha256": launch.source_sha256} if launch.entry else {}),
+            **({"entry": launch.entry, "source_sha256": launch.source_sha256, "block": launch.block[0]}
+               if launch.entry else {}),
         })
         found["count"] += 1
     described["launches"] = [counted[key] for key in sorted(counted)]

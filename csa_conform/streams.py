@@ -32,6 +32,13 @@ INDEX_HEAD_AXIS = {"index_query": 2, "index_weight": 2}
 BIAS = "attention_bias"
 # attention_bias broadcasts to [B, N, S, C] from the right: its axis for each of those, by rank.
 BIAS_DIMENSION = {"B": 4, "N": 3, "S": 2, "C": 1}
+# Inputs whose shape the contract fixes whatever B, S, N, I, Kc and the position: per step, and per row.
+FIXED_INPUTS = ("compressor_ape", "compressor_norm", "index_compressor_ape", "index_compressor_norm",
+                "total_sequence_length")
+FIXED_ROW_INPUTS = ("past_compression_carry", "past_index_carry", "seqlens_k")
+PAST_RECORDS = ("past_compressed_kv", "past_index_key")
+CARRIES = ("past_compression_carry", "past_index_carry")
+DENSE_WINDOW = 128
 
 
 @dataclass(frozen=True)
@@ -64,9 +71,34 @@ class Stream:
     def topk(self) -> int:
         return int(self.attrs.get("index_topk", 0))
 
+    @property
+    def ratio(self) -> int:
+        return int(self.attrs["compression_ratio"])
+
+    @property
+    def start(self) -> int:
+        """The first step's first position."""
+        first = self.steps[0]
+        return int(first["total_sequence_length"]) - int(first["query"].shape[1])
+
     def elements(self) -> int:
         """Input elements over every step: the size the acceptance criteria measure."""
         return sum(int(array.size) for step in self.steps for array in step.values())
+
+    def fixed_elements(self) -> int:
+        """The input elements the contract fixes for a one-step case of this stream's ratio and rows:
+        the compressors' ape and norm, each row's carries, the cursors."""
+        step = self.steps[-1]
+        return (sum(int(step[name].size) for name in FIXED_INPUTS if name in step)
+                + self.batch * sum(int(step[name][0].size) for name in FIXED_ROW_INPUTS if name in step))
+
+    def window_floor(self) -> tuple[int, int]:
+        """(the first raw position the last step's current_kv must hold, its elements over the rows):
+        the first query's dense window reaches back to max(0, start + 1 - 128)."""
+        step = self.steps[-1]
+        total = int(step["total_sequence_length"])
+        first = max(0, total - int(step["query"].shape[1]) + 1 - DENSE_WINDOW)
+        return first, (total - first) * int(step["current_kv"].shape[2]) * self.batch
 
     def shape(self) -> dict[str, int]:
         longest = {axis: max(int(step[name].shape[1]) for step in self.steps)
@@ -133,6 +165,32 @@ def _select(stream: Stream, axes: dict[str, int], bias: str, keep, attrs: dict |
     return replace(stream, steps=tuple(steps), attrs={**stream.attrs, **(attrs or {})})
 
 
+def _candidates(inputs: dict[str, np.ndarray], attrs: dict) -> int:
+    """C of the step's scores [B, N, S, C]: the dense slots, then top-k width or every record."""
+    total, count = int(inputs["total_sequence_length"]), int(inputs["query"].shape[1])
+    window = int(inputs["current_kv"].shape[1])
+    dense = min(window, DENSE_WINDOW) if total == count else DENSE_WINDOW
+    ratio = int(attrs["compression_ratio"])
+    records = total // ratio
+    return dense + (min(int(attrs.get("index_topk", 0)), records) if ratio == 4 else records)
+
+
+def _fitted_bias(inputs: dict[str, np.ndarray], attrs: dict) -> np.ndarray:
+    bias = inputs[BIAS]
+    axis = _bias_axis(bias, "C")
+    goal = _candidates(inputs, attrs)
+    if axis is None or bias.shape[axis] == goal:
+        return bias
+    return _take(bias, axis, np.arange(goal) % bias.shape[axis])
+
+
+def fitted(stream: Stream) -> Stream:
+    """The stream with each step's attention_bias candidate axis (if it has one) cut or cycled to the
+    step's C, so an edit that changes the candidate count keeps a bias the contract accepts."""
+    return replace(stream, steps=tuple({**step, BIAS: _fitted_bias(step, stream.attrs)} if BIAS in step else step
+                                       for step in stream.steps))
+
+
 def rows(stream: Stream, keep) -> Stream:
     return _select(stream, BATCH_AXIS, "B", keep)
 
@@ -196,6 +254,89 @@ def later_tokens(stream: Stream, first: int) -> Stream | None:
         rest[name] = array if axis is None else _take(array, axis, range(first, count))
     rest.update({past: state[present] for present, past in STATE_THREADING.items() if past in inputs})
     return replace(stream, steps=(rest,), threaded=(frozenset(),))
+
+
+def _shifted(inputs: dict[str, np.ndarray], by: int) -> dict[str, np.ndarray]:
+    """The step's cursors ``by`` positions earlier, current_kv cut so it stays inside 0..T-1."""
+    total = int(inputs["total_sequence_length"]) - by
+    edited = dict(inputs)
+    edited["total_sequence_length"] = np.array(total, np.int64)
+    edited["seqlens_k"] = (inputs["seqlens_k"] - by).astype(inputs["seqlens_k"].dtype)
+    edited["current_kv"] = np.ascontiguousarray(inputs["current_kv"][:, max(0, inputs["current_kv"].shape[1] - total):])
+    return edited
+
+
+def past_records(stream: Stream, keep: int) -> Stream | None:
+    """The stream started ``ratio`` positions earlier per dropped past record: the first step keeps
+    only its last ``keep`` stored records (and index keys), every later step moves with it (None
+    when a later step's past state is stored rather than threaded, or the carry's phase would move)."""
+    first = stream.steps[0]
+    dropped = int(first["past_compressed_kv"].shape[1]) - keep
+    if dropped <= 0 or any(
+            past in step and past not in threaded
+            for step, threaded in zip(stream.steps[1:], stream.threaded[1:]) for past in (*PAST_RECORDS, *CARRIES)):
+        return None
+    by = dropped * stream.ratio
+    steps = [_shifted(step, by) for step in stream.steps]
+    for name in PAST_RECORDS:
+        if name in first:
+            steps[0][name] = np.ascontiguousarray(first[name][:, first[name].shape[1] - keep:])
+    return replace(stream, steps=tuple(steps))
+
+
+def _cleared(carry: np.ndarray) -> np.ndarray:
+    """A carry as a step from position 0 clears it: kv 0, score -inf."""
+    cleared = np.zeros_like(carry)
+    cleared[:, :, 1] = -np.inf
+    return cleared
+
+
+def restarted(stream: Stream, first: int, count: int) -> Stream:
+    """The last step's tokens ``first .. first+count-1`` alone, as a prefill from position 0: no past
+    records, cleared carries, current_kv the raw positions of just those tokens."""
+    inputs = stream.steps[-1]
+    window, length = int(inputs["current_kv"].shape[1]), int(inputs["query"].shape[1])
+    step = {}
+    for name, array in inputs.items():
+        axis = _bias_axis(array, "S") if name == BIAS else TOKEN_AXIS.get(name)
+        step[name] = array if axis is None else _take(array, axis, range(first, first + count))
+    base = window - length + first
+    step["current_kv"] = np.ascontiguousarray(inputs["current_kv"][:, base: base + count])
+    step["total_sequence_length"] = np.array(count, np.int64)
+    step["seqlens_k"] = np.full_like(inputs["seqlens_k"], count - 1)
+    for name in PAST_RECORDS:
+        if name in inputs:
+            step[name] = np.ascontiguousarray(inputs[name][:, :0])
+    for name in CARRIES:
+        if name in inputs:
+            step[name] = _cleared(inputs[name])
+    return replace(stream, steps=(step,), threaded=(frozenset(),))
+
+
+def without_bias(stream: Stream) -> Stream:
+    return replace(stream, steps=tuple({name: array for name, array in step.items() if name != BIAS}
+                                       for step in stream.steps))
+
+
+def bias_broadcast(stream: Stream, dimension: str) -> Stream:
+    """attention_bias broadcast along ``dimension`` (its first slice there kept, extent 1)."""
+    steps = []
+    for step in stream.steps:
+        edited = dict(step)
+        if BIAS in step and (axis := _bias_axis(step[BIAS], dimension)) is not None:
+            edited[BIAS] = _take(step[BIAS], axis, [0])
+        steps.append(edited)
+    return replace(stream, steps=tuple(steps))
+
+
+def bias_axes(stream: Stream) -> list[str]:
+    """The [B, N, S, C] dimensions along which some step's attention_bias is not broadcast."""
+    return [dimension for dimension in BIAS_DIMENSION
+            if any(BIAS in step and _bias_axis(step[BIAS], dimension) is not None for step in stream.steps)]
+
+
+def without_output(stream: Stream, name: str) -> Stream:
+    return replace(stream, output_names=tuple(output for output in stream.output_names if output != name))
 
 
 # Per-row inputs a random neighbour row draws afresh (a permutation of its source row's own values);

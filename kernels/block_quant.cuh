@@ -531,23 +531,27 @@ __device__ void csa_clear_slots(float* slots, long long count, int width)
     for (long long i = 0; i < count; ++i) slots[i] = (i / width) % 2 ? CSA_NEG_INF : 0.0f;
 }
 
-/* The past records into the present cache.  One thread per batch row copies
- * the whole cache (the launch is B x 1, as in production): 153 MB at 2^20
- * tokens, which byte by byte takes seconds, so 8 bytes at a time where both
- * rows are 8-byte aligned (row 0 always is), then the odd bytes. */
+/* The past records into the present cache, spread over the block's threads
+ * (a declared wider block, or the seed's single thread): 153 MB at 2^20
+ * tokens, so 8 bytes at a time where both rows are 8-byte aligned (row 0
+ * always is), then the odd bytes. */
 __device__ void csa_copy_bytes(unsigned char* to, const unsigned char* from, long long count)
 {
-    long long i = 0;
+    const long long thread = (long long)threadIdx.x;
+    const long long threads = (long long)blockDim.x;
+    long long copied = 0;
     if ((((unsigned long long)to | (unsigned long long)from) & 7ULL) == 0) {
         const unsigned long long* source = (const unsigned long long*)from;
         unsigned long long* target = (unsigned long long*)to;
-        for (; i + 8 <= count; i += 8) target[i / 8] = source[i / 8];
+        for (long long word = thread; word < count / 8; word += threads) target[word] = source[word];
+        copied = count / 8 * 8;
     }
-    for (; i < count; ++i) to[i] = from[i];
+    for (long long i = copied + thread; i < count; i += threads) to[i] = from[i];
 }
 
-/* Stages 1 and 2 for one batch row, on one thread in the reference's order.
- * The past carry and the complete past records are copied to the present
+/* Stages 1 and 2 for one batch row: the block's threads copy the complete
+ * past records, then thread 0 walks the step in the reference's order.
+ * The past carry and the past records are copied to the present
  * buffers (a stream's first step starts from a cleared carry); position p
  * writes slot p mod 128 (ratio 128) or 4 + p mod 4 of the 8-slot overlap
  * carry, whose kv holds two channels of `dim` (ratio 4), with score
@@ -563,7 +567,7 @@ __device__ void csa_compress_row(const float* kv, const float* gate, const float
     int past_row_records, int cache_row_records, const long long* total_ptr, Finalize finalize)
 {
     const int b = (int)blockIdx.x;
-    if (threadIdx.x != 0 || b >= batch) return;
+    if (b >= batch) return;
     const bool overlap = ratio == 4;
     const int width = overlap ? 2 * dim : dim;
     const int slots = overlap ? 2 * ratio : ratio;
@@ -576,8 +580,9 @@ __device__ void csa_compress_row(const float* kv, const float* gate, const float
     unsigned char* records = cache + (long long)b * cache_row_records * record_bytes;
     const float* past_state = past_carry + (long long)b * carry_floats;
     const unsigned char* past_records = past_cache + (long long)b * past_row_records * record_bytes;
-    for (long long i = 0; i < carry_floats; ++i) state[i] = past_state[i];
     csa_copy_bytes(records, past_records, written * record_bytes);
+    if (threadIdx.x != 0) return;  // the walk writes records from `written` on, none the copy writes
+    for (long long i = 0; i < carry_floats; ++i) state[i] = past_state[i];
     if (first_position == 0) csa_clear_slots(state, carry_floats, width);
 
     float* current = overlap ? state + block_floats : state;

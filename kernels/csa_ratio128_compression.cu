@@ -4,7 +4,10 @@
  * RoPE of the last 64 dimensions at the block start, then the 583-byte
  * FP8/bf16 record, or for an f32 cache that record's logical (dequantized)
  * value, which is what the reference keeps.
+ * The block's threads copy the past records (the seed launches one thread).
  */
+__constant__ int csa_block_csa_ratio128_compress = 256;
+
 extern "C" __global__ void csa_ratio128_compress(const float* kv, const float* gate,
     const float* ape, const float* norm, const float* past_carry, const unsigned char* past_cache,
     float* carry, unsigned char* cache, int batch, int sequence, int dim,

@@ -3,7 +3,10 @@
  * (`dim` = 128 per channel).  Each block's pooled vector becomes a 68-byte
  * index key: bf16 RMSNorm, compressed RoPE at the block start, Hadamard,
  * then FP4 E2M1 block-32 (4 x [E8M0 scale, 16 nibble pairs, low nibble first]).
+ * The block's threads copy the past records (the seed launches one thread).
  */
+__constant__ int csa_block_csa_ratio4_index_compress = 256;
+
 extern "C" __global__ void csa_ratio4_index_compress(const float* kv, const float* gate,
     const float* ape, const float* norm, const unsigned char* past_key, const float* past_carry,
     unsigned char* key, float* carry, int batch, int sequence, int dim, int rope_dim,

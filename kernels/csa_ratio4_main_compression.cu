@@ -3,7 +3,10 @@
  * carry.  Each block's pooled vector becomes a 583-byte record: bf16
  * RMSNorm, compressed RoPE of the last `rope_dim` dimensions at the block
  * start, FP8 E4M3 block-64 for the first 448 dimensions and a bf16 tail.
+ * The block's threads copy the past records (the seed launches one thread).
  */
+__constant__ int csa_block_csa_ratio4_main_compress = 256;
+
 extern "C" __global__ void csa_ratio4_main_compress(const float* kv, const float* gate,
     const float* ape, const float* norm, const unsigned char* past_cache, const float* past_carry,
     unsigned char* cache, float* carry, int batch, int sequence, int dim, int rope_dim,

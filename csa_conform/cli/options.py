@@ -59,10 +59,12 @@ def quiet_option(help: str) -> Callable:
     return click.option("-q", "--quiet", is_flag=True, help=help)
 
 
-def case_selection(exact: bool = False) -> Callable:
-    """--case: a glob over case ids, or (``exact``) one case id, required."""
+def case_selection(exact: bool = False, without: str | None = None) -> Callable:
+    """--case: a glob over case ids, or (``exact``) one case id, required unless ``without`` says what
+    the command does without one."""
     if exact:
-        return click.option("--case", "case", required=True, metavar="ID", help="Case id of the stream.")
+        return click.option("--case", "case", required=without is None, default=None, metavar="ID",
+                            help="Case id of the stream" + (f" (default: {without})." if without else "."))
     return click.option("--case", "case_glob", default=None, metavar="GLOB", help="Only cases whose id matches GLOB.")
 
 

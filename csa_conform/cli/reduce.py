@@ -29,9 +29,9 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
-from csa_conform.reduce import Probe, describe, reduce_case
+from csa_conform.reduce import FILE_CASES, Probe, Reduction, describe, reduce_case, reduce_file
 from csa_conform.run import RunOptions
-from csa_conform.streams import stream_of
+from csa_conform.streams import Stream, stream_of
 from csa_conform.verify import verify_case
 
 
@@ -39,13 +39,28 @@ def _sizes(before: dict[str, int], after: dict[str, int]) -> str:
     return ", ".join(f"{key} {before[key]} -> {after[key]}" for key in before)
 
 
+def _elements(original: Stream, reduced: Stream) -> str:
+    """Sizes before and after, and the floor: what the contract fixes for the reduced case's rows
+    and position."""
+    before, after = original.elements(), reduced.elements()
+    first, window = reduced.window_floor()
+    fixed = reduced.fixed_elements() + window
+    rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
+    line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
+            f"(compressor ape and norm, {rows} carries and cursors, a current_kv from position {first})")
+    if before > fixed:
+        line += f"; of the {before - fixed:,} it lets vary, {after - fixed:,} remain ({(after - fixed) / (before - fixed):.1%})"
+    return line
+
+
 @exits("the case did not diverge", "the reduced case diverges (reproduced)", bisect=True)
 @click.command("reduce")
 @golden_file(DEFAULT_FILE)
-@case_selection(exact=True)
+@case_selection(exact=True, without=f"reduce the file's {FILE_CASES} smallest diverging cases, keep the smallest "
+                                    "repro")
 @device_options
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
-              help="The reduced one-case golden file (default: CASE.reduced.h5).")
+              help="The reduced one-case golden file (default: CASE.reduced.h5, or reduced.h5 without --case).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--budget-s", default=300.0, type=click.FloatRange(min=1), show_default=True,
               help="Stop searching after this many seconds; the smallest case found so far is written.")
@@ -55,44 +70,65 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
     """Shrink a divergent case while its first divergent stage and tensor still diverge.
 
     Starts the stream at the failing step from its stored past state, then drops batch rows,
-    query tokens, heads, index heads, top-k slots and leading steps. The one-case golden file
-    verifies against the oracle, diverges with these kernels and passes with the built-in ones.
+    restarts the failing token at position 0, drops past records, query tokens, heads, index
+    heads, top-k slots, the bias and leading steps. The one-case golden file verifies against the
+    oracle, diverges with these kernels and passes with the built-in ones. Without --case, the
+    file's smallest diverging cases are reduced and the smallest repro is kept.
 
     \b
     Examples:
       csa-conform reduce --case random.r4-b2n2-i2-k512 --kernels ./my-kernels -o repro.h5
       csa-conform reduce goldens/ci.h5 --case boundaries.r4-prefill-9 --kernels ./my-kernels --build production
+      csa-conform reduce goldens/ci.h5 --kernels ./my-kernels --budget-s 120
     """
     options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
-    output = Path(output or f"{case}.reduced.h5")
+    output = Path(output or (f"{case}.reduced.h5" if case else "reduced.h5"))
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
-    with GoldenFile(file) as golden:
-        if case not in golden.case_ids():
-            raise UsageError(f"{file} has no case {case!r}")
-        stream = stream_of(golden, case)
 
     def say(line: str) -> None:
         if not quiet:
             click.echo(line, err=True)
 
     with tempfile.TemporaryDirectory(prefix="csa-reduce-") as work:
-        reduction = reduce_case(stream, case, Probe(options.runner(), Path(work), ulp), budget_s, say)
+        probe = Probe(options.runner(), Path(work), ulp)
+        with GoldenFile(file) as golden:
+            if case is not None and case not in golden.case_ids():
+                raise UsageError(f"{file} has no case {case!r}")
+            if case is None:
+                streams = {case_id: stream_of(golden, case_id) for case_id in golden.case_ids()}
+                found_file = reduce_file(golden, streams, probe, budget_s, say)
+                reduction = None if found_file is None else found_file.best
+            else:
+                stream = stream_of(golden, case)
+        if case is not None:
+            reduction = reduce_case(stream, case, probe, budget_s, say)
         if reduction is None:
-            click.echo(f"case {case}: no divergence (chained, every stage): nothing to reduce")
+            subject = f"case {case}" if case else f"{file}: no probed case"
+            click.echo(f"{subject}: no divergence (chained, every stage): nothing to reduce")
             return ExitCode.OK
         builtin = DeviceRunner(KernelDirectory(), mode=Mode.CHAINED, force_host=options.force_host,
                                backend_factory=backend_named(backend))
         builtin_found = Probe(builtin, Path(work), ulp)(reduction.case)
+    if case is None:
+        case = found_file.case_id
+        click.echo(f"smallest repro from {case}: {len(found_file.diverging)} diverging of {found_file.scanned} cases "
+                   f"probed (smallest first); reduced " +
+                   ", ".join(f"{case_id} {before:,} -> {after:,}" for case_id, before, after in found_file.reduced))
+    _report(reduction, case, output, force, budget_s, builtin_found, options, ulp, build, backend)
+    return ExitCode.DIVERGED
+
+
+def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s: float, builtin_found: dict | None,
+            options: RunOptions, ulp: int, build, backend) -> None:
     write_goldens(output, [reduction.case], force=force)
     with GoldenFile(output) as written:
         verified = verify_case(written, reduction.case.case_id)
-    before, after = reduction.original.elements(), reduction.reduced.elements()
     stop = "a fixed point" if reduction.complete else f"the {budget_s:g} s budget"
     found = reduction.found
     click.echo(f"reduced {case} in {reduction.trials} trials, {reduction.seconds:.1f} s (stopped at {stop}): "
                f"{_sizes(reduction.original.shape(), reduction.reduced.shape())}")
-    click.echo(f"input elements: {before:,} -> {after:,} ({after / before:.1%})")
+    click.echo(_elements(reduction.original, reduction.reduced))
     click.echo(f"still diverges first at {describe(found)} (step {found['step']}), as the original")
     click.echo("verified against the oracle: " + ("yes" if verified.passed else "NO (a bug in reduce)"))
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else
@@ -100,4 +136,3 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
     click.echo(f"wrote {output}")
     reproduce = RunOptions(str(output), Mode.CHAINED, options.force_host, ulp, build, backend=backend)
     click.echo(f"reproduce: {reproduce.command(reduction.case.case_id, 'all')}")
-    return ExitCode.DIVERGED

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -117,7 +118,8 @@ class CudaBackend:
                 loaded.load(ptx.encode())
             except Exception as error:
                 raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
-            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report)
+            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report,
+                                                 module.declared_block(self._declared(loaded, module, ptx)))
         loaded, build = _COMPILED[key]
         self.builds[module.module] = build
         if module.build.strict_ptx and build.ptx.flagged:
@@ -127,6 +129,24 @@ class CudaBackend:
             return loaded.get_function(module.entry)
         except Exception as error:
             raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
+
+    def _declared(self, loaded, module: ModuleSource, ptx: str) -> int | None:
+        """The module's ``csa_block_<entry>`` (a __constant__ int), None when its PTX declares none.
+
+        The loaded module is asked only for a global its PTX declares: a failing driver call
+        (CUDA_ERROR_NOT_FOUND) is an error compute-sanitizer reports for every undeclared module.
+        """
+        if re.search(r"^\s*(?:\.\w+\s+)*\.(?:const|global)\s[^;]*\b" + re.escape(module.block_symbol) + r"\b",
+                     ptx, re.M) is None:
+            return None
+        try:
+            pointer = loaded.get_global_var(module.block_symbol)
+        except self.cp.cuda.driver.CUDADriverError as error:
+            raise DeviceUnavailable(f"{module.path}: cannot read {module.block_symbol}: {error}") from None
+        value = np.zeros(1, np.int32)
+        runtime = self.cp.cuda.runtime
+        runtime.memcpy(value.ctypes.data, pointer, value.nbytes, runtime.memcpyDeviceToHost)
+        return int(value[0])
 
     def _compile(self, module: ModuleSource, options: tuple[str, ...]) -> str:
         nvrtc = self.cp.cuda.nvrtc

@@ -38,6 +38,8 @@ PROFILES = {"strict": STRICT_OPTIONS, "production": ()}
 
 # Line info changes no instruction; it lets the PTX report name the source line of each one.
 LINE_INFO = "--generate-line-info"
+# The most threads a CUDA block may have, so the most a module may declare for its entry.
+MAX_BLOCK = 1024
 
 # nvcc spells them the same; both default to C++17, which the prelude's hex float literals need.
 NVCC_OPTIONS = STRICT_OPTIONS
@@ -155,6 +157,19 @@ class ModuleSource:
         if line <= self.prelude_lines and self.prelude_path is not None:
             return f"{self.prelude_path.name}:{line}"
         return f"{self.path.name}:{line - self.prelude_lines}"
+
+    @property
+    def block_symbol(self) -> str:
+        """The ``__constant__ int`` by which a module declares its entry's threads per block
+        (specs/kernel-abi.md); without it the entry runs with the seed's launch shape."""
+        return f"csa_block_{self.entry}"
+
+    def declared_block(self, value: int | None) -> int | None:
+        """The block the compiled module declares (None: undeclared), refused outside 1-1024 threads."""
+        if value is not None and not 1 <= value <= MAX_BLOCK:
+            raise DeviceUnavailable(f"{self.path}: {self.block_symbol} = {value} is not a block size "
+                                    f"(1 to {MAX_BLOCK} threads)")
+        return value
 
     @property
     def parameters(self) -> tuple[str, ...]:

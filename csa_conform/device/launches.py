@@ -2,7 +2,8 @@
 
 Launch shapes are the CUDA seed's (specs/kernel-abi.md): one thread per batch row
 for the compressors, one per (batch, query) for index selection, 256 threads
-per (batch, query, head) for attention. Each function reads what its kernel
+per (batch, query, head) for attention; a module may declare a wider block for
+its entry, which the step's launch uses instead. Each function reads what its kernel
 consumes through the step run (the oracle's payloads when isolated) and
 stores the payloads of the stages it computes that the plan keeps on the
 device; the fused launches also run when only some of their stages are.

@@ -59,16 +59,17 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class ModuleBuild:
-    """One compiled module: the options NVRTC was given and what its PTX holds."""
+    """One compiled module: the options NVRTC was given, what its PTX holds, the block it declares."""
 
     module: str
     source_sha256: str
     options: tuple[str, ...]
     ptx: PtxReport | None  # None where no PTX was made (the host emulation)
+    block: int | None = None  # threads per block the module declares (csa_block_<entry>); None: the seed's
 
     def to_dict(self) -> dict:
         return {"source_sha256": self.source_sha256, "options": list(self.options),
-                "ptx": None if self.ptx is None else self.ptx.to_dict()}
+                "ptx": None if self.ptx is None else self.ptx.to_dict(), "declared_block": self.block}
 
 
 @dataclass

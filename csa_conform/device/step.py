@@ -131,7 +131,8 @@ class StepRun:
         backend = self.backend()
         source = self.kernels.module(launch.module)
         function = backend.function(source)
-        grid3, block3 = (int(grid), 1, 1), (int(block), 1, 1)
+        declared = backend.builds[launch.module].block
+        grid3, block3 = (int(grid), 1, 1), (int(declared or block), 1, 1)
         if self.repeat > 1:
             self.findings += repeat_launch(
                 backend, lambda arguments: backend.launch(source.entry, function, grid3, block3, arguments), args,

@@ -18,6 +18,7 @@ CONVENTIONS = {"ties-away": 0x8000, "truncate": 0}
 
 def bf16_bits(x, numerics: Numerics = REFERENCE) -> np.ndarray:
     """bfloat16 bit patterns (uint16) of binary32 values."""
+    numerics.record("bf16 input", x)
     bits = np.asarray(x, dtype=np.float32).view(np.uint32)
     rounded = np.right_shift(bits, np.uint32(16), out=np.empty_like(bits))
     rounded &= np.uint32(1)  # ties go to the even upper half: add 0x7fff, or 0x8000 when it is odd

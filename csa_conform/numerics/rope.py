@@ -46,6 +46,8 @@ def compressed_rope(tail, positions, numerics: Numerics = REFERENCE) -> np.ndarr
         slice(0, None, 2), slice(1, None, 2))
     real, imaginary = tail[..., first], tail[..., second]
     rotated = np.empty(np.broadcast_shapes(tail.shape, angle.shape[:-1] + (width,)), dtype=np.float32)
-    rotated[..., first] = bf16_round(numerics.pair(real, cos, imaginary, sin, -1), numerics)
-    rotated[..., second] = bf16_round(numerics.pair(real, sin, imaginary, cos, +1), numerics)
+    pairs = numerics.pair(real, cos, imaginary, sin, -1), numerics.pair(real, sin, imaginary, cos, +1)
+    for pair in pairs:
+        numerics.record("rope output", pair)
+    rotated[..., first], rotated[..., second] = (bf16_round(pair, numerics) for pair in pairs)
     return rotated

@@ -8,6 +8,7 @@ refuses, without a GPU.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from types import SimpleNamespace
 
@@ -54,14 +55,30 @@ class FakeNvrtc:
         return (13, 0)
 
 
+class FakeDriverError(Exception):
+    pass
+
+
 class FakeModule:
     loaded: list[bytes] = []
+    declared: dict[str, int] = {}  # the module globals every loaded module holds, by name
 
     def load(self, image: bytes):
         FakeModule.loaded.append(image)
 
     def get_function(self, name: str):
         return SimpleNamespace(name=name)
+
+    def get_global_var(self, name: str):
+        """cuModuleGetGlobal: the device address of a global (here the value's host buffer)."""
+        if name not in FakeModule.declared:
+            raise FakeDriverError("CUDA_ERROR_NOT_FOUND: named symbol not found")
+        return np.array([FakeModule.declared[name]], np.int32)
+
+
+def _memcpy(target: int, source: np.ndarray, size: int, kind: str) -> None:
+    assert kind == "device to host"
+    ctypes.memmove(target, source.ctypes.data, size)
 
 
 def fake_cupy(nvrtc: FakeNvrtc, devices: int = 1):
@@ -70,11 +87,14 @@ def fake_cupy(nvrtc: FakeNvrtc, devices: int = 1):
         getDeviceProperties=lambda index: {"name": b"Fake H200", "major": 9, "minor": 0},
         runtimeGetVersion=lambda: 13020,
         driverGetVersion=lambda: 13000,
+        memcpy=_memcpy,
+        memcpyDeviceToHost="device to host",
     )
     return SimpleNamespace(
         __version__="fake",
         cuda=SimpleNamespace(
             runtime=runtime, nvrtc=nvrtc, function=SimpleNamespace(Module=FakeModule),
+            driver=SimpleNamespace(CUDADriverError=FakeDriverError),
             Device=lambda: SimpleNamespace(id=0),
         ),
     )
@@ -129,6 +149,25 @@ def test_flagged_ptx_is_reported_and_refused_only_under_strict_ptx(install, inst
     assert report.flagged == [category] and report.total(category) == 1
     with pytest.raises(DeviceUnavailable, match=f"NVRTC emitted {category} .*--strict-ptx"):
         backend.function(KernelDirectory(strict_ptx=True).module("csa_ratio4_index_replicate"))
+
+
+def test_a_declared_block_is_read_from_the_loaded_module_and_checked(install, monkeypatch):
+    """Only a global the PTX declares is asked for: under compute-sanitizer a failing lookup is an error."""
+    declaration = ".const .align 4 .u32 csa_block_csa_ratio4_sink_attention = 128;\n"
+    backend = install(FakeNvrtc(ptx=declaration + CLEAN_PTX))
+    monkeypatch.setattr(FakeModule, "declared", {"csa_block_csa_ratio4_sink_attention": 128})
+    backend.function(KernelDirectory().module("csa_ratio4_attention"))
+    assert backend.builds["csa_ratio4_attention"].block == 128
+    assert backend.builds["csa_ratio4_attention"].to_dict()["declared_block"] == 128
+    monkeypatch.setattr(FakeModule, "declared", {})  # a lookup of an undeclared symbol would now fail
+    backend = install(FakeNvrtc())
+    backend.function(KernelDirectory().module("csa_ratio4_index_replicate"))
+    assert backend.builds["csa_ratio4_index_replicate"].block is None  # undeclared: the seed's shape
+    monkeypatch.setattr(FakeModule, "declared", {"csa_block_csa_ratio4_sink_attention": 1025})
+    monkeypatch.setattr(cuda, "_COMPILED", {})
+    backend = install(FakeNvrtc(ptx=declaration + CLEAN_PTX))
+    with pytest.raises(DeviceUnavailable, match="csa_block_csa_ratio4_sink_attention = 1025 is not a block size"):
+        backend.function(KernelDirectory().module("csa_ratio4_attention"))
 
 
 def test_compile_errors_carry_the_nvrtc_log(install):

@@ -1,5 +1,6 @@
 """The device runner end to end on the host emulation of the kernels: chained, isolated and
-force-host runs must diff clean, launches must follow the seed's shapes and be recorded,
+force-host runs must diff clean, launches must follow the seed's shapes (or a module's declared
+block) and be recorded,
 and chained streams must thread present_* device buffers into the next step."""
 
 from __future__ import annotations
@@ -101,10 +102,10 @@ def test_launches_follow_the_seed_shapes_and_are_recorded(device_goldens):
     index_heads = step.inputs["index_query"].shape[2]
     total = int(step.inputs["total_sequence_length"])
     topk = min(int(info.attrs["index_topk"]), total // 4)
-    expected = {
-        "csa_ratio4_main_compression": (batch, 1),
-        "csa_ratio4_index_compression": (batch, 1),
-        "csa_ratio4_index_select": (batch * sequence, 1),
+    expected = {  # the seed's grids; the built-ins declare wider blocks than its single thread
+        "csa_ratio4_main_compression": (batch, 256),
+        "csa_ratio4_index_compression": (batch, 256),
+        "csa_ratio4_index_select": (batch * sequence, 512),
         "csa_ratio4_index_replicate": (max(1, math.ceil(batch * index_heads * sequence * topk / 256)), 256),
         "csa_ratio4_attention": (batch * sequence * heads, 256),
     }
@@ -120,6 +121,10 @@ def test_launches_follow_the_seed_shapes_and_are_recorded(device_goldens):
     assert record["device"]["name"] == "host emulation (g++)"
     assert all("--fmad=false" in module["options"] for module in record["modules"].values())
     assert set(expected) <= set(record["modules"]) and record["kernels"]["build"]["profile"] == "strict"
+    declared = {module: record["modules"][module]["declared_block"] for module in expected}
+    assert declared == {"csa_ratio4_main_compression": 256, "csa_ratio4_index_compression": 256,
+                        "csa_ratio4_index_select": 512, "csa_ratio4_index_replicate": None,
+                        "csa_ratio4_attention": None}
     assert record["launches"][0]["scratch"] == {"record_capacity": total // 4}
 
 

@@ -136,8 +136,8 @@ MUTANTS = (
     Mutant(
         "selection_ignores_causal_limit",
         "csa_ratio4_index_select.cu",
-        "for (int candidate = 0; candidate < limit; ++candidate) {",
-        "for (int candidate = 0; candidate < record_capacity; ++candidate) {",
+        "const int candidates = limit;",
+        "const int candidates = record_capacity;",
         "selection",
         frozenset({"selection"}),
         "boundaries.r4-*",

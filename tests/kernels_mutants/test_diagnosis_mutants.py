@@ -129,3 +129,18 @@ def test_records_pooled_from_a_carry_never_copied_are_never_written_without_nume
         assert finding.kind == "never-written" and finding.evidence["source"] == "past_compression_carry"
         assert finding.evidence["trial"] == "state:never-written" and finding.decisive
         assert not explanation.trials and "structural: no numeric ingredient tried" in explanation.headline()
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_the_query_finalize_of_a_reversed_hadamard_is_localized_at_the_hadamard(tmp_path):
+    """The index select launch runs the same butterfly on every query: its rows keep the RoPE output's
+    energy but are no inverse Hadamard of it."""
+    bug = next(bug for bug in DIAGNOSED if bug.name == "hadamard_difference_reversed")
+    kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
+    with GoldenFile(CI_GOLDENS) as golden:
+        explanations = explain_case(golden, "boundaries.r4-prefill-8", kernels)
+    query = next(e for e in explanations if e.stage == "index_query_finalize" and e.verdict != INHERITED)
+    finding = query.diagnosis[0]
+    assert finding.kind == "sub-step" and finding.evidence["sub_step"] == "Hadamard"
+    assert finding.evidence["rule"] == "orthogonal" and finding.evidence["matched"] == ["bf16", "RoPE"]
+    assert finding.evidence["query_rows"] == sum(finding.evidence["verdicts"].values()) and finding.decisive

@@ -13,7 +13,18 @@ from click.testing import CliRunner
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.streams import heads, later_tokens, rows, stream_of, tokens, topk
+from csa_conform.streams import (
+    fitted,
+    heads,
+    later_tokens,
+    past_records,
+    restarted,
+    rows,
+    stream_of,
+    tokens,
+    topk,
+    without_bias,
+)
 from csa_conform.verify import verify_case
 from mutants import MUTANTS
 
@@ -64,6 +75,47 @@ def test_a_failing_case_shrinks_to_a_repro_that_verifies_diverges_and_passes_wit
     assert code == ExitCode.OK, text
 
 
+def _elements(stdout: str) -> tuple[int, int, int]:
+    found = re.search(r"input elements: ([\d,]+) -> ([\d,]+) \([\d.]+%\); the contract fixes ([\d,]+) of them", stdout)
+    return tuple(int(n.replace(",", "")) for n in found.groups())
+
+
+def test_a_single_step_case_restarts_at_position_0_down_to_what_the_contract_fixes(tmp_path):
+    """A resumed one-step B = 1 case at 2^17: the failing token alone as a prefill from 0 keeps the
+    attention divergence, and only the contract's fixed inputs and one token remain (<= 1/4 here)."""
+    kernels = MUTANT["missing_sink"].apply(KERNELS, tmp_path / "kernels")
+    out = tmp_path / "repro.h5"
+    case = "edges.r128-fp8-rope-131072"
+    code, stdout, stderr = _reduce(CI_GOLDENS, "--case", case, "--kernels", kernels, "-o", out)
+    assert code == ExitCode.DIVERGED, stdout + stderr
+    assert "as a prefill from position 0: kept" in stderr
+    before, after, fixed = _elements(stdout)
+    # ape 128x512, norm 512, carry 128x2x512, seqlens_k, T, the kv of position 0; then one token of one head
+    assert fixed == 128 * 512 + 512 + 128 * 2 * 512 + 2 + 512
+    assert after == fixed + 512 + 2 * 512 + 1 and after <= before / 4
+    assert "a current_kv from position 0)" in stdout
+    assert f"of the {before - fixed:,} it lets vary, {after - fixed:,} remain" in stdout
+    assert "verified against the oracle: yes" in stdout and "built-in kernels: pass" in stdout
+    with GoldenFile(out) as golden:
+        reduced = golden.read_step(f"{case}.reduced", 0).inputs
+    assert int(reduced["total_sequence_length"]) == 1 and reduced["past_compressed_kv"].shape == (1, 0, 583)
+
+
+def test_without_a_case_the_smallest_diverging_cases_are_reduced_and_the_smallest_kept(tmp_path):
+    kernels = MUTANT["missing_sink"].apply(KERNELS, tmp_path / "kernels")
+    out = tmp_path / "repro.h5"
+    code, stdout, stderr = _reduce(CI_GOLDENS, "--kernels", kernels, "-o", out, "--budget-s", "60")
+    assert code == ExitCode.DIVERGED, stdout + stderr
+    found = re.search(r"smallest repro from (\S+): (\d) diverging of (\d+) cases probed", stdout)
+    assert found and int(found.group(2)) == 3
+    assert "reduce: 3 diverging of " in stderr
+    assert "verified against the oracle: yes" in stdout and "built-in kernels: pass" in stdout
+    with GoldenFile(out) as golden:
+        assert golden.case_ids() == [f"{found.group(1)}.reduced"]
+    _, after, fixed = _elements(stdout)
+    assert after == fixed + 3714 - 512  # one token of one head and one index head at ratio 4
+
+
 def test_a_case_that_does_not_diverge_exits_0_and_writes_nothing(tmp_path):
     out = tmp_path / "repro.h5"
     code, stdout, _ = _reduce(CI_GOLDENS, "--case", "random.r4-bias-1", "-o", out, "-q")
@@ -104,3 +156,25 @@ def test_each_reduction_gives_a_stream_the_oracle_accepts_with_the_smaller_shape
     # the resumed suffix ends in the state the whole prefill ends in
     for name in ("present_compressed_kv", "present_index_key"):
         assert np.array_equal(resumed.steps[0].outputs[name], whole.steps[0].outputs[name])
+
+
+def test_restarts_and_fewer_past_records_give_streams_the_oracle_accepts():
+    with GoldenFile(CI_GOLDENS) as golden:
+        resumed = stream_of(golden, "edges.r4-n8-i5-k5")
+        biased = stream_of(golden, "random.r4-bias-BNSC")
+    records = int(resumed.steps[0]["past_compressed_kv"].shape[1])
+    assert records >= 2 and resumed.fixed_elements() == 4 * 1024 + 512 + 4 * 256 + 128 + 8 * 2 * 1024 + 8 * 2 * 256 + 2
+    assert resumed.window_floor() == (0, 26 * 512)  # start 24, S 2: the dense window reaches position 0
+    fewer = past_records(resumed, 1)
+    assert fewer.start == resumed.start - 4 * (records - 1)
+    assert fewer.steps[0]["past_index_key"].shape[1] == 1 and fewer.case("x", "") is not None
+    alone = restarted(resumed, 0, 1)
+    assert (alone.start, alone.tokens, int(alone.steps[0]["current_kv"].shape[1])) == (0, 1, 1)
+    assert alone.case("x", "") is not None
+    # a bias with a candidate axis follows the candidate count the edit leaves (130 -> 128 + 1, then 1:
+    # one dense slot and no record at position 0)
+    assert fitted(past_records(biased, 0)).steps[0]["attention_bias"].shape == (2, 2, 2, 128 + 1)
+    moved = fitted(restarted(biased, 1, 1))
+    assert moved.steps[0]["attention_bias"].shape == (2, 2, 1, 1)
+    assert moved.case("x", "") is not None and restarted(biased, 1, 1).case("x", "") is None
+    assert "attention_bias" not in without_bias(biased).steps[0] and without_bias(biased).case("x", "") is not None

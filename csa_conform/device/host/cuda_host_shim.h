@@ -1,7 +1,11 @@
 // The CUDA builtins the CSA kernels use, mapped onto standard C++, so a
 // kernel directory can be built for the host: the prelude's libm ports are
-// checked against glibc, and whole modules run (blocks and threads in
-// sequence) under the device runner without a GPU. Build with
+// checked against glibc, and whole modules run under the device runner
+// without a GPU. The threads of a block run as fibers (host_module.cpp), one
+// at a time in index order: each runs until it reaches __syncthreads() or
+// returns, then the next; once every live thread waits at the barrier they
+// run on past it, again in index order. __shared__ variables live in one
+// section, filled with a poison byte before each block. Build with
 // -ffp-contract=off, the host twin of NVRTC's --fmad=false.
 #include <math.h>
 #include <string.h>
@@ -9,25 +13,30 @@
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __shared__ static
+#define __shared__ static __attribute__((section("csa_shared")))
+#define __constant__
 
 struct csa_host_dim3 {
     unsigned int x, y, z;
 };
 static csa_host_dim3 blockIdx, threadIdx, blockDim, gridDim;
 
-extern "C" void csa_host_set_grid(unsigned int blocks) { gridDim.x = blocks; }
-
-extern "C" void csa_host_set_thread(unsigned int block, unsigned int thread, unsigned int threads)
+// The barrier: the running fiber hands control back to the block's scheduler
+// (host_module.cpp); with one thread, or outside a launch, there is nothing to wait for.
+static void (*csa_host_barrier)() = nullptr;
+static inline void __syncthreads()
 {
-    blockIdx.x = block;
-    threadIdx.x = thread;
-    blockDim.x = threads;
+    if (csa_host_barrier != nullptr) csa_host_barrier();
 }
 
-// Threads of a block run one after another in index order; the kernels only
-// synchronise after thread 0 publishes shared values, so this is faithful.
-static inline void __syncthreads() {}
+// Fibers never run at once, so every read-modify-write is atomic.
+static inline int atomicAdd(int* at, int value) { const int old = *at; *at = old + value; return old; }
+static inline unsigned int atomicAdd(unsigned int* at, unsigned int value)
+{
+    const unsigned int old = *at;
+    *at = old + value;
+    return old;
+}
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }

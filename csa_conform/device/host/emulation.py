@@ -3,12 +3,13 @@
 ``HostEmulationBackend`` has the CUDA backend's interface
 (csa_conform.device.backend.Backend): each module is compiled as C++ with
 the CUDA builtins it uses mapped onto standard C++ (cuda_host_shim.h) and
-each launch runs its blocks, and the threads of a block, one after another
-in index order. The module's NVRTC options map onto g++: --fmad=false is
+each launch runs its blocks one after another, the threads of a block as
+fibers that take turns, in index order, at every __syncthreads()
+(host_module.cpp). The module's NVRTC options map onto g++: --fmad=false is
 -ffp-contract=off, --fmad=true (NVRTC's default, so the production build) is
 -ffp-contract=fast -mfma, --ftz=true sets SSE's FTZ/DAZ bits around the
 launch, -D and include paths pass through. What this is not (a GPU, a
-barrier, the device's libm): specs/host-backend.md. ``build_prelude`` gives
+race, the device's libm): specs/host-backend.md. ``build_prelude`` gives
 ctypes access to the prelude's libm ports and block codecs.
 """
 
@@ -91,6 +92,17 @@ def _guarded(shape, dtype) -> np.ndarray:
     return base[: count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def _slot_bits(arg) -> int:
+    """An argument as the 8 bytes of its slot: a buffer's address, an i64, a binary32, else an i32."""
+    if isinstance(arg, EmulatedArray):
+        return arg.array.ctypes.data
+    if isinstance(arg, np.int64):
+        return int(arg) & 0xFFFF_FFFF_FFFF_FFFF
+    if isinstance(arg, np.float32):
+        return int(np.float32(arg).view(np.uint32))
+    return int(arg) & 0xFFFF_FFFF
+
+
 class EmulatedArray:
     """A 'device' buffer: host memory the runner cannot mistake for a host tensor, with a guard after it."""
 
@@ -103,6 +115,30 @@ class EmulatedArray:
     ndim = property(lambda self: self.array.ndim)
     size = property(lambda self: self.array.size)
     dtype = property(lambda self: self.array.dtype)
+
+
+# Each thread of a multi-thread block runs on its own stack: STACK_BYTES above an inaccessible page.
+PAGE = 4096
+STACK_BYTES = 512 * 1024
+STACK_STRIDE = PAGE + STACK_BYTES
+
+
+@cache
+def thread_stacks(threads: int) -> int:
+    """The address of stacks for ``threads`` fibers, mapped once per process and block width and shared
+    by every module (mappings per module would exhaust the process's mapping count)."""
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    read_write, private_anonymous_unreserved = 0x1 | 0x2, 0x02 | 0x20 | 0x4000
+    base = libc.mmap(None, threads * STACK_STRIDE, read_write, private_anonymous_unreserved, -1, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise DeviceUnavailable(f"the host backend cannot map stacks for {threads} threads per block")
+    for thread in range(threads):
+        if libc.mprotect(base + thread * STACK_STRIDE, PAGE, 0) != 0:
+            raise DeviceUnavailable(f"the host backend cannot protect the stacks of {threads} threads per block")
+    return base
 
 
 @cache
@@ -129,30 +165,28 @@ class HostEmulationBackend:
     def function(self, module: ModuleSource):
         options = module.build.nvrtc_options("host")
         flags, ftz = gxx_flags(options)
-        library = _build(module.source, "host_module.cpp", self.build_dir, flags)
-        self.builds[module.module] = ModuleBuild(module.module, module.sha256, options, None)
-        return library, getattr(library, module.entry), ftz
+        library = _build(module.source, "host_module.cpp", self.build_dir, flags + (f"-DCSA_ENTRY={module.entry}",))
+        try:
+            declared = ctypes.c_int.in_dll(library, module.block_symbol).value
+        except ValueError:  # no such symbol: the seed's launch shape
+            declared = None
+        self.builds[module.module] = ModuleBuild(module.module, module.sha256, options, None,
+                                                 module.declared_block(declared))
+        return library, ftz
 
     def launch(self, entry, function, grid, block, args) -> None:
-        library, kernel, ftz = function
-        converted = []
-        for arg in args:
-            if isinstance(arg, EmulatedArray):
-                converted.append(ctypes.c_void_p(arg.array.ctypes.data))
-            elif isinstance(arg, np.float32):
-                converted.append(ctypes.c_float(float(arg)))
-            elif isinstance(arg, np.int64):
-                converted.append(ctypes.c_longlong(int(arg)))
-            else:
-                converted.append(ctypes.c_int(int(arg)))
+        library, ftz = function
+        slots = (ctypes.c_uint64 * max(1, len(args)))()
+        for position, arg in enumerate(args):
+            slots[position] = _slot_bits(arg)
+        base = ctypes.addressof(slots)
+        pointers = (ctypes.c_void_p * max(1, len(args)))(*(base + 8 * position for position in range(len(args))))
+        stacks = thread_stacks(block[0]) if block[0] > 1 else 0
         library.csa_host_flush_subnormals.restype = ctypes.c_uint
         previous = library.csa_host_flush_subnormals(int(ftz))
-        library.csa_host_set_grid(grid[0])
         try:
-            for block_index in range(grid[0]):
-                for thread in range(block[0]):
-                    library.csa_host_set_thread(block_index, thread, block[0])
-                    kernel(*converted)
+            library.csa_host_launch(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), pointers,
+                                    ctypes.c_void_p(stacks), ctypes.c_size_t(STACK_STRIDE))
         finally:
             library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
         self.launches += 1

@@ -1,0 +1,83 @@
+"""The host backend's threads wait at __syncthreads() for each other (specs/host-backend.md): a shared-memory
+tree reduction computes what a GPU computes, and a missing barrier shows the value a GPU race can show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from csa_conform.device.host import GXX, HostEmulationBackend
+from csa_conform.device.kernels import ModuleSource
+
+pytestmark = pytest.mark.skipif(GXX is None, reason="the host backend needs g++")
+
+THREADS = 256
+
+# Every block sums its 256 inputs by halving: thread t adds what thread t + stride wrote.
+TREE_REDUCTION = """
+extern "C" __global__ void tree_sum(const float* in, float* out, int guarded)
+{
+    __shared__ float partial[256];
+    const int t = (int)threadIdx.x;
+    partial[t] = in[blockIdx.x * blockDim.x + t];
+    if (guarded) __syncthreads();
+    for (int stride = (int)blockDim.x / 2; stride > 0; stride /= 2) {
+        if (t < stride) partial[t] = partial[t] + partial[t + stride];
+        if (guarded) __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = partial[0];
+}
+"""
+
+# Thread t reads what thread t + 1 wrote: right after a barrier, the shared poison (0xA5 bytes) without one.
+NEIGHBOUR = """
+extern "C" __global__ void neighbour(int* out, int guarded)
+{
+    __shared__ int slot[256];
+    const int t = (int)threadIdx.x;
+    slot[t] = 1000 * (int)blockIdx.x + t;
+    if (guarded) __syncthreads();
+    out[blockIdx.x * blockDim.x + t] = slot[(t + 1) % (int)blockDim.x];
+}
+"""
+
+
+def _tree_sum(values: np.ndarray) -> np.float32:
+    """The reduction's own order: pairs (t, t + stride), halving."""
+    partial = values.astype(np.float32).copy()
+    stride = partial.size // 2
+    while stride:
+        partial[:stride] = partial[:stride] + partial[stride : 2 * stride]
+        stride //= 2
+    return partial[0]
+
+
+def test_a_shared_memory_tree_reduction_matches_its_order():
+    values = np.random.default_rng(7).standard_normal((3, THREADS)).astype(np.float32)
+    backend = HostEmulationBackend()
+    inputs, out = backend.upload(values.ravel()), backend.empty((3,), np.float32)
+    module = ModuleSource("tree_sum", "tree_sum", Path("tree_sum.cu"), TREE_REDUCTION)
+    backend.launch("tree_sum", backend.function(module), (3, 1, 1), (THREADS, 1, 1), (inputs, out, np.int32(1)))
+    expected = np.array([_tree_sum(row) for row in values], dtype=np.float32)
+    assert backend.download(out).view(np.uint32).tolist() == expected.view(np.uint32).tolist()
+    # Threads in order with no barrier: every level reads partial sums not yet updated by higher threads.
+    backend.launch("tree_sum", backend.function(module), (3, 1, 1), (THREADS, 1, 1), (inputs, out, np.int32(0)))
+    assert not np.array_equal(backend.download(out), expected)
+
+
+def test_a_missing_barrier_reads_the_shared_poison_a_barrier_publishes_the_neighbour():
+    backend = HostEmulationBackend()
+    module = ModuleSource("neighbour", "neighbour", Path("neighbour.cu"), NEIGHBOUR)
+    function = backend.function(module)
+    expected = np.array([[1000 * b + (t + 1) % THREADS for t in range(THREADS)] for b in range(2)], np.int32)
+    out = backend.empty((2 * THREADS,), np.int32)
+    backend.launch("neighbour", function, (2, 1, 1), (THREADS, 1, 1), (out, np.int32(1)))
+    assert backend.download(out).reshape(2, THREADS).tolist() == expected.tolist()
+    backend.launch("neighbour", function, (2, 1, 1), (THREADS, 1, 1), (out, np.int32(0)))
+    raced = backend.download(out).reshape(2, THREADS)
+    poison = np.frombuffer(b"\xa5" * 4, np.int32)[0]
+    # Each thread but the last runs before its neighbour writes: it reads the block's fresh poison, never
+    # the previous block's value; the last thread reads thread 0's, written before it ran.
+    assert (raced[:, :-1] == poison).all() and raced[:, -1].tolist() == [0, 1000]
