@@ -294,6 +294,8 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
     if rule == "scale":
         evidence["factor"] = float(np.median(factors[chosen & (rules == "scale")]))
         headline += f" (× {evidence['factor']:.4g})"
+    # every differing attention record kept the reference's bf16 RoPE tail: nothing acting in RoPE differs
+    evidence["rope_exact"] = stage == "compression_update" and bool((rules == "quantizer").all())
     # no libm, FMA or flush-to-zero variant makes another orthogonal transform or a constant factor far from 1
     evidence["structural"] = rule == "orthogonal" or (rule == "scale" and abs(evidence["factor"] - 1) > FAR_FROM_ONE)
     return Finding(SUB_STEP, stage, tensor, headline, int(counts[chosen].sum()), differing, evidence)

@@ -71,6 +71,7 @@ COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
 COMBINATION_CAP = 64  # combinations tried at most per divergence, smallest first
 STALLED_CAP = 8  # ... when no single left fewer elements differing than the reference's own arithmetic
+ROPE_LIBM = ("powf", "sinf", "cosf")  # called only in the compressed RoPE
 # stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
 TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
 
@@ -182,6 +183,13 @@ def _ingredient(hypothesis: Hypothesis) -> str:
     return "ftz"
 
 
+def _acts_only_in_rope(hypothesis: Hypothesis) -> bool:
+    """powf, sinf, cosf and the pair contractions appear only in the compressed RoPE."""
+    if hypothesis.libm:
+        return hypothesis.libm[0][0] in ROPE_LIBM
+    return bool(hypothesis.fused) and hypothesis.fused <= set(PAIR_FUSIONS)
+
+
 def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> list[list[Hypothesis]]:
     """Groups of 2..MOST_COMBINED distinct ingredients, smallest first, from the COMBINED_FROM ingredients
     whose best single comes closest; an ingredient contributes each of its variants that tie for best with a
@@ -204,8 +212,8 @@ def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> list[list[H
     return found
 
 
-def _search(stage: str, g, inputs, upstream, target, device_libm,
-            baseline: int) -> tuple[Trial | None, Trial | None, list[Trial], dict]:
+def _search(stage: str, g, inputs, upstream, target, device_libm, baseline: int,
+            rope_exact: bool = False) -> tuple[Trial | None, Trial | None, list[Trial], dict]:
     """(cause, closest, every trial, how the search ran): singles, then the smallest combinations of the
     closest ingredients (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together), at
     most COMBINATION_CAP of them (STALLED_CAP when no single moved the result closer to the device's).
@@ -213,7 +221,8 @@ def _search(stage: str, g, inputs, upstream, target, device_libm,
     mismatches among those with fewer than ``baseline``, the reference's own) are then re-run on the whole
     stage, and a screened cause that does not reproduce there is no cause."""
     rerun = Rerun(stage, g, inputs, upstream, target)
-    singles = stage_hypotheses(stage, device_libm)
+    singles = [hypothesis for hypothesis in stage_hypotheses(stage, device_libm)
+               if not (rope_exact and _acts_only_in_rope(hypothesis))]
     trials = []
     for hypothesis in singles:  # the first single that reproduces ends the search
         trials.append(rerun.confirmed(hypothesis, rerun.trial(hypothesis)))
@@ -282,16 +291,24 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
         return explanation
-    if _unwritten_state(explanation, g, inputs, upstream, target) or _sub_step(explanation, g, inputs, upstream,
-                                                                                target):
+    if _unwritten_state(explanation, g, inputs, upstream, target):
         return explanation
     localized = localize(stage, g, inputs, expected[stage], target)
-    if localized is not None:  # where it starts; the numeric search below may still name why
+    gross = False
+    if localized is not None:  # where it starts; the re-runs and the numeric search below may still name why
         explanation.diagnosis.insert(0, localized)
         if localized.decisive and localized.evidence["structural"]:
             return explanation
+        # nothing later matches: no rounding convention or RoPE position moves the values that far
+        gross = localized.decisive and localized.evidence["rule"] == "first"
+    rope_exact = localized is not None and localized.evidence["rope_exact"]
+    if rope_exact:
+        explanation.skipped["RoPE ingredients"] = ("every differing record keeps the reference's RoPE tail bit for bit: "
+                                                  "powf, sinf, cosf and the a*b±c*d contractions act only there")
+    if not gross and _sub_step(explanation, g, inputs, upstream, target, skip=("RoPE",) if rope_exact else ()):
+        return explanation
     cause, closest, trials, explanation.search = _search(stage, g, inputs, upstream, target, device_libm,
-                                                         explanation.baseline)
+                                                         explanation.baseline, rope_exact)
     explanation.trials, explanation.closest = trials, closest
     if cause is not None:
         explanation.verdict, explanation.cause = EXPLAINED, cause
@@ -323,11 +340,13 @@ def _unwritten_state(explanation: Explanation, g, inputs, upstream, target) -> b
     return True
 
 
-def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:
+def _sub_step(explanation: Explanation, g, inputs, upstream, target, skip: tuple[str, ...] = ()) -> bool:
     """Try each sub-step of the stage done another way (csa_conform.explain.hypotheses.structural_hypotheses);
     one that reproduces the device names the first sub-step that differs, and is the cause."""
     stage = explanation.stage
     for hypothesis in structural_hypotheses(stage, g.ratio):
+        if hypothesis.sub_step in skip:
+            continue
         trial = _trial(hypothesis, stage, g, inputs, upstream, target)
         explanation.trials.append(trial)
         if not trial.reproduces:
