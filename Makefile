@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CSA := $(BIN)/csa-conform
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test demo bench bench-io clean
 
 $(CSA): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,15 @@ demo: venv
 	$(CSA) diff --force-host all --json > build/diff.json
 	$(CSA) report build/verify.json build/diff.json --junit build/junit.xml --json build/summary.json
 
-bench: venv
+# Benchmarks run by hand, never in CI: the oracle's engines, then generate/verify of prod before
+# (BENCH_BEFORE, main before issue 18's generate/verify work) vs this checkout.
+BENCH_BEFORE ?= 952a4ed
+
+bench: venv bench-io
 	$(BIN)/python benchmarks/oracle_bench.py
+
+bench-io: venv
+	$(BIN)/python benchmarks/generate_verify_bench.py --before $(BENCH_BEFORE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

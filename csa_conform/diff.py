@@ -22,6 +22,7 @@ from csa_conform.numerics.fp8 import FP8_BLOCK, e4m3_decode
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 from csa_conform.placement import log2_histogram, mismatch_heatmap
 from csa_conform.spec import payload_axes
+from csa_conform.specials import Scan, scan
 
 __all__ = ["TensorDiff", "compare_payloads", "compare_tensor", "default_axes"]
 
@@ -147,9 +148,13 @@ def compare_tensor(
     if expected.shape != actual.shape:
         result.problem = f"shape differs: expected {list(expected.shape)}, actual {list(actual.shape)}"
         return result
+    if expected.dtype.kind == "f":
+        scanned = scan(expected, actual)  # equality and special values in one pass
+        if scanned.equal:
+            return _identical(result, scanned)
     expected_bits, actual_bits = _bits(expected), _bits(actual)
-    if np.array_equal(expected_bits, actual_bits):
-        return _identical(result, expected)
+    if expected.dtype.kind != "f" and np.array_equal(expected_bits, actual_bits):
+        return _identical(result, None)
     differ = expected_bits != actual_bits
     failing = differ
     if expected.dtype.kind == "f":
@@ -222,19 +227,20 @@ def _ulp_distance(expected_bits: np.ndarray, actual_bits: np.ndarray) -> np.ndar
     return np.abs(_ordered(expected_bits) - _ordered(actual_bits))
 
 
-def _identical(result: TensorDiff, expected: np.ndarray) -> TensorDiff:
+def _identical(result: TensorDiff, scanned: Scan | None) -> TensorDiff:
     """The statistics of bit-identical tensors, without distances (what verify sees almost always).
 
     They are what ``_float_statistics`` gives when nothing differs: every
-    ordered pair 0 ULP apart, NaN pairs counted, no error.
+    ordered pair 0 ULP apart, NaN pairs counted, no error. ``scanned`` is the
+    float tensors' scan (None for other dtypes).
     """
     result.passed = True
-    if expected.dtype.kind == "f":
-        nan_pairs = int(np.count_nonzero(np.isnan(expected)))
-        result.ulp = {"max": 0, "0": int(expected.size) - nan_pairs, "1": 0, "2": 0, ">2": 0, "nan_pairs": nan_pairs}
+    if scanned is not None:
+        nan_pairs = scanned.nan
+        result.ulp = {"max": 0, "0": result.total - nan_pairs, "1": 0, "2": 0, ">2": 0, "nan_pairs": nan_pairs}
         result.max_abs_error = 0.0
         result.max_rel_error = 0.0
-        specials = _specials(expected)
+        specials = scanned.specials()
         result.specials = {"expected": specials, "actual": dict(specials)}
     return result
 
@@ -255,16 +261,7 @@ def _float_statistics(result, expected, actual, distance, unordered) -> None:
     result.max_abs_error = float(error.max()) if error.size else 0.0
     relative = error[reference > 0] / reference[reference > 0]
     result.max_rel_error = float(relative.max()) if relative.size else 0.0
-    result.specials = {"expected": _specials(expected), "actual": _specials(actual)}
-
-
-def _specials(array: np.ndarray) -> dict:
-    return {
-        "nan": int(np.count_nonzero(np.isnan(array))),
-        "inf": int(np.count_nonzero(np.isposinf(array))),
-        "-inf": int(np.count_nonzero(np.isneginf(array))),
-        "-0": int(np.count_nonzero((array == 0) & np.signbit(array))),
-    }
+    result.specials = {"expected": scan(expected).specials(), "actual": scan(actual).specials()}
 
 
 # --- describing elements -----------------------------------------------------------------

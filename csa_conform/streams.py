@@ -86,11 +86,11 @@ class Stream:
         return sum(int(array.size) for step in self.steps for array in step.values())
 
     def fixed_elements(self) -> int:
-        """The input elements the contract fixes for any one-step, one-row case of this stream's
-        ratio: the compressors' ape and norm, one row's carries, the cursors."""
+        """The input elements the contract fixes for a one-step case of this stream's ratio and rows:
+        the compressors' ape and norm, each row's carries, the cursors."""
         step = self.steps[-1]
         return (sum(int(step[name].size) for name in FIXED_INPUTS if name in step)
-                + sum(int(step[name][0].size) for name in FIXED_ROW_INPUTS if name in step))
+                + self.batch * sum(int(step[name][0].size) for name in FIXED_ROW_INPUTS if name in step))
 
     def window_floor(self) -> tuple[int, int]:
         """(the first raw position the last step's current_kv must hold, its elements over the rows):

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("spec",),
     ("oracle", "official", "profile", ""),
     ("golden", "fixtures", "streams"),
-    ("diff", "errorstats", "gap", "tolerance"),
+    ("diff", "errorstats", "gap", "specials", "tolerance"),
     ("device", "diagnosis"),
     ("explain",),
     ("results", "report", "html_report", "verify", "invariance", "reduce", "fuzz", "testing"),

@@ -15,7 +15,8 @@ from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, jobs_option, quiet_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
-from csa_conform.golden import GoldenCase, write_goldens
+from csa_conform.golden import Compression, GoldenCase, write_goldens
+from csa_conform.golden.chunks import StoredCase, store_case
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
 from csa_conform.terminal import shell_join
@@ -29,6 +30,12 @@ def generate_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None =
     if profile == REFERENCE:
         return recipe.generate(reference)
     return recipe.generate(reference, replay=runner(profile, engine))
+
+
+def stored_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None = None) -> StoredCase:
+    """One case generated and then hashed and compressed where it was made (a --jobs worker), so the
+    process writing the file only copies its chunks in and the pipe carries compressed bytes."""
+    return store_case(generate_case(recipe, profile=profile, engine=engine), Compression())
 
 
 @exits("written")
@@ -77,11 +84,11 @@ def generate_command(
             counted["steps"] += len(case.steps)
             yield case
 
-    def describe(case: GoldenCase) -> str:
+    def describe(case: StoredCase) -> str:
         return f"{case.case_id} ({len(case.steps)} steps)"
 
-    work = partial(generate_case, profile=profile, engine=engine)
-    cases = progress(counting(fan_out(work, recipes, jobs)), len(recipes), "generate", describe, quiet)
+    work = partial(stored_case, profile=profile, engine=engine)
+    cases = progress(counting(fan_out(work, recipes, jobs, [recipe.weight for recipe in recipes])), len(recipes), "generate", describe, quiet)
     provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*", **provenance_entry(profile)}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)

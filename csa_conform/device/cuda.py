@@ -21,7 +21,7 @@ import numpy as np
 from csa_conform.device.kernels import Build, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
-from csa_conform.device.sanitizer import INITCHECK, SANITIZER_ENV
+from csa_conform.device.sanitizer import INITCHECK, MEMCHECK, SANITIZER_ENV
 from csa_conform.errors import DeviceUnavailable
 
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
@@ -243,12 +243,14 @@ class CudaBackend:
 
         A write just past the end (an off-by-one kernel) lands there instead of in
         another buffer or unmapped memory, where it would kill the CUDA context for
-        the rest of the run. Under compute-sanitizer every buffer is exactly its
-        size, so memcheck reports that write.
+        the rest of the run. Under memcheck every buffer is exactly its size, so
+        memcheck reports that write; the other tools keep the guard, since there
+        the write would land in whichever allocation follows (buffers are
+        allocated one by one) and change a result the diff compares.
         """
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        raw = self.cp.empty(size + (0 if self.sanitizer else GUARD_BYTES), dtype=self.cp.uint8)
+        raw = self.cp.empty(size + (0 if self.sanitizer == MEMCHECK else GUARD_BYTES), dtype=self.cp.uint8)
         return raw[:size].view(dtype).reshape(shape)
 
     def download(self, array) -> np.ndarray:

@@ -31,6 +31,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 SANITIZER = "compute-sanitizer"
 SANITIZER_ENV = "CSA_CONFORM_SANITIZER_TOOL"
 INITCHECK = "initcheck"
+MEMCHECK = "memcheck"
 DEFAULT_TOOLKITS = ("/usr/local/cuda",)  # where a CUDA toolkit lives when $CUDA_HOME is unset
 PRINT_LIMIT = 100  # errors printed in full; the summary still counts them all
 

@@ -20,7 +20,8 @@ import numpy as np
 from csa_conform import ORACLE_VERSION, __version__
 from csa_conform.atomic import atomic_file
 from csa_conform.errors import GoldenFormatError, GoldenWriteError, UsageError
-from csa_conform.golden.digest import array_sha256, case_digest, little_endian, manifest_digest
+from csa_conform.golden.chunks import ChunkCache, StoredArray, StoredCase, store_case
+from csa_conform.golden.digest import case_digest, manifest_digest
 from csa_conform.golden.layout import (
     CASE_DIGEST,
     CONTRACT,
@@ -91,7 +92,7 @@ def _chunk_shape(shape: tuple[int, ...], itemsize: int, target_bytes: int) -> tu
 
 def write_goldens(
     path: str | os.PathLike,
-    cases: Iterable[GoldenCase],
+    cases: Iterable[GoldenCase | StoredCase],
     *,
     force: bool = False,
     compression: Compression = Compression(),
@@ -99,9 +100,10 @@ def write_goldens(
 ) -> int:
     """Write ``cases`` (consumed lazily, in the order given) and return how many were written.
 
-    The file appears under ``path`` only once complete; anything that stops
-    the write (an error, a full disk, Ctrl-C, SIGTERM) leaves no file and no
-    temporary behind, and without ``force`` an existing file is never replaced.
+    A GoldenCase is stored here under ``compression``; a StoredCase (``store_case``, run where the
+    case was made) arrives hashed and compressed already. The file appears under ``path`` only once
+    complete; anything that stops the write (an error, a full disk, Ctrl-C, SIGTERM) leaves no file
+    and no temporary behind, and without ``force`` an existing file is never replaced.
     """
     path = Path(path)
     if path.exists() and not force:
@@ -115,7 +117,8 @@ def write_goldens(
 
 
 def _file_image(
-    cases: Iterable[GoldenCase], compression: Compression, provenance: Mapping[str, str | int], digests: dict
+    cases: Iterable[GoldenCase | StoredCase], compression: Compression, provenance: Mapping[str, str | int],
+    digests: dict,
 ) -> bytes:
     """The whole file, built in memory; fills ``digests`` (case id -> case_sha256).
 
@@ -124,15 +127,19 @@ def _file_image(
     these bytes is an ordinary OSError. Costs the file's size in memory twice.
     """
     stored: dict[tuple, h5py.Dataset] = {}
+    cache = ChunkCache()
     with h5py.File(f"golden-{os.getpid()}.h5", "w", driver="core", backing_store=False, libver=LIBVER) as handle:
         _write_root(handle, provenance)
         root = handle.create_group("cases")
         for case in cases:
+            if isinstance(case, GoldenCase):
+                case = store_case(case, compression)
             if case.case_id in digests:
                 raise GoldenFormatError(f"case id {case.case_id!r} appears twice")
-            digests[case.case_id] = _write_case(root, case, compression, stored)
+            digests[case.case_id] = _write_case(root, case, stored, cache)
         root_attrs = {key: attr_value(value) for key, value in handle.attrs.items()}
         handle.attrs[MANIFEST_DIGEST] = manifest_digest(root_attrs, digests)
+        cache.flush()
         handle.flush()
         return handle.id.get_file_image()
 
@@ -162,35 +169,33 @@ def _check_case_id(case_id: str) -> None:
         raise GoldenFormatError(f"case id {case_id!r} cannot name an HDF5 group")
 
 
-def _write_case(root: h5py.Group, case: GoldenCase, compression: Compression, stored: dict) -> str:
+def _write_case(root: h5py.Group, case: StoredCase, stored: dict, cache: ChunkCache) -> str:
     """Write one case; returns its case_sha256."""
     _check_case_id(case.case_id)
     group = root.create_group(case.case_id)
     history = None
     if case.kv_history is not None:
-        history = _write_arrays(group, {KV_HISTORY: case.kv_history}, "", compression, stored)[0]
+        history = _write_arrays(group, {KV_HISTORY: case.kv_history}, "", stored, cache)[0]
     steps = group.create_group("steps")
     described = []
     for index, step in enumerate(case.steps):
         node = steps.create_group(f"{index:04d}")
         if step.expect_error is not None:
             node.attrs["expect_error"] = step.expect_error
-        window = _history_window(step.inputs, case.kv_history)
-        if window is not None:
-            node.attrs[WINDOW] = np.array(window, dtype=np.int64)
+        if step.window is not None:
+            node.attrs[WINDOW] = np.array(step.window, dtype=np.int64)
         # Not creation-ordered: readers list inputs in positional order anyway, and order
         # tracking makes a group of ~20 links 0.7 KB larger.
-        inputs = {name: array for name, array in step.inputs.items() if not (window and name == "current_kv")}
-        tensors = _write_arrays(node.create_group("inputs"), inputs, "inputs/", compression, stored)
+        tensors = _write_arrays(node.create_group("inputs"), step.inputs, "inputs/", stored, cache)
         if step.stages:
             stages = node.create_group("stages", track_order=True)
             for stage, payload in step.stages.items():
                 group_of_stage = stages.create_group(stage, track_order=True)
-                tensors += _write_arrays(group_of_stage, payload, f"stages/{stage}/", compression, stored)
+                tensors += _write_arrays(group_of_stage, payload, f"stages/{stage}/", stored, cache)
         if step.expect_error is None:
             outputs = node.create_group("outputs", track_order=True)
-            tensors += _write_arrays(outputs, step.outputs, "outputs/", compression, stored)
-        described.append((step.expect_error, window, tensors))
+            tensors += _write_arrays(outputs, step.outputs, "outputs/", stored, cache)
+        described.append((step.expect_error, step.window, tensors))
     attrs_json = json.dumps(case.attrs, sort_keys=True)
     names_json = json.dumps(list(case.output_names))
     group.attrs["attrs_json"] = attrs_json
@@ -207,38 +212,20 @@ def _write_case(root: h5py.Group, case: GoldenCase, compression: Compression, st
     return digest
 
 
-def _history_window(inputs: Mapping[str, np.ndarray], history: np.ndarray | None) -> tuple[int, int] | None:
-    """The rows of the case's kv history that this step's current_kv is, if it is one."""
-    current = inputs.get("current_kv")
-    total = inputs.get("total_sequence_length")
-    if history is None or current is None or total is None or np.ndim(total) != 0 or current.ndim != 3:
-        return None
-    total = int(total)
-    start = total - current.shape[1]
-    if start < 0 or start == total or total > history.shape[1]:
-        return None
-    window = history[:, start:total]
-    if window.dtype != current.dtype or window.shape != current.shape or not np.array_equal(
-        window.view(np.uint8), np.ascontiguousarray(current).view(np.uint8)
-    ):
-        return None
-    return (start, total)
-
-
 def _write_arrays(
-    group, arrays: Mapping[str, np.ndarray], prefix: str, compression: Compression, stored: dict
+    group, arrays: Mapping[str, StoredArray], prefix: str, stored: dict, cache: ChunkCache
 ) -> list[TensorEntry]:
     written = []
     for name, array in arrays.items():
-        array = little_endian(array)
-        digest = array_sha256(array)
-        key = (digest, array.dtype.str, array.shape)
-        if key in stored:
-            group[name] = stored[key]
+        if array.key in stored:
+            group[name] = stored[array.key]
         else:
-            dataset = group.create_dataset(name, data=array, **compression.options(array))
-            dataset.attrs["sha256"] = digest
-            stored[key] = dataset
-        written.append(TensorEntry(prefix + name, array.dtype, array.shape, digest))
+            if array.chunks:
+                dataset = group.create_dataset(name, shape=array.shape, dtype=array.dtype, **array.options)
+                cache.write(dataset, array.chunks)
+            else:
+                dataset = group.create_dataset(name, data=array.array, **array.options)
+            dataset.attrs["sha256"] = array.sha256
+            stored[array.key] = dataset
+        written.append(TensorEntry(prefix + name, array.dtype, array.shape, array.sha256))
     return written
-

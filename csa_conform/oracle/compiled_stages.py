@@ -32,7 +32,7 @@ from csa_conform.oracle.compiled_records import (
 from csa_conform.oracle.compiled_softmax import softmax_with_sink
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
-from csa_conform.oracle.parallel import map_chunks, query_chunks, worker_count
+from csa_conform.oracle.parallel import even_parts, map_chunks, query_chunks, worker_count
 from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, raise_first_invalid
 
 # Query chunks hold this many softmax elements: each chunk's probabilities
@@ -86,16 +86,35 @@ def sparse_sink_softmax_attention(
     has_bias = bias is not None
     bias_values = bias if has_bias else np.zeros((1, 1, 1, 1), dtype=np.float32)
 
-    def attend(chunk: slice):
-        begin, end = chunk.start, chunk.stop
-        attention_scores(query, source, rows, empty_row, geometry.scale, bias_values, has_bias, begin, end, scores)
-        probabilities = np.empty((count, batch, end - begin, heads), dtype=np.float32)
-        b, s, h = softmax_with_sink(scores, head_sink, begin, end, probabilities)
-        attention_values(probabilities, source, rows, empty_row, begin, end, output)
+    everything = (slice(0, count), slice(0, heads))
+
+    def score(queries: slice, candidates: slice) -> None:
+        attention_scores(query, source, rows, empty_row, geometry.scale, bias_values, has_bias,
+                         queries.start, queries.stop, candidates.start, candidates.stop, scores)
+
+    def weigh(queries: slice, head_range: slice, probabilities: np.ndarray):
+        begin, end, first, last = queries.start, queries.stop, head_range.start, head_range.stop
+        b, s, h = softmax_with_sink(scores, head_sink, begin, end, first, last, probabilities)
+        attention_values(probabilities, source, rows, empty_row, begin, end, first, last, output)
         return None if b < 0 else (b, s, h)
 
-    per_query = count * batch * heads
-    raise_first_invalid(geometry, map_chunks(attend, query_chunks(sequence, per_query, SOFTMAX_CHUNK_ELEMENTS)))
+    def attend(queries: slice):
+        probabilities = np.empty((batch, queries.stop - queries.start, heads, count), dtype=np.float32)
+        score(queries, everything[0])
+        return weigh(queries, everything[1], probabilities)
+
+    query_parts = query_chunks(sequence, count * batch * heads, SOFTMAX_CHUNK_ELEMENTS)
+    if len(query_parts) > 1 or worker_count() == 1:
+        failures = map_chunks(attend, query_parts)
+    else:
+        # One chunk of queries (a decode): its candidates split over the cores for the scores,
+        # then its heads for the softmax and the values.
+        (queries,) = query_parts
+        probabilities = np.empty((batch, sequence, heads, count), dtype=np.float32)
+        map_chunks(lambda candidates: score(queries, candidates), even_parts(count, worker_count()))
+        failures = map_chunks(lambda head_range: weigh(queries, head_range, probabilities),
+                              even_parts(heads, worker_count()))
+    raise_first_invalid(geometry, failures)
     return {"scores": scores, "Y": output}
 
 

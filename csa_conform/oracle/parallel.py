@@ -18,6 +18,14 @@ def query_chunks(sequence: int, elements_per_query: int, working_set: int | None
     return [slice(begin, min(sequence, begin + size)) for begin in range(0, sequence, size)]
 
 
+def even_parts(size: int, parts: int) -> list[slice]:
+    """``size`` split into at most ``parts`` contiguous ranges of nearly equal length (one empty
+    range when ``size`` is 0)."""
+    count = max(1, min(parts, size))
+    bounds = [size * index // count for index in range(count + 1)]
+    return [slice(begin, end) for begin, end in zip(bounds[:-1], bounds[1:])]
+
+
 def map_chunks(function: Callable[[slice], object], chunks: list[slice]) -> list:
     workers = min(len(chunks), worker_count())
     if workers <= 1:

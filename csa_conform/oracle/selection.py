@@ -12,29 +12,46 @@ from csa_conform.numerics.rustfmt import rust_display_f32
 from csa_conform.oracle.rows import RowFailure, earliest
 
 STAGE_RANK = 2
+# Rows this many times longer than Kw are partitioned rather than argsorted whole.
+PARTITION_FACTOR = 8
 
 
 def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None):
     """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure.
 
-    One stable sort per row serves both: equal neighbours among its live
-    scores are the ties the reference refuses, and its head is the top Kw.
+    Equal neighbours among a row's sorted live scores are the ties the
+    reference refuses. Once no row ties, live keys are distinct, so any
+    sort (stable or not) orders them as a stable sort would, and slots past
+    the live ones become -1 whichever index fills them: a row far longer
+    than Kw (a decode at 2^20 tokens) is sorted by value for the tie check
+    and partitioned for its top Kw; shorter rows are argsorted once.
     """
     keys = np.where(live, -scores, np.inf)
-    order = np.argsort(keys, axis=-1, kind="stable")
-    failure = earliest(*prior, _first_tie(scores, live, np.take_along_axis(keys, order, axis=-1)))
+    width = geometry.topk_width
+    if 0 < PARTITION_FACTOR * width < keys.shape[-1]:
+        failure = earliest(*prior, _first_tie(scores, live, np.sort(keys, axis=-1)))
+        order = None
+    else:
+        order = np.argsort(keys, axis=-1)
+        failure = earliest(*prior, _first_tie(scores, live, np.take_along_axis(keys, order, axis=-1)))
     if failure is not None:
         raise ContractError(failure.message, failure.kind)
-    width = geometry.topk_width
-    order = order[..., :width]
+    order = _smallest(keys, width) if order is None else order[..., :width]
     chosen = np.take_along_axis(live, order, axis=-1)
     selected = np.where(chosen, order, -1).astype(np.int32)
     replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
     return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
 
 
+def _smallest(keys: np.ndarray, width: int) -> np.ndarray:
+    """Indices of each row's ``width`` smallest keys, ascending by key (0 < width < row length)."""
+    keys_index = np.argpartition(keys, width - 1, axis=-1)[..., :width]
+    ranked = np.argsort(np.take_along_axis(keys, keys_index, axis=-1), axis=-1)
+    return np.take_along_axis(keys_index, ranked, axis=-1)
+
+
 def _first_tie(scores, live, ranked) -> RowFailure | None:
-    """``ranked``: each row's keys (-score, +inf where not live) in ascending order, live ones first."""
+    """``ranked``: each row's keys (-score, +inf where not live) in ascending order."""
     within = np.arange(1, ranked.shape[-1]) < live.sum(axis=-1, keepdims=True)
     tied_rows = ((ranked[..., 1:] == ranked[..., :-1]) & within).any(axis=-1)
     if not tied_rows.any():

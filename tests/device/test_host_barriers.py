@@ -3,15 +3,22 @@ tree reduction computes what a GPU computes, and a missing barrier shows the val
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.device.conformance import check_case
 from csa_conform.device.host import GXX, HostEmulationBackend
 from csa_conform.device.kernels import ModuleSource
+from csa_conform.device.modes import STAGES
+from csa_conform.golden import GoldenFile
+from device_fixtures import pick
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="the host backend needs g++")
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
 THREADS = 256
 
@@ -81,3 +88,21 @@ def test_a_missing_barrier_reads_the_shared_poison_a_barrier_publishes_the_neigh
     # Each thread but the last runs before its neighbour writes: it reads the block's fresh poison, never
     # the previous block's value; the last thread reads thread 0's, written before it ran.
     assert (raced[:, :-1] == poison).all() and raced[:, -1].tolist() == [0, 1000]
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_the_builtin_index_select_without_its_query_barrier_diverges_on_the_host(device_goldens, tmp_path):
+    """Each thread finalizes some heads' queries and scores records with all of them: without the barrier,
+    thread 0 scores before the higher threads have finalized their heads."""
+    barrier = "    __syncthreads();  // every head's query is final\n"
+    kernels = tmp_path / "kernels"
+    shutil.copytree(KERNELS, kernels)
+    module = kernels / "csa_ratio4_index_select.cu"
+    text = module.read_text()
+    assert text.count(barrier) == 1
+    module.write_text(text.replace(barrier, ""))
+    with GoldenFile(device_goldens) as golden:
+        case = pick(golden.case_ids(), "random.r4-5out*")
+        assert check_case(golden, case, DeviceRunner(), STAGES).passed
+        report = check_case(golden, case, DeviceRunner(KernelDirectory(kernels)), STAGES)
+    assert [verdict.stage for verdict in report.diverged()][:1] == ["index_scoring"]

@@ -99,6 +99,33 @@ def test_random_keys_tie_and_the_repaired_keys_score_every_row_distinctly():
         run_step(plan.attrs, tied, list(plan.output_names))
 
 
+def test_a_long_prefill_redraws_the_keys_it_writes_until_no_row_ties(monkeypatch):
+    """2,048 rows judging the 512 keys they write tie at seed 0 (the reference refuses the step);
+    the repair redraws only channel 1 of whole blocks, and every row then scores distinctly."""
+    spec = long_context._r4(0, (2048,), heads=1)
+    repaired = long_context.long_plan(spec, 0, 7)
+    monkeypatch.setattr(long_context, "tie_free_written_keys", lambda plan, rng: None)
+    unrepaired = long_context.long_plan(spec, 0, 7)
+    names = list(repaired.output_names)
+    with pytest.raises(Exception, match="top-k tie ordering is unfrozen"):
+        run_step(unrepaired.attrs, assemble(unrepaired, unrepaired.steps[0], unrepaired.initial_state), names)
+    before = unrepaired.steps[0].fresh["index_compressor_kv"]
+    after = repaired.steps[0].fresh["index_compressor_kv"]
+    assert np.array_equal(before[..., :128], after[..., :128])
+    changed = np.flatnonzero((before[..., 128:] != after[..., 128:]).any(axis=(0, 2)))
+    blocks = np.unique(changed // 4)
+    assert blocks.size and changed.tolist() == (4 * blocks[:, None] + np.arange(4)).ravel().tolist()
+    for name, array in unrepaired.steps[0].fresh.items():
+        if name != "index_compressor_kv":
+            assert np.array_equal(array, repaired.steps[0].fresh[name]), name
+    result = run_step(repaired.attrs, assemble(repaired, repaired.steps[0], repaired.initial_state), names)
+    scores = result.stages["index_scoring"]["scores"][0]
+    for row in scores:
+        live = row[np.isfinite(row)]
+        assert np.unique(live).size == live.size
+    assert np.isfinite(scores[-1]).sum() == 512
+
+
 def test_history_holds_only_the_windows_and_cases_store_current_kv_themselves():
     recipe = _recipe(SMALL_R128)
     plan = recipe.build(recipe.seed)

@@ -20,8 +20,10 @@ CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 # x86 vfmadd/vfmsub/vfnmadd/vfnmsub (and their addsub forms); aarch64 fmla/fmls/fmadd/fmsub/fnmadd/fnmsub.
 FUSED = re.compile(r"^\s*(vfn?m(?:add|sub)\w*|fml[as]|fn?m(?:add|sub))\b", re.MULTILINE)
 MULTIPLY = re.compile(r"^\s*(v?mul[sp][sd]|fmul)\b", re.MULTILINE)
-# Ratio-4 and ratio-128 cases with several queries, batches, heads and a bias.
-THREADED_CASES = ("random.r4-b2n2-i2-k512", "random.r4-bias-BNSC", "random.r128-bias-BNSC", "random.r128-f32-b2n2")
+# Ratio-4 and ratio-128 cases with several queries, batches, heads and a bias, and single-query
+# steps (whose attention splits candidates and heads over the workers) with 3 heads and 2 batches.
+THREADED_CASES = ("random.r4-b2n2-i2-k512", "random.r4-bias-BNSC", "random.r128-bias-BNSC", "random.r128-f32-b2n2",
+                  "edges.r4-n3-i3-k1-past128", "edges.r128-fp8-n2-b2-past128")
 
 pytestmark = needs_numba
 
@@ -132,9 +134,10 @@ def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
     info, steps = _steps(case_id)
     names = list(info.output_names)
     baseline = [outcome(info.attrs, step.inputs, names, "numpy") for step in steps]
-    settings = [(workers, working_set) for workers in (1, 2) for working_set in (1, 1 << 16)]
+    settings = [(workers, working_set) for workers in (1, 2, 3) for working_set in (1, 1 << 16)]
     for workers, working_set in settings:
         monkeypatch.setattr(parallel, "worker_count", lambda workers=workers: workers)
+        monkeypatch.setattr(compiled_stages, "worker_count", lambda workers=workers: workers)
         monkeypatch.setattr(parallel, "WORKING_SET_ELEMENTS", working_set)
         monkeypatch.setattr(compiled_stages, "SOFTMAX_CHUNK_ELEMENTS", working_set)
         for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):

@@ -5,7 +5,9 @@
 // at a time in index order: each runs until it reaches __syncthreads() or
 // returns, then the next; once every live thread waits at the barrier they
 // run on past it, again in index order. __shared__ variables live in one
-// section, filled with a poison byte before each block. Build with
+// section, filled with a poison byte before each block (g++ ignores the
+// section inside function templates: those keep the previous block's
+// values). Build with
 // -ffp-contract=off, the host twin of NVRTC's --fmad=false.
 #include <math.h>
 #include <string.h>

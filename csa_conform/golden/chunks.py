@@ -1,0 +1,244 @@
+"""Arrays hashed and compressed where their case is made, then copied into the file where HDF5 would put them.
+
+``store_case`` runs in the process that built the case (a ``--jobs`` worker):
+every distinct array gets its sha256 and, when the file compresses it, its
+chunks run through the dataset's own filter pipeline (shuffle, gzip or lzf:
+HDF5 itself, in a scratch in-memory file), so the process writing the file
+only copies bytes (``write_direct_chunk``) and a worker sends compressed
+chunks instead of raw arrays.
+
+Same bytes in the chunks is not yet the same file: a filtered write goes
+through the dataset's raw-data chunk cache, and a chunk gets its file space
+when the cache writes it, which is either while the array is being written
+(an evicted chunk, a chunk larger than the cache) or when the file is
+flushed (what is still cached). ``ChunkCache`` replays that cache so every
+chunk is copied in at the moment HDF5 would have written it, which keeps
+every address, and so every byte of the file, what a plain
+``create_dataset(data=...)`` makes (tests/goldens/test_stored_chunks.py
+holds the two writes equal).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import h5py
+import numpy as np
+
+from csa_conform.golden.digest import array_sha256, little_endian
+from csa_conform.golden.layout import LIBVER, GoldenCase
+
+__all__ = ["Chunk", "ChunkCache", "StoredArray", "StoredCase", "StoredStep", "store_array", "store_case"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk as the filters left it; ``complete`` when it lies wholly inside the array."""
+
+    offset: tuple[int, ...]
+    filter_mask: int
+    data: bytes
+    complete: bool
+
+
+@dataclass(frozen=True)
+class StoredArray:
+    """An array as the file stores it: its digest, its dataset options and either its filtered chunks
+    or (an uncompressed dataset) the array itself."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    sha256: str
+    options: dict
+    array: np.ndarray | None = None
+    chunks: tuple[Chunk, ...] = ()
+
+    @property
+    def key(self) -> tuple:
+        """What makes two arrays one dataset of the file (hard-linked)."""
+        return (self.sha256, self.dtype.str, self.shape)
+
+
+@dataclass
+class StoredStep:
+    inputs: dict[str, StoredArray]
+    outputs: dict[str, StoredArray]
+    stages: dict[str, dict[str, StoredArray]]
+    expect_error: str | None
+    window: tuple[int, int] | None
+
+
+@dataclass
+class StoredCase:
+    """A GoldenCase with every array stored; a current_kv that is a window of the history is left out."""
+
+    case_id: str
+    attrs: dict
+    output_names: tuple[str, ...]
+    steps: list[StoredStep]
+    family: str
+    seed: int | None
+    description: str
+    kv_history: StoredArray | None = None
+    compressed_bytes: int = field(default=0, compare=False)
+
+
+def store_case(case: GoldenCase, compression) -> StoredCase:
+    """Hash and compress every distinct array of ``case`` once (``compression``: the writer's Compression).
+
+    A stream hands one array object to several steps (a step's present_* is the next one's past_*,
+    the weights are every step's): each object is hashed once, each distinct content compressed once.
+    """
+    stored: dict[tuple, StoredArray] = {}
+    seen: dict[int, StoredArray] = {}  # id() of an array of the case, which the case keeps alive
+
+    def one(array: np.ndarray) -> StoredArray:
+        if id(array) not in seen:
+            seen[id(array)] = _stored(array, compression, stored)
+        return seen[id(array)]
+
+    def store(arrays: Mapping[str, np.ndarray]) -> dict[str, StoredArray]:
+        return {name: one(array) for name, array in arrays.items()}
+
+    history = None if case.kv_history is None else one(case.kv_history)
+    steps = []
+    for step in case.steps:
+        window = history_window(step.inputs, case.kv_history)
+        inputs = {name: array for name, array in step.inputs.items() if not (window and name == "current_kv")}
+        steps.append(StoredStep(
+            inputs=store(inputs),
+            outputs=store(step.outputs) if step.expect_error is None else {},
+            stages={stage: store(payload) for stage, payload in step.stages.items()},
+            expect_error=step.expect_error,
+            window=window,
+        ))
+    return StoredCase(
+        case.case_id, case.attrs, tuple(case.output_names), steps, case.family, case.seed, case.description,
+        history, sum(len(chunk.data) for array in stored.values() for chunk in array.chunks),
+    )
+
+
+def _stored(array: np.ndarray, compression, stored: dict) -> StoredArray:
+    array = little_endian(array)
+    key = (array_sha256(array), array.dtype.str, array.shape)
+    if key not in stored:
+        stored[key] = store_array(array, compression.options(array), key[0])
+    return stored[key]
+
+
+def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
+    """``array`` with its chunks filtered by HDF5 under ``options`` (an empty dict: kept as it is)."""
+    if not options:
+        return StoredArray(array.dtype, array.shape, sha256, options, array=array)
+    with h5py.File(f"chunks-{os.getpid()}.h5", "w", driver="core", backing_store=False, libver=LIBVER) as scratch:
+        dataset = scratch.create_dataset("array", data=array, **options)
+        scratch.flush()
+        chunks = tuple(
+            Chunk(offset, *dataset.id.read_direct_chunk(offset), complete=_complete(offset, dataset.chunks, array.shape))
+            for offset in chunk_offsets(array.shape, dataset.chunks)
+        )
+    return StoredArray(array.dtype, array.shape, sha256, options, chunks=chunks)
+
+
+def chunk_offsets(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every chunk's offset, in the order HDF5 writes a whole array (row-major over the chunk grid)."""
+    axes = [range(0, extent, step) for extent, step in zip(shape, chunks)]
+    return [tuple(offset) for offset in itertools.product(*axes)]
+
+
+def _complete(offset, chunks, shape) -> bool:
+    return all(start + step <= extent for start, step, extent in zip(offset, chunks, shape))
+
+
+def history_window(inputs: Mapping[str, np.ndarray], history: np.ndarray | None) -> tuple[int, int] | None:
+    """The rows of the case's kv history that this step's current_kv is, if it is one."""
+    current = inputs.get("current_kv")
+    total = inputs.get("total_sequence_length")
+    if history is None or current is None or total is None or np.ndim(total) != 0 or current.ndim != 3:
+        return None
+    total = int(total)
+    start = total - current.shape[1]
+    if start < 0 or start == total or total > history.shape[1]:
+        return None
+    window = history[:, start:total]
+    if window.dtype != current.dtype or window.shape != current.shape or not np.array_equal(
+        window.view(np.uint8), np.ascontiguousarray(current).view(np.uint8)
+    ):
+        return None
+    return (start, total)
+
+
+class ChunkCache:
+    """The raw-data chunk caches of a file being written, replayed (HDF5's H5Dchunk.c).
+
+    A filtered whole-array write passes each chunk, in chunk order, through
+    its dataset's cache (``nbytes`` of chunks, ``w0``). A chunk larger than
+    the cache is written at once. Otherwise room is made first: from the
+    oldest entry on, entries wholly written are evicted (written) and, after
+    ``w0`` x the entries held have been passed over, any entry; then the chunk
+    is cached. Flushing the file writes what is left, dataset by dataset in
+    the order they were opened, oldest entry first. Hash-slot collisions
+    (8191 slots against the 16 chunks of 0.5-1 MiB a default cache holds at
+    most) cannot occur with the writer's chunk shapes and are not replayed.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[tuple[h5py.Dataset, list[Chunk]]] = []
+
+    def write(self, dataset: h5py.Dataset, chunks: tuple[Chunk, ...]) -> None:
+        """What writing the whole array writes now; the rest waits for ``flush``."""
+        _slots, capacity, w0 = dataset.id.get_access_plist().get_chunk_cache()
+        size = int(np.prod(dataset.chunks)) * dataset.dtype.itemsize
+        held: list[Chunk] = []
+        for chunk in chunks:
+            if size > capacity:
+                _write(dataset, chunk)
+                continue
+            _make_room(dataset, held, size, capacity, w0)
+            held.append(chunk)
+        if held:
+            self._held.append((dataset, held))
+
+    def flush(self) -> None:
+        """Write every chunk still cached, as flushing the file does."""
+        for dataset, held in self._held:
+            for chunk in held:
+                _write(dataset, chunk)
+        self._held = []
+
+
+def _make_room(dataset: h5py.Dataset, held: list[Chunk], size: int, capacity: int, w0: float) -> None:
+    """H5D__chunk_cache_prune: preempt until ``size`` more bytes fit (two methods, two cursors)."""
+    def over() -> bool:
+        return (len(held) + 1) * size > capacity
+
+    countdown = int(len(held) * w0)
+    cursors: list[int | None] = [0 if held else None, None]
+    order = list(held)  # the list as it was; evicted entries are dropped from ``held``
+    while any(cursor is not None for cursor in cursors) and over():
+        if countdown == 0:
+            cursors[1] = 0
+        following = [None if cursor is None or cursor + 1 >= len(order) else cursor + 1 for cursor in cursors]
+        for method in (0, 1):
+            if not over():
+                break
+            cursor = cursors[method]
+            if cursor is None or order[cursor] not in held:
+                continue
+            if method == 0 and not order[cursor].complete:
+                continue
+            chunk = order[cursor]
+            for other in (0, 1):
+                if cursors[other] == cursor:
+                    cursors[other] = None
+            held.remove(chunk)
+            _write(dataset, chunk)
+        cursors = following
+        countdown -= 1
+
+
+def _write(dataset: h5py.Dataset, chunk: Chunk) -> None:
+    dataset.id.write_direct_chunk(chunk.offset, chunk.data, chunk.filter_mask)

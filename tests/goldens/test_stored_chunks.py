@@ -1,0 +1,83 @@
+"""Chunks filtered where a case is made and copied in by ``ChunkCache`` make the file HDF5's own
+filtered write makes, byte for byte: chunk cache evictions, chunks larger than the cache, edge chunks
+in the middle of the chunk order, chunks left cached until the flush, an incompressible chunk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import h5py
+from csa_conform.golden.chunks import ChunkCache, store_array
+from csa_conform.golden.layout import LIBVER
+
+CACHE_BYTES = 64 << 10  # a small cache, so small arrays exercise every path of it
+
+
+def arrays() -> list[tuple[np.ndarray, dict]]:
+    rng = np.random.default_rng(7)
+    lzf = {"compression": "lzf", "shuffle": True}
+    gzip = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+    return [
+        (rng.standard_normal(100).astype(np.float32), {**gzip, "chunks": (100,)}),  # cached until the flush
+        (rng.standard_normal((64, 1024)).astype(np.float32), {**lzf, "chunks": (4, 1024)}),  # evicted in order
+        (rng.standard_normal((3, 1000, 16)).astype(np.float32), {**lzf, "chunks": (1, 300, 16)}),  # edge chunks inside
+        (rng.standard_normal((50, 1000)).astype(np.float32), {**gzip, "chunks": (25, 1000)}),  # larger than the cache
+        (rng.integers(0, 256, (40, 4096), dtype=np.uint8), {**lzf, "chunks": (5, 4096)}),  # incompressible
+        (np.zeros((7, 333), dtype=np.int32), {**gzip, "chunks": (2, 333)}),  # 4 chunks, the last an edge
+        (rng.standard_normal(10).astype(np.float64), {**gzip, "chunks": (10,)}),
+    ]
+
+
+def image(write) -> bytes:
+    with h5py.File(f"chunks-test-{write.__name__}.h5", "w", driver="core", backing_store=False, libver=LIBVER,
+                   rdcc_nbytes=CACHE_BYTES) as handle:
+        cache = ChunkCache()
+        datasets = []
+        for index, (array, options) in enumerate(arrays()):
+            dataset = write(handle, f"a{index}", array, options, cache)
+            dataset.attrs["sha256"] = "0" * 64
+            datasets.append(dataset)  # kept open, as the writer keeps them
+        handle.attrs["done"] = 1
+        cache.flush()
+        handle.flush()
+        return handle.id.get_file_image()
+
+
+def hdf5_itself(handle, name, array, options, _cache):
+    return handle.create_dataset(name, data=array, **options)
+
+
+def copied_in(handle, name, array, options, cache):
+    stored = store_array(array, options, "0" * 64)
+    dataset = handle.create_dataset(name, shape=stored.shape, dtype=stored.dtype, **options)
+    cache.write(dataset, stored.chunks)
+    return dataset
+
+
+def test_copied_chunks_make_the_file_hdf5_makes():
+    assert image(copied_in) == image(hdf5_itself)
+
+
+def test_the_arrays_cover_every_path_of_the_cache():
+    stored = [store_array(array, options, "") for array, options in arrays()]
+    sizes = [int(np.prod(options["chunks"])) * array.dtype.itemsize for array, options in arrays()]
+    assert any(size > CACHE_BYTES for size in sizes) and any(len(s.chunks) * size > CACHE_BYTES
+                                                               for s, size in zip(stored, sizes) if size <= CACHE_BYTES)
+    edges = stored[2].chunks
+    assert [chunk.complete for chunk in edges[:4]] == [True, True, True, False] and len(edges) == 12
+    assert any(chunk.filter_mask for chunk in stored[4].chunks), "lzf should have given up on random bytes"
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 0, 1]])
+def test_a_stored_array_reads_back_as_the_array(tmp_path, order):
+    path = tmp_path / "read.h5"
+    chosen = [arrays()[index] for index in order]
+    with h5py.File(path, "w", libver=LIBVER) as handle:
+        cache = ChunkCache()
+        for index, (array, options) in enumerate(chosen):
+            copied_in(handle, f"a{index}", array, options, cache)
+        cache.flush()
+    with h5py.File(path, "r") as handle:
+        for index, (array, _) in enumerate(chosen):
+            assert np.array_equal(handle[f"a{index}"][()], array)
