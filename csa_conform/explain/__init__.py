@@ -70,7 +70,7 @@ INHERITED = "inherited"
 COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
 COMBINATION_CAP = 64  # combinations tried at most per divergence, smallest first
-STALLED_CAP = 8  # ... when no single left fewer elements differing than the reference's own arithmetic
+STALLED_CAP = 15  # ... when no single came closer: every pair of the six closest ingredients (untied)
 ROPE_LIBM = ("powf", "sinf", "cosf")  # called only in the compressed RoPE
 # stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
 TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
