@@ -66,8 +66,8 @@ FP4 = (E2M1_TABLE, 6.0, 6.0 * 2.0**-126, FP4_BLOCK)
 
 # why a row's first unmatched sub-step is the one named, per rule
 REASONS = {
-    "quantizer": "its codes bracket the reference's {previous} output (scale within one step), so the {sub_step} "
-                 "alone differs",
+    "quantizer": "its codes bracket the reference's {previous} output (scale within one step): the {sub_step} "
+                 "differs, or an earlier difference smaller than one code",
     "hadamard-inverse": "the inverse Hadamard of its values is the reference's {previous} output within the "
                         "quantization error, but its codes do not bracket the reference's Hadamard output",
     "rope": "the dimensions RoPE leaves alone are the reference's and the rotated tail keeps the reference's "
