@@ -60,13 +60,14 @@ SUB_STEPS = {
     "index_query_finalize": ("bf16", "RoPE", "Hadamard", "FP4 round trip"),
 }
 BF16_SLACK = 2.0**-6  # relative: a bf16 rounding of each element, several times over
+FAR_FROM_ONE = 1 / 16  # a per-record constant this far from 1 is no rounding difference
 FP8 = (E4M3_TABLE, 448.0, 1.0e-4, FP8_BLOCK)
 FP4 = (E2M1_TABLE, 6.0, 6.0 * 2.0**-126, FP4_BLOCK)
 
 # why a row's first unmatched sub-step is the one named, per rule
 REASONS = {
-    "quantizer": "its codes bracket the reference's {previous} output (scale within one step), so the {sub_step} "
-                 "alone differs",
+    "quantizer": "its codes bracket the reference's {previous} output (scale within one step): the {sub_step} "
+                 "differs, or an earlier difference smaller than one code",
     "hadamard-inverse": "the inverse Hadamard of its values is the reference's {previous} output within the "
                         "quantization error, but its codes do not bracket the reference's Hadamard output",
     "rope": "the dimensions RoPE leaves alone are the reference's and the rotated tail keeps the reference's "
@@ -138,11 +139,13 @@ def _norm(x: np.ndarray) -> np.ndarray:
 
 
 def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fit: bool) -> np.ndarray:
-    """Rule of each FP4 row [rows, W]: quantizer, hadamard-inverse, rope, orthogonal, scale or first."""
+    """(rule, fitted constant) of each FP4 row [rows, W]: quantizer, hadamard-inverse, rope, orthogonal, scale or
+    first."""
     head = device.shape[-1] - rope_dim
     error = _norm(_half_gaps(device, FP4)) + BF16_SLACK * _norm(after_rope)
     inverse = _inverse_hadamard(device)
     rule = np.full(device.shape[:-1], "first", dtype=object)
+    c = np.full(device.shape[:-1], np.nan)
     if scale_fit:
         x = after_rope.astype(np.float64)
         c = (inverse * x).sum(axis=-1) / np.maximum((x * x).sum(axis=-1), 1e-300)
@@ -153,11 +156,11 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
     rule[head_matches & energy] = "rope"
     rule[_norm(inverse - after_rope) <= error] = "hadamard-inverse"
     rule[_brackets(device, hadamard, FP4).all(axis=-1)] = "quantizer"
-    return rule
+    return rule, c
 
 
 def _fp8_rows(device, normalized, rotated, rope_dim: int) -> np.ndarray:
-    """Rule of each FP8 record [rows, W]: quantizer, rope, scale or first."""
+    """(rule, fitted constant) of each FP8 record [rows, W]: quantizer, rope, scale or first."""
     head = device.shape[-1] - rope_dim
     brackets = _brackets(device[..., :head], normalized[..., :head], FP8).all(axis=-1)
     tail_same = (device[..., head:].view(np.uint32) == rotated[..., head:].view(np.uint32)).all(axis=-1)
@@ -174,7 +177,7 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int) -> np.ndarray:
     rule[scaled] = "scale"
     rule[brackets & energy] = "rope"
     rule[brackets & tail_same] = "quantizer"
-    return rule
+    return rule, c
 
 
 NAMED = {  # rule -> index of the sub-step it names, counted back from the stage's last sub-step
@@ -224,13 +227,13 @@ def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Ma
     picked = actual[:, past:][rows[:, 0], rows[:, 1]]
     if stage == "index_key_update":
         values = decode_fp4_record(picked)
-        rule = _fp4_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]],
+        judged = _fp4_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]],
                          hadamard[rows[:, 0], rows[:, 1]], g.rope_dim, scale_fit=True)
     else:
         values = decode_fp8_record(picked) if actual.dtype == np.uint8 else np.asarray(picked, dtype=np.float32)
-        rule = _fp8_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]], g.rope_dim)
+        judged = _fp8_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]], g.rope_dim)
     counts = new[rows[:, 0], rows[:, 1]].sum(axis=-1)
-    return tensor, rule, counts, int(differ.sum()), [tuple(int(i) for i in (b, past + r)) for b, r in rows]
+    return tensor, judged, counts, int(differ.sum()), [tuple(int(i) for i in (b, past + r)) for b, r in rows]
 
 
 def _queries(g: StepGeometry, inputs, reference: Mapping, device: Mapping):
@@ -251,11 +254,11 @@ def _queries(g: StepGeometry, inputs, reference: Mapping, device: Mapping):
     rotated[..., width - g.rope_dim:] = compressed_rope(quantized[..., width - g.rope_dim:], positions)
     hadamard = hadamard_bf16(rotated)
     picked = actual.reshape(flat.shape)[rows[:, 0], rows[:, 1]]
-    rule = _fp4_rows(picked, quantized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]],
+    judged = _fp4_rows(picked, quantized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]],
                      hadamard[rows[:, 0], rows[:, 1]], g.rope_dim, scale_fit=False)
     counts = differ[rows[:, 0], rows[:, 1]].sum(axis=-1)
     where = [(int(r) // g.sequence, int(r) % g.sequence, int(i)) for r, i in rows]
-    return "transformed", rule, counts, int(differ.sum()), where
+    return "transformed", judged, counts, int(differ.sum()), where
 
 
 def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
@@ -271,7 +274,7 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
         return None
     if found is None:
         return None
-    tensor, rules, counts, differing, where = found
+    tensor, (rules, factors), counts, differing, where = found
     steps = SUB_STEPS[stage]
     named = np.array([_named(stage, rule) for rule in rules], dtype=object)
     tally = {step: int((named == step).sum()) for step in steps if (named == step).any()}
@@ -288,4 +291,11 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
     evidence = {"sub_step": sub_step, "sub_steps": list(steps), "method": "intermediates", "rule": rule,
                 "matched": matched, unit.replace(" ", "_"): len(rules), "verdicts": tally,
                 "first": list(where[int(np.argmax(chosen))])}
+    if rule == "scale":
+        evidence["factor"] = float(np.median(factors[chosen & (rules == "scale")]))
+        headline += f" (× {evidence['factor']:.4g})"
+    # every differing attention record kept the reference's bf16 RoPE tail: nothing acting in RoPE differs
+    evidence["rope_exact"] = stage == "compression_update" and bool((rules == "quantizer").all())
+    # no libm, FMA or flush-to-zero variant makes another orthogonal transform or a constant factor far from 1
+    evidence["structural"] = rule == "orthogonal" or (rule == "scale" and abs(evidence["factor"] - 1) > FAR_FROM_ONE)
     return Finding(SUB_STEP, stage, tensor, headline, int(counts[chosen].sum()), differing, evidence)

@@ -12,7 +12,8 @@ the host with the inputs the kernel read, once per hypothesis
 reproduces the device payload bit for bit. Singles are tried first, in
 order, and the first that reproduces ends the search; then combinations of
 two, three and four distinct ingredients among those that moved the result,
-at most COMBINATION_CAP of them (the document says when the cap was hit),
+at most COMBINATION_CAP of them, or STALLED_CAP when no single came closer
+than the reference's own arithmetic (the document says when a cap was hit),
 and the smallest reproducing one is reported; ``closest`` is
 only a hypothesis that left fewer elements differing than the reference's own
 arithmetic. Hypotheses are screened on the rows that differ
@@ -68,7 +69,9 @@ UNEXPLAINED = "unexplained"
 INHERITED = "inherited"
 COMBINED_FROM = 6  # combinations are formed from this many closest ingredients
 MOST_COMBINED = 4  # of at most this many ingredients
-COMBINATION_CAP = 32  # combinations tried at most per divergence, smallest first
+COMBINATION_CAP = 64  # combinations tried at most per divergence, smallest first
+STALLED_CAP = 15  # ... when no single came closer: every pair of the six closest ingredients (untied)
+ROPE_LIBM = ("powf", "sinf", "cosf")  # called only in the compressed RoPE
 # stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
 TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
 
@@ -105,7 +108,7 @@ class Explanation:
         if self.verdict == INHERITED:
             return f"{where}: inherited: {self.note}"
         finding = self.diagnosis[0] if self.diagnosis else None
-        if finding is not None and finding.kind in STRUCTURAL and finding.decisive and not self.trials:
+        if finding is not None and finding.kind in STRUCTURAL and finding.decisive and self.search is None:
             return f"{where}: {finding.kind}: {finding.headline} (structural: no numeric ingredient tried)"
         pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
             f": {self.note}" if self.note else "")
@@ -180,36 +183,46 @@ def _ingredient(hypothesis: Hypothesis) -> str:
     return "ftz"
 
 
+def _acts_only_in_rope(hypothesis: Hypothesis) -> bool:
+    """powf, sinf, cosf and the pair contractions appear only in the compressed RoPE."""
+    if hypothesis.libm:
+        return hypothesis.libm[0][0] in ROPE_LIBM
+    return bool(hypothesis.fused) and hypothesis.fused <= set(PAIR_FUSIONS)
+
+
 def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> list[list[Hypothesis]]:
     """Groups of 2..MOST_COMBINED distinct ingredients, smallest first, from the COMBINED_FROM ingredients
-    whose best single comes closest; an ingredient contributes each of its variants that tie for best."""
+    whose best single comes closest; an ingredient contributes each of its variants that tie for best with a
+    payload of their own (variants that computed the same payload are one)."""
     best: dict[str, list[tuple[Hypothesis, int]]] = {}
     for hypothesis, trial in zip(singles, trials):
         if trial.rejected is not None or not any(changed for changed, _ in trial.changed.values()):
             continue
         variants = best.setdefault(_ingredient(hypothesis), [])
         if not variants or trial.mismatches < variants[0][1]:
-            variants[:] = [(hypothesis, trial.mismatches)]
-        elif trial.mismatches == variants[0][1]:
-            variants.append((hypothesis, trial.mismatches))
+            variants[:] = [(hypothesis, trial.mismatches, trial.digest)]
+        elif trial.mismatches == variants[0][1] and all(trial.digest != digest for *_, digest in variants):
+            variants.append((hypothesis, trial.mismatches, trial.digest))
     ranked = sorted(best.values(), key=lambda variants: variants[0][1])[:COMBINED_FROM]
     found = []
     for size in range(2, MOST_COMBINED + 1):
         for ingredients in itertools.combinations(ranked, size):
             for choice in itertools.product(*ingredients):
-                found.append([hypothesis for hypothesis, _ in choice])
+                found.append([hypothesis for hypothesis, *_ in choice])
     return found
 
 
-def _search(stage: str, g, inputs, upstream, target, device_libm,
-            baseline: int) -> tuple[Trial | None, Trial | None, list[Trial], dict]:
+def _search(stage: str, g, inputs, upstream, target, device_libm, baseline: int,
+            rope_exact: bool = False) -> tuple[Trial | None, Trial | None, list[Trial], dict]:
     """(cause, closest, every trial, how the search ran): singles, then the smallest combinations of the
     closest ingredients (a kernel may swap several at once, e.g. CUDA's powf, sinf and cosf together), at
-    most COMBINATION_CAP of them. Trials are screened on the rows that differ; the cause and ``closest``
-    (the trial with fewest mismatches among those with fewer than ``baseline``, the reference's own) are
-    then re-run on the whole stage, and a screened cause that does not reproduce there is no cause."""
+    most COMBINATION_CAP of them (STALLED_CAP when no single moved the result closer to the device's).
+    Trials are screened on the rows that differ; the cause and ``closest`` (the trial with fewest
+    mismatches among those with fewer than ``baseline``, the reference's own) are then re-run on the whole
+    stage, and a screened cause that does not reproduce there is no cause."""
     rerun = Rerun(stage, g, inputs, upstream, target)
-    singles = stage_hypotheses(stage, device_libm)
+    singles = [hypothesis for hypothesis in stage_hypotheses(stage, device_libm)
+               if not (rope_exact and _acts_only_in_rope(hypothesis))]
     trials = []
     for hypothesis in singles:  # the first single that reproduces ends the search
         trials.append(rerun.confirmed(hypothesis, rerun.trial(hypothesis)))
@@ -217,8 +230,10 @@ def _search(stage: str, g, inputs, upstream, target, device_libm,
             break
     singles = singles[:len(trials)]
     groups = _combinations(singles, trials) if not any(trial.reproduces for trial in trials) else []
+    progress = any(trial.rejected is None and trial.mismatches < baseline for trial in trials)
+    cap = COMBINATION_CAP if progress else STALLED_CAP
     tried = 0
-    for members in groups[:COMBINATION_CAP]:
+    for members in groups[:cap]:
         if tried and len(members) > len(groups[tried - 1]) and any(trial.reproduces for trial in trials):
             break  # the smallest reproducing size is complete
         combined = members[0]
@@ -227,8 +242,8 @@ def _search(stage: str, g, inputs, upstream, target, device_libm,
         trials.append(rerun.confirmed(combined, rerun.trial(combined)))
         tried += 1
     reproducing = [trial for trial in trials if trial.reproduces]
-    search = {"singles": len(singles), "combinations": tried, "cap": COMBINATION_CAP,
-              "capped": tried == COMBINATION_CAP and len(groups) > COMBINATION_CAP and not reproducing,
+    search = {"singles": len(singles), "combinations": tried, "cap": cap,
+              "capped": tried == cap and len(groups) > cap and not reproducing,
               "untried": len(groups) - tried, "screened_rows": rerun.screened}
     measured = [trial for trial in trials if trial.rejected is None and trial.mismatches < baseline]
     closest = min(measured, key=lambda trial: trial.mismatches) if measured else None
@@ -276,14 +291,24 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
         return explanation
-    if _unwritten_state(explanation, g, inputs, upstream, target) or _sub_step(explanation, g, inputs, upstream,
-                                                                                target):
+    if _unwritten_state(explanation, g, inputs, upstream, target):
         return explanation
     localized = localize(stage, g, inputs, expected[stage], target)
-    if localized is not None:  # where it starts; the numeric search below may still name why
+    gross = False
+    if localized is not None:  # where it starts; the re-runs and the numeric search below may still name why
         explanation.diagnosis.insert(0, localized)
+        if localized.decisive and localized.evidence["structural"]:
+            return explanation
+        # nothing later matches: no rounding convention or RoPE position moves the values that far
+        gross = localized.decisive and localized.evidence["rule"] == "first"
+    rope_exact = localized is not None and localized.evidence["rope_exact"]
+    if rope_exact:
+        explanation.skipped["RoPE ingredients"] = ("every differing record keeps the reference's RoPE tail bit for bit: "
+                                                  "powf, sinf, cosf and the a*b±c*d contractions act only there")
+    if not gross and _sub_step(explanation, g, inputs, upstream, target, skip=("RoPE",) if rope_exact else ()):
+        return explanation
     cause, closest, trials, explanation.search = _search(stage, g, inputs, upstream, target, device_libm,
-                                                         explanation.baseline)
+                                                         explanation.baseline, rope_exact)
     explanation.trials, explanation.closest = trials, closest
     if cause is not None:
         explanation.verdict, explanation.cause = EXPLAINED, cause
@@ -315,11 +340,13 @@ def _unwritten_state(explanation: Explanation, g, inputs, upstream, target) -> b
     return True
 
 
-def _sub_step(explanation: Explanation, g, inputs, upstream, target) -> bool:
+def _sub_step(explanation: Explanation, g, inputs, upstream, target, skip: tuple[str, ...] = ()) -> bool:
     """Try each sub-step of the stage done another way (csa_conform.explain.hypotheses.structural_hypotheses);
     one that reproduces the device names the first sub-step that differs, and is the cause."""
     stage = explanation.stage
     for hypothesis in structural_hypotheses(stage, g.ratio):
+        if hypothesis.sub_step in skip:
+            continue
         trial = _trial(hypothesis, stage, g, inputs, upstream, target)
         explanation.trials.append(trial)
         if not trial.reproduces:

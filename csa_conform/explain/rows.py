@@ -12,6 +12,7 @@ screened only when at most half its rows differ; every other stage runs whole.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from typing import Mapping
 
@@ -76,7 +77,10 @@ class Rerun:
             return Trial(hypothesis.key, hypothesis.name, -1, 0, rejected=str(error))
         differing, total = mismatches(payload, target)
         changed = {what: (tally.changed, tally.seen) for what, tally in tallies.items()}
-        return Trial(hypothesis.key, hypothesis.name, differing, total, changed)
+        digest = hashlib.sha1()
+        for name in target:
+            digest.update(np.ascontiguousarray(payload[name]).view(np.uint8).tobytes())
+        return Trial(hypothesis.key, hypothesis.name, differing, total, changed, digest=digest.hexdigest())
 
     def trial(self, hypothesis: Hypothesis) -> Trial:
         """The hypothesis's trial on the screened rows (or on the whole stage when nothing is screened)."""

@@ -15,6 +15,7 @@ class Trial:
     elements: int
     changed: dict[str, tuple[int, int]] = field(default_factory=dict)
     rejected: str | None = None
+    digest: str = ""  # of the re-run's payload bytes: two trials with one digest computed the same payload
 
     @property
     def reproduces(self) -> bool:

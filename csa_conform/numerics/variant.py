@@ -144,8 +144,9 @@ class Numerics:
         return result
 
     def accumulate(self, acc: np.ndarray, a, b, product: np.ndarray | None = None) -> None:
-        """acc += a*b in place: two roundings (the reference) or one (fused)."""
-        if self.is_reference:
+        """acc += a*b in place: two roundings (the reference, and any variant that neither fuses
+        accumulations nor flushes) or one (fused)."""
+        if ACCUMULATE not in self.fused and not self.ftz:
             if product is None:
                 acc += a * b
             else:

@@ -75,17 +75,18 @@ def test_a_hypothesis_that_reproduces_only_the_screened_rows_is_no_cause():
 
 
 def test_the_combination_search_stops_at_its_cap_and_says_so(monkeypatch):
-    """A record byte no ingredient produces: every combination would be tried; the cap stops it."""
+    """A record byte no ingredient produces and no single comes closer to: the stalled cap stops it."""
     g, inputs, expected = _step("boundaries.r4-prefill-8")
     stage = "compression_update"
     payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
     payload["present_compressed_kv"][0, -1, -1] ^= 0x01  # the last bf16 byte of the RoPE tail
-    monkeypatch.setattr(explain, "COMBINATION_CAP", 3)
+    monkeypatch.setattr(explain, "STALLED_CAP", 3)
     explanation = _explain(stage, g, inputs, expected, payload)
     search = explanation.search
-    assert explanation.verdict == UNEXPLAINED
+    assert explanation.verdict == UNEXPLAINED and explanation.closest is None
     assert search["combinations"] == 3 and search["cap"] == 3 and search["capped"] and search["untried"] > 0
-    assert len(explanation.trials) == search["singles"] + 3
+    assert len(explanation.trials) - search["singles"] == 3 + sum(
+        trial.key.startswith(("bf16:", "codes:", "rope:")) for trial in explanation.trials)
     assert any(f"stopped at its cap of 3 combinations ({search['untried']:,} more not tried)" in line
                for line in explanation.lines())
     entry = schema()["properties"]["explain"]["properties"]["explanations"]["items"]
@@ -97,6 +98,17 @@ def test_without_the_cap_every_combination_runs(monkeypatch):
     stage = "compression_update"
     payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
     payload["present_compressed_kv"][0, -1, -1] ^= 0x01
-    monkeypatch.setattr(explain, "COMBINATION_CAP", 1000)
+    monkeypatch.setattr(explain, "STALLED_CAP", 1000)
     search = _explain(stage, g, inputs, expected, payload).search
     assert not search["capped"] and search["untried"] == 0 and search["combinations"] > 3
+
+
+def test_a_single_that_comes_closer_lifts_the_cap_to_the_full_one():
+    """expf correctly rounded fixes every row but one flipped bit: the search may combine further."""
+    g, inputs, expected = _step("boundaries.r128-resumed-119-chunks")
+    rounded, payload = _rounded_expf_rows(g, inputs, expected, slice(None))
+    payload["Y"].reshape(-1)[np.flatnonzero(
+        payload["Y"].reshape(-1).view(np.uint32) != expected[ATTENTION]["Y"].reshape(-1).view(np.uint32))[0]] *= 2
+    explanation = _explain(ATTENTION, g, inputs, expected, payload)
+    assert explanation.verdict == UNEXPLAINED and explanation.closest.key == "expf:correctly-rounded"
+    assert explanation.search["cap"] == explain.COMBINATION_CAP
