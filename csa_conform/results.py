@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -238,28 +237,9 @@ def file_sha256(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
-def golden_reference(path: str, schema_version: int | None, sha256: Callable[[], str | None] | None = None) -> dict:
-    """The golden file a run read: its path, the sha256 of its bytes (``sha256()``, e.g. from
-    ``file_sha256_meanwhile``, else hashed now) and its schema version."""
-    return {"path": str(path), "sha256": sha256() if sha256 else file_sha256(path), "schema_version": schema_version}
-
-
-def file_sha256_meanwhile(path: str | Path) -> Callable[[], str | None]:
-    """``file_sha256(path)`` on a thread from now on; the callable returned waits for it.
-
-    Hashing a prod file (715 MB) took a second after verify had replayed it; reading and hashing
-    release the GIL, so on a thread it runs beside the replay (on the core the replay leaves idle).
-    The thread is a daemon: a run stopped by Ctrl-C does not wait for it.
-    """
-    found: list[str | None] = []
-    thread = threading.Thread(target=lambda: found.append(file_sha256(path)), name="file-sha256", daemon=True)
-    thread.start()
-
-    def result() -> str | None:
-        thread.join()
-        return found[0] if found else file_sha256(path)
-
-    return result
+def golden_reference(path: str, schema_version: int | None) -> dict:
+    """The golden file a run read: its path, the sha256 of its bytes and its schema version."""
+    return {"path": str(path), "sha256": file_sha256(path), "schema_version": schema_version}
 
 
 def kernel_provenance(provenance) -> dict:

@@ -211,7 +211,7 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int,
     if processes <= 1:
         yield from map(function, items)
         return
-    order = sorted(range(len(items)), key=lambda index: -weights[index]) if weights else range(len(items))
+    order = sorted(range(len(items)), key=lambda index: -weights[index]) if weights else None
     pool = ProcessPoolExecutor(max_workers=processes, initializer=_start_worker, initargs=(processes,))
     try:
         # Submitting forks the workers. SIGINT and SIGTERM stay pending until all of them exist and
@@ -219,11 +219,14 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int,
         # output pipes open for ever.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
         try:
-            futures = {index: pool.submit(function, items[index]) for index in order}
+            if weights is None:
+                results = pool.map(function, items)
+            else:
+                futures = {index: pool.submit(function, items[index]) for index in order}
+                results = (futures.pop(index).result() for index in range(len(items)))
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        for index in range(len(items)):
-            yield futures.pop(index).result()
+        yield from results
     except BrokenProcessPool:
         raise WorkerCrashed("a worker process died before finishing; rerun with --jobs 1 to see why") from None
     except KeyboardInterrupt:

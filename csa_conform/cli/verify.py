@@ -29,7 +29,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import file_profile
-from csa_conform.results import CaseResult, file_sha256_meanwhile, golden_reference, results_document
+from csa_conform.results import CaseResult, golden_reference, results_document
 from csa_conform.terminal import escaped, one_line
 from csa_conform.verify import verify_case, verify_case_in
 
@@ -73,7 +73,6 @@ def verify_command(
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         file_profile(golden.provenance, file)
-        file_digest = file_sha256_meanwhile(file)
         schema_version = golden.schema_version
         # One handle for the whole run; worker processes open the file once each and
         # refuse it unless its manifest digest is the one this handle read.
@@ -95,7 +94,7 @@ def verify_command(
     code = ExitCode.OK if all(result.passed for result in results) else ExitCode.DIVERGED
     document = results_document(
         "verify", argv(), [result.entry() for result in results],
-        exit_code=code, golden=golden_reference(file, schema_version, file_digest),
+        exit_code=code, golden=golden_reference(file, schema_version),
     )
     if as_json:
         emit_json(document)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Iterator, Mapping
 
 import h5py
@@ -48,7 +49,7 @@ class Chunk:
 @dataclass(frozen=True)
 class StoredArray:
     """An array as the file stores it: its digest, its dataset options and either its filtered chunks
-    or (an uncompressed dataset) the array itself."""
+    or the array itself (an uncompressed dataset, or one the writer's HDF5 is to compress)."""
 
     dtype: np.dtype
     shape: tuple[int, ...]
@@ -84,11 +85,12 @@ class StoredCase:
     seed: int | None
     description: str
     kv_history: StoredArray | None = None
-    compressed_bytes: int = field(default=0, compare=False)
 
 
-def store_case(case: GoldenCase, compression) -> StoredCase:
-    """Hash and compress every distinct array of ``case`` once (``compression``: the writer's Compression).
+def store_case(case: GoldenCase, compression, filtered: bool = True) -> StoredCase:
+    """Hash every distinct array of ``case`` once and (``filtered``) compress it (``compression``: the
+    writer's Compression). Unfiltered, the arrays stay raw and the writer has HDF5 compress them as
+    it writes them, which is the cheaper way in the process that writes the file (``--jobs 1``).
 
     A stream hands one array object to several steps (a step's present_* is the next one's past_*,
     the weights are every step's): each object is hashed once, each distinct content compressed once.
@@ -104,16 +106,23 @@ def store_case(case: GoldenCase, compression) -> StoredCase:
             objects.setdefault(id(array), array)
     arrays = [little_endian(array) for array in objects.values()]
     stored: dict[tuple, StoredArray] = {}
-    seen: dict[int, StoredArray] = {}
-    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing:
+    keys: dict[int, tuple] = {}
+    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, _scratch_file() as scratch:
+        filtered = []
         for identity, array, digest in zip(objects, arrays, hashing.map(array_sha256, arrays)):
-            key = (digest, array.dtype.str, array.shape)
+            key = keys[identity] = (digest, array.dtype.str, array.shape)
             if key not in stored:
-                stored[key] = store_array(array, compression.options(array), digest)
-            seen[identity] = stored[key]
+                options = compression.options(array)
+                raw = not (options and filtered)
+                stored[key] = StoredArray(array.dtype, array.shape, digest, options, array=array if raw else None)
+                if not raw:
+                    filtered.append((key, scratch.create_dataset(str(len(filtered)), data=array, **options)))
+        scratch.flush()  # read_direct_chunk reads what the file holds, not the chunk cache
+        for key, dataset in filtered:
+            stored[key] = replace(stored[key], chunks=_chunks_of(dataset))
 
     def store(arrays: Mapping[str, np.ndarray]) -> dict[str, StoredArray]:
-        return {name: seen[id(array)] for name, array in arrays.items()}
+        return {name: stored[keys[id(array)]] for name, array in arrays.items()}
 
     steps = [
         StoredStep(
@@ -125,10 +134,9 @@ def store_case(case: GoldenCase, compression) -> StoredCase:
         )
         for step, window, inputs in zip(case.steps, windows, kept)
     ]
-    history = None if case.kv_history is None else seen[id(case.kv_history)]
+    history = None if case.kv_history is None else stored[keys[id(case.kv_history)]]
     return StoredCase(
-        case.case_id, case.attrs, tuple(case.output_names), steps, case.family, case.seed, case.description,
-        history, sum(len(chunk.data) for array in stored.values() for chunk in array.chunks),
+        case.case_id, case.attrs, tuple(case.output_names), steps, case.family, case.seed, case.description, history,
     )
 
 
@@ -147,14 +155,22 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
     """``array`` with its chunks filtered by HDF5 under ``options`` (an empty dict: kept as it is)."""
     if not options:
         return StoredArray(array.dtype, array.shape, sha256, options, array=array)
-    with h5py.File(f"chunks-{os.getpid()}.h5", "w", driver="core", backing_store=False, libver=LIBVER) as scratch:
+    with _scratch_file() as scratch:
         dataset = scratch.create_dataset("array", data=array, **options)
         scratch.flush()
-        chunks = tuple(
-            Chunk(offset, *dataset.id.read_direct_chunk(offset), complete=_complete(offset, dataset.chunks, array.shape))
-            for offset in chunk_offsets(array.shape, dataset.chunks)
-        )
-    return StoredArray(array.dtype, array.shape, sha256, options, chunks=chunks)
+        return StoredArray(array.dtype, array.shape, sha256, options, chunks=_chunks_of(dataset))
+
+
+def _chunks_of(dataset: h5py.Dataset) -> tuple[Chunk, ...]:
+    shape, chunks = dataset.shape, dataset.chunks
+    return tuple(Chunk(offset, *dataset.id.read_direct_chunk(offset), complete=_complete(offset, chunks, shape))
+                 for offset in chunk_offsets(shape, chunks))
+
+
+def _scratch_file() -> h5py.File:
+    """An in-memory file to filter chunks in: one a case (opening one an array cost more than filtering ci)."""
+    return h5py.File(f"chunks-{os.getpid()}-{threading.get_ident()}.h5", "w", driver="core", backing_store=False,
+                     libver=LIBVER)
 
 
 def chunk_offsets(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[tuple[int, ...]]:

@@ -100,8 +100,10 @@ def write_goldens(
 ) -> int:
     """Write ``cases`` (consumed lazily, in the order given) and return how many were written.
 
-    A GoldenCase is stored here under ``compression``; a StoredCase (``store_case``, run where the
-    case was made) arrives hashed and compressed already. The file appears under ``path`` only once
+    A GoldenCase is hashed here and compressed by HDF5 as it is written, under ``compression``; a
+    StoredCase (``store_case``, run where the case was made) arrives hashed and compressed already,
+    and its chunks are copied in where HDF5 would have written them: a file of StoredCases is the
+    bytes the same GoldenCases give (one that mixes the two is valid, its layout another). The file appears under ``path`` only once
     complete; anything that stops the write (an error, a full disk, Ctrl-C, SIGTERM) leaves no file
     and no temporary behind, and without ``force`` an existing file is never replaced.
     """
@@ -133,7 +135,7 @@ def _file_image(
         root = handle.create_group("cases")
         for case in cases:
             if isinstance(case, GoldenCase):
-                case = store_case(case, compression)
+                case = store_case(case, compression, filtered=False)
             if case.case_id in digests:
                 raise GoldenFormatError(f"case id {case.case_id!r} appears twice")
             digests[case.case_id] = _write_case(root, case, stored, cache)
