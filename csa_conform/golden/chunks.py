@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import itertools
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import h5py
 import numpy as np
 
 from csa_conform.golden.digest import array_sha256, little_endian
-from csa_conform.golden.layout import LIBVER, GoldenCase
+from csa_conform.golden.layout import KV_HISTORY, LIBVER, GoldenCase
 
 __all__ = ["Chunk", "ChunkCache", "StoredArray", "StoredCase", "StoredStep", "store_array", "store_case"]
 
@@ -91,42 +92,55 @@ def store_case(case: GoldenCase, compression) -> StoredCase:
 
     A stream hands one array object to several steps (a step's present_* is the next one's past_*,
     the weights are every step's): each object is hashed once, each distinct content compressed once.
+    Hashing runs on a thread ahead of the compression (hashlib releases the GIL; HDF5's filters do
+    not need the other core), so its second of a prod case is mostly hidden.
     """
+    windows = [history_window(step.inputs, case.kv_history) for step in case.steps]
+    kept = [{name: array for name, array in step.inputs.items() if not (window and name == "current_kv")}
+            for step, window in zip(case.steps, windows)]
+    objects: dict[int, np.ndarray] = {}  # id() of each array of the case (which keeps them alive), in order
+    for arrays in _walk(case, kept):
+        for array in arrays.values():
+            objects.setdefault(id(array), array)
+    arrays = [little_endian(array) for array in objects.values()]
     stored: dict[tuple, StoredArray] = {}
-    seen: dict[int, StoredArray] = {}  # id() of an array of the case, which the case keeps alive
-
-    def one(array: np.ndarray) -> StoredArray:
-        if id(array) not in seen:
-            seen[id(array)] = _stored(array, compression, stored)
-        return seen[id(array)]
+    seen: dict[int, StoredArray] = {}
+    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing:
+        for identity, array, digest in zip(objects, arrays, hashing.map(array_sha256, arrays)):
+            key = (digest, array.dtype.str, array.shape)
+            if key not in stored:
+                stored[key] = store_array(array, compression.options(array), digest)
+            seen[identity] = stored[key]
 
     def store(arrays: Mapping[str, np.ndarray]) -> dict[str, StoredArray]:
-        return {name: one(array) for name, array in arrays.items()}
+        return {name: seen[id(array)] for name, array in arrays.items()}
 
-    history = None if case.kv_history is None else one(case.kv_history)
-    steps = []
-    for step in case.steps:
-        window = history_window(step.inputs, case.kv_history)
-        inputs = {name: array for name, array in step.inputs.items() if not (window and name == "current_kv")}
-        steps.append(StoredStep(
+    steps = [
+        StoredStep(
             inputs=store(inputs),
             outputs=store(step.outputs) if step.expect_error is None else {},
             stages={stage: store(payload) for stage, payload in step.stages.items()},
             expect_error=step.expect_error,
             window=window,
-        ))
+        )
+        for step, window, inputs in zip(case.steps, windows, kept)
+    ]
+    history = None if case.kv_history is None else seen[id(case.kv_history)]
     return StoredCase(
         case.case_id, case.attrs, tuple(case.output_names), steps, case.family, case.seed, case.description,
         history, sum(len(chunk.data) for array in stored.values() for chunk in array.chunks),
     )
 
 
-def _stored(array: np.ndarray, compression, stored: dict) -> StoredArray:
-    array = little_endian(array)
-    key = (array_sha256(array), array.dtype.str, array.shape)
-    if key not in stored:
-        stored[key] = store_array(array, compression.options(array), key[0])
-    return stored[key]
+def _walk(case: GoldenCase, kept: list[dict]) -> Iterator[Mapping[str, np.ndarray]]:
+    """The case's arrays group by group, in the order the file holds them."""
+    if case.kv_history is not None:
+        yield {KV_HISTORY: case.kv_history}
+    for step, inputs in zip(case.steps, kept):
+        yield inputs
+        yield from step.stages.values()
+        if step.expect_error is None:
+            yield step.outputs
 
 
 def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
