@@ -17,7 +17,7 @@ sys.path, A and B interleaved, best of --repeat.
   single and every combination runs. Timed: explain_step.
 - ci-case: `csa-conform explain goldens/ci.h5 --backend host --case
   boundaries.r4-prefill-5` with the sink-inside-the-max porting bug
-  (tests/kernels_mutants/diagnosis_mutants.py) in a copy of this tree's
+  (tests/kernels_mutants/diagnosis_mutants.py) in a copy of each side's own
   kernels, the whole process (start, host-emulation build, both replays, the
   explanation).
 
@@ -122,12 +122,13 @@ def before_tree(reference: str) -> Path:
     return tree
 
 
-def _mutant_kernels() -> Path:
+def _mutant_kernels(tree: Path) -> Path:
+    """The bug patched into that tree's own kernels (the kernel ABI moves with the tree)."""
     sys.path.insert(0, str(ROOT / "tests" / "kernels_mutants"))
     from diagnosis_mutants import DIAGNOSED
 
     bug = next(bug for bug in DIAGNOSED if bug.name == "sink_inside_the_max")
-    return bug.mutant.apply(ROOT / "kernels", Path(tempfile.mkdtemp(prefix="explain-bench-")) / "kernels")
+    return bug.mutant.apply(tree / "kernels", Path(tempfile.mkdtemp(prefix="explain-bench-")) / "kernels")
 
 
 def main() -> None:
@@ -138,13 +139,13 @@ def main() -> None:
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="default: all")
     options = parser.parse_args()
     trees = {"before": before_tree(options.before), "after": ROOT}
-    kernels = _mutant_kernels()
+    kernels = {side: _mutant_kernels(tree) for side, tree in trees.items()}
     print(f"before = {options.before}, after = {ROOT}; best of {options.repeat}, A and B interleaved")
     for scenario in options.scenario or SCENARIOS:
         best: dict[str, dict] = {}
         for _ in range(options.repeat):
             for side, tree in trees.items():
-                found = _measure(tree, scenario, options.sequence, kernels)
+                found = _measure(tree, scenario, options.sequence, kernels[side])
                 if side not in best or found["seconds"] < best[side]["seconds"]:
                     best[side] = found
         for side, found in best.items():
