@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from before_tree import before_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = "--child"
 STAGE = "sparse_sink_softmax_attention"
@@ -107,21 +109,6 @@ def _measure(tree: Path, scenario: str, sequence: int, kernels: Path) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def before_tree(reference: str) -> Path:
-    """A detached worktree of `reference` under build/ (re-created when it holds another commit)."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", reference], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    tree = ROOT / "build" / "explain-bench-before"
-    if tree.exists():
-        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        if head.strip() == commit:
-            return tree
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
-                   check=True, capture_output=True)
-    return tree
-
-
 def _mutant_kernels(tree: Path) -> Path:
     """The bug patched into that tree's own kernels (the kernel ABI moves with the tree)."""
     sys.path.insert(0, str(ROOT / "tests" / "kernels_mutants"))
@@ -138,7 +125,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="default: all")
     options = parser.parse_args()
-    trees = {"before": before_tree(options.before), "after": ROOT}
+    trees = {"before": before_tree(options.before, "explain-bench-before"), "after": ROOT}
     kernels = {side: _mutant_kernels(tree) for side, tree in trees.items()}
     print(f"before = {options.before}, after = {ROOT}; best of {options.repeat}, A and B interleaved")
     for scenario in options.scenario or SCENARIOS:

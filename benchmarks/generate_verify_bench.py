@@ -26,23 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from before_tree import before_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "io-bench"
-
-
-def before_tree(reference: str) -> Path:
-    """A detached worktree of ``reference`` under build/ (reused when it is already at that commit)."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", reference], check=True, capture_output=True,
-                            text=True).stdout.strip()
-    tree = ROOT / "build" / "io-bench-before"
-    if tree.exists():
-        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        if head.strip() == commit:
-            return tree
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
-                   check=True, capture_output=True)
-    return tree
 
 
 def timed(tree: Path, arguments: list[str]) -> dict:
@@ -82,7 +69,7 @@ def main() -> None:
     options = parser.parse_args()
     jobs = [int(value) for value in options.jobs.split(",")]
     WORK.mkdir(parents=True, exist_ok=True)
-    trees = {"before": before_tree(options.before), "after": ROOT}
+    trees = {"before": before_tree(options.before, "io-bench-before"), "after": ROOT}
     print(f"{options.suite}: before = {options.before}, after = this checkout; {os.cpu_count()} cores; "
           f"{options.repeat} timed runs each, trees alternating")
     digests = {}

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from before_tree import before_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "build" / "long-bench"
 CASES = {
@@ -148,21 +150,6 @@ def no_fma_peak(seconds: float = 0.5) -> float:
     return cores * lanes.size * repeats * 10 / elapsed / 1e9
 
 
-def before_tree(reference: str) -> Path:
-    """A detached worktree of ``reference`` under build/ (reused when it is already at that commit)."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", reference], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    tree = ROOT / "build" / "long-bench-before"
-    if tree.exists():
-        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        if head.strip() == commit:
-            return tree
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
-                   check=True, capture_output=True)
-    return tree
-
-
 def run_child(tree: Path, case: str) -> dict:
     environment = dict(os.environ, PYTHONPATH=str(tree), CSA_CONFORM_ENGINE="numba")
     result = subprocess.run([sys.executable, __file__, CHILD, case], capture_output=True, text=True, env=environment)
@@ -179,7 +166,7 @@ def main() -> None:
     options = parser.parse_args()
     reference = options.before
     build_inputs()
-    trees = {"before": before_tree(reference), "after": ROOT}
+    trees = {"before": before_tree(reference, "long-bench-before"), "after": ROOT}
     peak = no_fma_peak()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; no-FMA peak {peak:.1f} G mul-add/s; "
           f"before = {reference[:12]}")
