@@ -30,10 +30,20 @@ def invoke(*args: str, input: bytes | None = None):
     return CliRunner().invoke(main, list(args), input=input)
 
 
-def command(*args: str, **options) -> subprocess.Popen:
+def command(*args: str, preexec_fn=None, **options) -> subprocess.Popen:
+    """The command in a child that sees Ctrl-C even when the test run does not.
+
+    A job a shell starts in the background inherits SIGINT ignored, and Python keeps an inherited
+    ignore (no KeyboardInterrupt), so the child restores the default before anything else.
+    """
+    def child_setup():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if preexec_fn is not None:
+            preexec_fn()
+
     environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen([sys.executable, "-m", "csa_conform", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=environment, **options)
+                            stderr=subprocess.PIPE, text=True, env=environment, preexec_fn=child_setup, **options)
 
 
 def unnamed_files(folder: Path, pid: int) -> list[str]:
