@@ -65,12 +65,9 @@ def scan(expected: np.ndarray, actual: np.ndarray | None = None, engine: str | N
 @cache
 def scan_engine() -> str:
     """numba where the oracle's auto engine would load it, else numpy."""
-    from csa_conform.oracle.engine import NUMBA_ADDRESS_SPACE, numba_available
-    from csa_conform.memory import address_space_left
+    from csa_conform.oracle.engine import auto_engine_name
 
-    left = address_space_left()
-    roomy = left is None or left[0] >= NUMBA_ADDRESS_SPACE
-    return "numba" if numba_available() and roomy else "numpy"
+    return auto_engine_name()
 
 
 def _numpy_scan(bits: np.ndarray, other: np.ndarray, infinity, sign, magnitude_mask) -> Scan:

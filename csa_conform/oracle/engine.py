@@ -50,19 +50,26 @@ def numba_available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
+def _numba_has_room(left: tuple[int, str] | None) -> bool:
+    return left is None or left[0] >= NUMBA_ADDRESS_SPACE
+
+
+def auto_engine_name() -> str:
+    """What "auto" picks: numba where it is installed and the address-space limit leaves it room."""
+    return "numba" if numba_available() and _numba_has_room(address_space_left()) else "numpy"
+
+
 def resolve_engine(choice: str | None = None, numerics: Numerics = REFERENCE) -> Engine:
     """The engine named by `choice`, else by $CSA_CONFORM_ENGINE, else auto, computing `numerics`."""
     source = "engine" if choice else ENGINE_VARIABLE
     name = choice or os.environ.get(ENGINE_VARIABLE) or "auto"
     if name not in ENGINE_CHOICES:
         raise UsageError(f"{source} {name!r} is not an oracle engine: expected one of {', '.join(ENGINE_CHOICES)}")
-    left = address_space_left()
-    roomy = left is None or left[0] >= NUMBA_ADDRESS_SPACE
     if name == "auto":
-        name = "numba" if numba_available() and roomy else "numpy"
-    if name == "numba" and not numba_available():
+        name = auto_engine_name()
+    elif name == "numba" and not numba_available():
         raise UsageError("oracle engine 'numba' needs the numba package: pip install numba, or use engine numpy")
-    if name == "numba" and not roomy:
+    elif name == "numba" and not _numba_has_room(left := address_space_left()):
         raise MemoryShortage(f"oracle engine 'numba' needs about {human(NUMBA_ADDRESS_SPACE)} of address space to "
                              f"compile its kernels, more than the {left[1]} leaves ({human(left[0])}); "
                              "use engine numpy (the same bytes)")
