@@ -5,7 +5,12 @@ every distinct array gets its sha256 and, when the file compresses it, its
 chunks run through the dataset's own filter pipeline (shuffle, gzip or lzf:
 HDF5 itself, in a scratch in-memory file), so the process writing the file
 only copies bytes (``write_direct_chunk``) and a worker sends compressed
-chunks instead of raw arrays.
+chunks instead of raw arrays. lzf chunks (the large arrays: nearly all of
+the prod suite's bytes) are filtered on every core: HDF5's shuffle is a
+byte transposition done here, and its lzf step is the very ``lzf_compress``
+h5py's filter calls (exported by h5py's h5z module; ctypes releases the GIL),
+given the same output room, so a chunk that does not shrink is stored
+shuffled with the lzf bit of its filter mask set, as HDF5 stores it.
 
 Same bytes in the chunks is not yet the same file: a filtered write goes
 through the dataset's raw-data chunk cache, and a chunk gets its file space
@@ -20,6 +25,7 @@ holds the two writes equal).
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import threading
@@ -29,20 +35,23 @@ from typing import Iterator, Mapping
 
 import h5py
 import numpy as np
+from h5py import h5z
 
 from csa_conform.golden.digest import array_sha256, little_endian
 from csa_conform.golden.layout import KV_HISTORY, LIBVER, GoldenCase
+from csa_conform.oracle.parallel import worker_count
 
 __all__ = ["Chunk", "ChunkCache", "StoredArray", "StoredCase", "StoredStep", "store_array", "store_case"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Chunk:
-    """One chunk as the filters left it; ``complete`` when it lies wholly inside the array."""
+    """One chunk as the filters left it (bytes, or a uint8 array viewing them); ``complete`` when it
+    lies wholly inside the array. Chunks are told apart by identity (the chunk cache's lists)."""
 
     offset: tuple[int, ...]
     filter_mask: int
-    data: bytes
+    data: bytes | np.ndarray
     complete: bool
 
 
@@ -107,19 +116,26 @@ def store_case(case: GoldenCase, compression, filtered: bool = True) -> StoredCa
     arrays = [little_endian(array) for array in objects.values()]
     stored: dict[tuple, StoredArray] = {}
     keys: dict[int, tuple] = {}
-    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, _scratch_file() as scratch:
-        filtered = []
+    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, \
+            ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering, _scratch_file() as scratch:
+        in_scratch, on_threads = [], []
         for identity, array, digest in zip(objects, arrays, hashing.map(array_sha256, arrays)):
             key = keys[identity] = (digest, array.dtype.str, array.shape)
             if key not in stored:
                 options = compression.options(array)
                 raw = not (options and filtered)
                 stored[key] = StoredArray(array.dtype, array.shape, digest, options, array=array if raw else None)
-                if not raw:
-                    filtered.append((key, scratch.create_dataset(str(len(filtered)), data=array, **options)))
+                if raw:
+                    continue
+                if threaded_filter(options):
+                    on_threads.append((key, lzf_chunks(array, options, filtering)))
+                else:
+                    in_scratch.append((key, scratch.create_dataset(str(len(in_scratch)), data=array, **options)))
         scratch.flush()  # read_direct_chunk reads what the file holds, not the chunk cache
-        for key, dataset in filtered:
+        for key, dataset in in_scratch:
             stored[key] = replace(stored[key], chunks=_chunks_of(dataset))
+        for key, futures in on_threads:
+            stored[key] = replace(stored[key], chunks=tuple(future.result() for future in futures))
 
     def store(arrays: Mapping[str, np.ndarray]) -> dict[str, StoredArray]:
         return {name: stored[keys[id(array)]] for name, array in arrays.items()}
@@ -155,10 +171,81 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
     """``array`` with its chunks filtered by HDF5 under ``options`` (an empty dict: kept as it is)."""
     if not options:
         return StoredArray(array.dtype, array.shape, sha256, options, array=array)
+    if threaded_filter(options):
+        with ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering:
+            chunks = tuple(future.result() for future in lzf_chunks(array, options, filtering))
+        return StoredArray(array.dtype, array.shape, sha256, options, chunks=chunks)
     with _scratch_file() as scratch:
         dataset = scratch.create_dataset("array", data=array, **options)
         scratch.flush()
         return StoredArray(array.dtype, array.shape, sha256, options, chunks=_chunks_of(dataset))
+
+
+def _h5py_lzf():
+    """h5py's lzf_compress(in, in_len, out, out_len) -> compressed length, 0 when it does not fit; None
+    where this h5py build does not export it (its chunks are then filtered by HDF5 in a scratch file)."""
+    try:
+        function = ctypes.CDLL(h5z.__file__).lzf_compress
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_uint
+    function.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint]
+    return function
+
+
+_LZF = _h5py_lzf()
+_SHUFFLED = threading.local()  # each filtering thread's shuffle buffer, reused chunk after chunk
+
+
+def threaded_filter(options: dict) -> bool:
+    """Whether ``lzf_chunks`` filters an array stored under ``options`` (lzf, shuffled or not, and
+    nothing else in the pipeline)."""
+    return _LZF is not None and options.get("compression") == "lzf" and set(options) <= {
+        "compression", "shuffle", "chunks"}
+
+
+def lzf_chunks(array: np.ndarray, options: dict, pool: ThreadPoolExecutor) -> list:
+    """Futures of ``array``'s chunks, in chunk order, filtered as HDF5 filters them under ``options``.
+
+    Each chunk is compressed into its own slot of one buffer as large as the chunks (no allocation
+    per chunk); a chunk's data is a view of its slot."""
+    shape, chunks = array.shape, tuple(options["chunks"])
+    size = int(np.prod(chunks)) * array.dtype.itemsize
+    offsets = chunk_offsets(shape, chunks)
+    slots = np.empty(len(offsets) * size, dtype=np.uint8)
+    itemsize = array.dtype.itemsize if options.get("shuffle") else 1
+    lzf_bit = 0b10 if options.get("shuffle") else 0b01  # lzf's place in the pipeline (shuffle first)
+
+    def chunk(index: int) -> Chunk:
+        offset = offsets[index]
+        complete = _complete(offset, chunks, shape)
+        inside = array[tuple(slice(start, start + step) for start, step in zip(offset, chunks))]
+        if complete:
+            raw = np.ascontiguousarray(inside).reshape(-1).view(np.uint8)
+        else:  # HDF5 fills the part of an edge chunk outside the array with zeros (the fill value)
+            padded = np.zeros(chunks, dtype=array.dtype)
+            padded[tuple(slice(0, extent) for extent in inside.shape)] = inside
+            raw = padded.reshape(-1).view(np.uint8)
+        shuffled = _shuffle(raw, itemsize)
+        slot = slots[index * size:(index + 1) * size]
+        length = _LZF(shuffled.ctypes.data, size, slot.ctypes.data, size)
+        if length == 0:  # incompressible: HDF5 skips the optional lzf filter and stores the shuffled bytes
+            slot[:] = shuffled
+            return Chunk(offset, lzf_bit, slot, complete)
+        return Chunk(offset, 0, slot[:length], complete)
+
+    return [pool.submit(chunk, index) for index in range(len(offsets))]
+
+
+def _shuffle(raw: np.ndarray, itemsize: int) -> np.ndarray:
+    """HDF5's shuffle filter: byte k of every element, for k = 0 .. itemsize-1 (a thread's own buffer)."""
+    if itemsize <= 1:
+        return raw
+    buffer = getattr(_SHUFFLED, "buffer", None)
+    if buffer is None or buffer.size != raw.size:
+        buffer = _SHUFFLED.buffer = np.empty(raw.size, dtype=np.uint8)
+    buffer.reshape(itemsize, -1)[...] = raw.reshape(-1, itemsize).T
+    return buffer
 
 
 def _chunks_of(dataset: h5py.Dataset) -> tuple[Chunk, ...]:

@@ -4,11 +4,13 @@ in the middle of the chunk order, chunks left cached until the flush, an incompr
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 import h5py
-from csa_conform.golden.chunks import ChunkCache, store_array
+from csa_conform.golden.chunks import ChunkCache, chunk_offsets, lzf_chunks, store_array, threaded_filter
 from csa_conform.golden.layout import LIBVER
 
 CACHE_BYTES = 64 << 10  # a small cache, so small arrays exercise every path of it
@@ -81,3 +83,30 @@ def test_a_stored_array_reads_back_as_the_array(tmp_path, order):
     with h5py.File(path, "r") as handle:
         for index, (array, _) in enumerate(chosen):
             assert np.array_equal(handle[f"a{index}"][()], array)
+
+
+def hdf5_chunks(array: np.ndarray, options: dict) -> list[tuple[tuple[int, ...], int, bytes]]:
+    with h5py.File("chunks-test-hdf5.h5", "w", driver="core", backing_store=False, libver=LIBVER) as handle:
+        dataset = handle.create_dataset("a", data=array, **options)
+        handle.flush()
+        return [(offset, *dataset.id.read_direct_chunk(offset)) for offset in chunk_offsets(array.shape, dataset.chunks)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_lzf_on_threads_gives_hdf5s_chunks(dtype, shuffle):
+    """Shuffle ported, lzf called directly, edge chunks zero-filled, incompressible chunks stored
+    shuffled with lzf's mask bit: each chunk the bytes and mask HDF5's own pipeline gives."""
+    assert threaded_filter({"compression": "lzf", "shuffle": shuffle, "chunks": (1,)})
+    rng = np.random.default_rng(11)
+    smooth = np.repeat(rng.standard_normal((5, 70, 1)), 9, axis=2).astype(dtype)  # compresses
+    noise = rng.integers(0, 256, (5, 70, 9 * np.dtype(dtype).itemsize), dtype=np.uint8).view(dtype)  # does not
+    array = np.concatenate([smooth, noise], axis=0)
+    options = {"compression": "lzf", "shuffle": shuffle, "chunks": (1, 30, 9)}  # 30 rows of 70: edge chunks
+    with ThreadPoolExecutor(3) as pool:
+        ours = [future.result() for future in lzf_chunks(array, options, pool)]
+    theirs = hdf5_chunks(array, options)
+    assert [(chunk.offset, chunk.filter_mask, bytes(chunk.data)) for chunk in ours] == theirs
+    masks = {chunk.filter_mask for chunk in ours}
+    assert masks == {0, 0b10 if shuffle else 0b01}, "both compressed and incompressible chunks are covered"
+    assert not all(chunk.complete for chunk in ours)
