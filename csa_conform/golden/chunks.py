@@ -6,11 +6,8 @@ chunks run through the dataset's own filter pipeline (shuffle, gzip or lzf:
 HDF5 itself, in a scratch in-memory file), so the process writing the file
 only copies bytes (``write_direct_chunk``) and a worker sends compressed
 chunks instead of raw arrays. lzf chunks (the large arrays: nearly all of
-the prod suite's bytes) are filtered on every core: HDF5's shuffle is a
-byte transposition done here, and its lzf step is the very ``lzf_compress``
-h5py's filter calls (exported by h5py's h5z module; ctypes releases the GIL),
-given the same output room, so a chunk that does not shrink is stored
-shuffled with the lzf bit of its filter mask set, as HDF5 stores it.
+the prod suite's bytes) are filtered on every core (csa_conform.golden.lzf),
+gzip ones by HDF5 in a scratch file.
 
 Same bytes in the chunks is not yet the same file: a filtered write goes
 through the dataset's raw-data chunk cache, and a chunk gets its file space
@@ -25,8 +22,6 @@ holds the two writes equal).
 
 from __future__ import annotations
 
-import ctypes
-import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +30,9 @@ from typing import Iterator, Mapping
 
 import h5py
 import numpy as np
-from h5py import h5z
 
+from csa_conform.golden import lzf
+from csa_conform.golden.lzf import chunk_offsets
 from csa_conform.golden.digest import array_sha256, little_endian
 from csa_conform.golden.layout import KV_HISTORY, LIBVER, GoldenCase
 from csa_conform.oracle.parallel import worker_count
@@ -127,7 +123,7 @@ def store_case(case: GoldenCase, compression, filtered: bool = True) -> StoredCa
                 stored[key] = StoredArray(array.dtype, array.shape, digest, options, array=array if raw else None)
                 if raw:
                     continue
-                if threaded_filter(options):
+                if lzf.threaded_options(options):
                     on_threads.append((key, lzf_chunks(array, options, filtering)))
                 else:
                     in_scratch.append((key, scratch.create_dataset(str(len(in_scratch)), data=array, **options)))
@@ -171,7 +167,7 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
     """``array`` with its chunks filtered by HDF5 under ``options`` (an empty dict: kept as it is)."""
     if not options:
         return StoredArray(array.dtype, array.shape, sha256, options, array=array)
-    if threaded_filter(options):
+    if lzf.threaded_options(options):
         with ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering:
             chunks = tuple(future.result() for future in lzf_chunks(array, options, filtering))
         return StoredArray(array.dtype, array.shape, sha256, options, chunks=chunks)
@@ -179,29 +175,6 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
         dataset = scratch.create_dataset("array", data=array, **options)
         scratch.flush()
         return StoredArray(array.dtype, array.shape, sha256, options, chunks=_chunks_of(dataset))
-
-
-def _h5py_lzf():
-    """h5py's lzf_compress(in, in_len, out, out_len) -> compressed length, 0 when it does not fit; None
-    where this h5py build does not export it (its chunks are then filtered by HDF5 in a scratch file)."""
-    try:
-        function = ctypes.CDLL(h5z.__file__).lzf_compress
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_uint
-    function.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint]
-    return function
-
-
-_LZF = _h5py_lzf()
-_SHUFFLED = threading.local()  # each filtering thread's shuffle buffer, reused chunk after chunk
-
-
-def threaded_filter(options: dict) -> bool:
-    """Whether ``lzf_chunks`` filters an array stored under ``options`` (lzf, shuffled or not, and
-    nothing else in the pipeline)."""
-    return _LZF is not None and options.get("compression") == "lzf" and set(options) <= {
-        "compression", "shuffle", "chunks"}
 
 
 def lzf_chunks(array: np.ndarray, options: dict, pool: ThreadPoolExecutor) -> list:
@@ -226,26 +199,15 @@ def lzf_chunks(array: np.ndarray, options: dict, pool: ThreadPoolExecutor) -> li
             padded = np.zeros(chunks, dtype=array.dtype)
             padded[tuple(slice(0, extent) for extent in inside.shape)] = inside
             raw = padded.reshape(-1).view(np.uint8)
-        shuffled = _shuffle(raw, itemsize)
+        shuffled = lzf.shuffle(raw, itemsize)
         slot = slots[index * size:(index + 1) * size]
-        length = _LZF(shuffled.ctypes.data, size, slot.ctypes.data, size)
+        length = lzf.compress(shuffled, slot)
         if length == 0:  # incompressible: HDF5 skips the optional lzf filter and stores the shuffled bytes
             slot[:] = shuffled
             return Chunk(offset, lzf_bit, slot, complete)
         return Chunk(offset, 0, slot[:length], complete)
 
     return [pool.submit(chunk, index) for index in range(len(offsets))]
-
-
-def _shuffle(raw: np.ndarray, itemsize: int) -> np.ndarray:
-    """HDF5's shuffle filter: byte k of every element, for k = 0 .. itemsize-1 (a thread's own buffer)."""
-    if itemsize <= 1:
-        return raw
-    buffer = getattr(_SHUFFLED, "buffer", None)
-    if buffer is None or buffer.size != raw.size:
-        buffer = _SHUFFLED.buffer = np.empty(raw.size, dtype=np.uint8)
-    buffer.reshape(itemsize, -1)[...] = raw.reshape(-1, itemsize).T
-    return buffer
 
 
 def _chunks_of(dataset: h5py.Dataset) -> tuple[Chunk, ...]:
@@ -258,12 +220,6 @@ def _scratch_file() -> h5py.File:
     """An in-memory file to filter chunks in: one a case (opening one an array cost more than filtering ci)."""
     return h5py.File(f"chunks-{os.getpid()}-{threading.get_ident()}.h5", "w", driver="core", backing_store=False,
                      libver=LIBVER)
-
-
-def chunk_offsets(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every chunk's offset, in the order HDF5 writes a whole array (row-major over the chunk grid)."""
-    axes = [range(0, extent, step) for extent, step in zip(shape, chunks)]
-    return [tuple(offset) for offset in itertools.product(*axes)]
 
 
 def _complete(offset, chunks, shape) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 
 from csa_conform import bounded_json
 from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError, GoldenIntegrityError, MemoryShortage
+from csa_conform.golden import lzf
 from csa_conform.golden.digest import array_sha256, manifest_digest
 from csa_conform.golden.layout import CASE_DIGEST, FORMAT, MANIFEST_DIGEST, READABLE_SCHEMAS, SCHEMA_VERSION, TensorEntry
 from csa_conform.memory import address_space_left, allocate
@@ -262,7 +263,7 @@ class CheckedFile:
         # a memory limit shows as what it is before any byte is read.
         array = allocate(entry.shape, entry.dtype, f"{self.path}: {where}")
         try:
-            if array.size:
+            if array.size and not lzf.read_into(dataset, array):
                 dataset.read_direct(array)
         except DAMAGE as error:
             raise CorruptDataset(self.path, where, f"unreadable ({first_line(error)})") from None
@@ -272,7 +273,6 @@ class CheckedFile:
         if actual != entry.sha256:
             raise CorruptDataset(self.path, where, f"sha256 mismatch (stored {entry.sha256}, data {actual})")
         return array
-
 
 
 def refuse_memory_shortage(error: BaseException, where: str) -> None:
