@@ -40,14 +40,13 @@ from csa_conform.oracle.parallel import worker_count
 __all__ = ["Chunk", "ChunkCache", "StoredArray", "StoredCase", "StoredStep", "store_array", "store_case"]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Chunk:
-    """One chunk as the filters left it (bytes, or a uint8 array viewing them); ``complete`` when it
-    lies wholly inside the array. Chunks are told apart by identity (the chunk cache's lists)."""
+    """One chunk as the filters left it; ``complete`` when it lies wholly inside the array."""
 
     offset: tuple[int, ...]
     filter_mask: int
-    data: bytes | np.ndarray
+    data: bytes
     complete: bool
 
 
@@ -178,14 +177,9 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
 
 
 def lzf_chunks(array: np.ndarray, options: dict, pool: ThreadPoolExecutor) -> list:
-    """Futures of ``array``'s chunks, in chunk order, filtered as HDF5 filters them under ``options``.
-
-    Each chunk is compressed into its own slot of one buffer as large as the chunks (no allocation
-    per chunk); a chunk's data is a view of its slot."""
+    """Futures of ``array``'s chunks, in chunk order, filtered as HDF5 filters them under ``options``."""
     shape, chunks = array.shape, tuple(options["chunks"])
-    size = int(np.prod(chunks)) * array.dtype.itemsize
     offsets = chunk_offsets(shape, chunks)
-    slots = np.empty(len(offsets) * size, dtype=np.uint8)
     itemsize = array.dtype.itemsize if options.get("shuffle") else 1
     lzf_bit = 0b10 if options.get("shuffle") else 0b01  # lzf's place in the pipeline (shuffle first)
 
@@ -200,12 +194,10 @@ def lzf_chunks(array: np.ndarray, options: dict, pool: ThreadPoolExecutor) -> li
             padded[tuple(slice(0, extent) for extent in inside.shape)] = inside
             raw = padded.reshape(-1).view(np.uint8)
         shuffled = lzf.shuffle(raw, itemsize)
-        slot = slots[index * size:(index + 1) * size]
-        length = lzf.compress(shuffled, slot)
-        if length == 0:  # incompressible: HDF5 skips the optional lzf filter and stores the shuffled bytes
-            slot[:] = shuffled
-            return Chunk(offset, lzf_bit, slot, complete)
-        return Chunk(offset, 0, slot[:length], complete)
+        compressed = lzf.compress(shuffled)
+        if compressed is None:  # incompressible: HDF5 skips the optional lzf filter, stores the shuffled bytes
+            return Chunk(offset, lzf_bit, shuffled.tobytes(), complete)
+        return Chunk(offset, 0, compressed, complete)
 
     return [pool.submit(chunk, index) for index in range(len(offsets))]
 

@@ -76,10 +76,13 @@ def shuffle(raw: np.ndarray, itemsize: int) -> np.ndarray:
     return shuffled
 
 
-def compress(shuffled: np.ndarray, slot: np.ndarray) -> int:
-    """lzf of ``shuffled`` into ``slot`` (as large as the chunk, the room h5py's filter gives);
-    the compressed length, 0 when it does not fit (HDF5 then skips the optional filter)."""
-    return _COMPRESS(shuffled.ctypes.data, shuffled.size, slot.ctypes.data, slot.size)
+def compress(shuffled: np.ndarray) -> bytes | None:
+    """lzf of ``shuffled`` (a whole chunk) given the room h5py's filter gives it, the chunk's size,
+    in a thread's buffer: the compressed bytes, None when they do not fit (HDF5 then skips the
+    optional filter). Only the compressed bytes are new memory."""
+    room = _buffer("compressed", shuffled.size)
+    length = _COMPRESS(shuffled.ctypes.data, shuffled.size, room.ctypes.data, room.size)
+    return room[:length].tobytes() if length else None
 
 
 class _NotReadHere(Exception):

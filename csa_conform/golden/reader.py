@@ -9,6 +9,7 @@ verified case however many steps link it.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import h5py
 import numpy as np
@@ -152,17 +153,34 @@ class GoldenFile:
             with self._file.guard(dataset.name):
                 datasets.setdefault(h5py.h5o.get_info(dataset.id).addr, []).append((entry, dataset))
         self._verified = {}
-        for address, links in datasets.items():
-            try:
-                array = self._file.read(*links[0])
-            except CorruptDataset as corrupt:
-                names = tuple(sorted({dataset.name for _, dataset in links}))
-                also = [name for name in names if name != corrupt.dataset]
-                reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
-                raise CorruptDataset(self.path, corrupt.dataset, reason, names) from None
-            array.flags.writeable = False
-            self._verified[address] = array
+        # Each array is hashed on a thread while the next one is read; the first damaged dataset in
+        # file order is the one reported, whether its read or its digest failed.
+        read, unreadable = [], None
+        with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing:
+            for address, links in datasets.items():
+                try:
+                    array = self._file.read_unchecked(*links[0])
+                except CorruptDataset as corrupt:
+                    unreadable = (links, corrupt)
+                    break
+                read.append((address, links, array, hashing.submit(self._file.check_digest, *links[0], array)))
+            for address, links, array, checked in read:
+                try:
+                    checked.result()
+                except CorruptDataset as corrupt:
+                    raise self._named(corrupt, links) from None
+                array.flags.writeable = False
+                self._verified[address] = array
+        if unreadable is not None:
+            raise self._named(unreadable[1], unreadable[0])
         return len(datasets)
+
+    def _named(self, corrupt: CorruptDataset, links: list) -> CorruptDataset:
+        """``corrupt`` naming every link to the damaged dataset."""
+        names = tuple(sorted({dataset.name for _, dataset in links}))
+        also = [name for name in names if name != corrupt.dataset]
+        reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
+        return CorruptDataset(self.path, corrupt.dataset, reason, names)
 
     def dataset_entries(self, case_id: str, index: int) -> list[tuple[str, TensorEntry]]:
         """(step-relative path, entry) of one step, unread: inputs, stages, outputs.
