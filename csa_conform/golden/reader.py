@@ -153,15 +153,20 @@ class GoldenFile:
             with self._file.guard(dataset.name):
                 datasets.setdefault(h5py.h5o.get_info(dataset.id).addr, []).append((entry, dataset))
         self._verified = {}
-        # Each array is hashed on a thread while the next one is read; the first damaged dataset in
-        # file order is the one reported, whether its read or its digest failed.
-        read, unreadable = [], None
-        with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing:
+        # Each array is hashed on a thread while the next one is read. What stops the reading (a
+        # damaged dataset, a memory limit) is raised once the datasets before it passed their digests,
+        # so the first failure in file order is the one reported, as when each was hashed in turn.
+        read, stopped = [], None
+        hashing = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+        try:
             for address, links in datasets.items():
                 try:
                     array = self._file.read_unchecked(*links[0])
                 except CorruptDataset as corrupt:
-                    unreadable = (links, corrupt)
+                    stopped = self._named(corrupt, links)
+                    break
+                except Exception as error:  # raised below, once the digests before it passed
+                    stopped = error
                     break
                 read.append((address, links, array, hashing.submit(self._file.check_digest, *links[0], array)))
             for address, links, array, checked in read:
@@ -171,8 +176,10 @@ class GoldenFile:
                     raise self._named(corrupt, links) from None
                 array.flags.writeable = False
                 self._verified[address] = array
-        if unreadable is not None:
-            raise self._named(unreadable[1], unreadable[0])
+        finally:
+            hashing.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: the hash running ends, none starts
+        if stopped is not None:
+            raise stopped
         return len(datasets)
 
     def _named(self, corrupt: CorruptDataset, links: list) -> CorruptDataset:

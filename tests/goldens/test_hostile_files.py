@@ -317,3 +317,22 @@ def test_verify_time_is_linear_in_the_number_of_steps(tmp_path):
 def test_workers_refuse_a_file_that_changed_since_the_run_began(stream):
     with pytest.raises(GoldenChanged, match="changed while it was being verified"):
         verify_case_in(str(stream), "0" * 64, STREAM)
+
+
+
+@pytest.mark.parametrize("digest_too", [True, False])
+def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags_reading(copy, digest_too):
+    """Digests are checked on a thread behind the reads: an earlier digest mismatch still wins over a
+    later dataset that cannot be read at all, which is reported when it is the only damage."""
+    first = f"/cases/{STREAM}/steps/0000/inputs/compressor_ape"
+    later = f"{STEP}/outputs/Y"
+
+    def change(handle):
+        if digest_too:
+            handle[first][0, 0] = 9.0
+        dataset = handle[later]
+        dataset.id.write_direct_chunk((0,) * dataset.ndim, b"not a deflate stream", 0)
+
+    edit(copy, change)
+    expected = [f"corrupt dataset {first}: sha256 mismatch"] if digest_too else [": unreadable (", later]
+    failed(invoke("verify", str(copy)), *expected)
