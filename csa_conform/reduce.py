@@ -7,12 +7,15 @@ at the failing step from its stored past state (earlier steps put back only
 when the divergence needs the device's own state from them) with the later
 steps dropped, then, greedily, fewer batch rows, the failing token (or the
 step) restarted as a prefill from position 0 (no past records, cleared
-carries, a current_kv of just its own positions), fewer past records (the
-stream moved back a block per record), fewer query tokens of the last step, a
-shorter current_kv, fewer heads, index heads and top-k slots, no or a more
-broadcast attention_bias, no selected_indices output, and fewer leading steps.
-What the contract fixes (the compressors' ape and norm, one row's carries)
-never shrinks: ``Stream.fixed_elements`` is that floor.
+carries, a current_kv of just its own positions), the carries of a stream that
+starts at position 0 omitted (a reader supplies the cleared carries the
+contract would make of any: a kernel that reads what it should have cleared
+keeps them), fewer past records (the stream moved back a block per record),
+fewer query tokens of the last step, a shorter current_kv, fewer heads, index
+heads and top-k slots, no or a more broadcast attention_bias, no
+selected_indices output, and fewer leading steps. What the contract fixes (the
+compressors' ape and norm, the cursors, one row's carries where the step does
+not start at position 0) never shrinks: ``Stream.fixed_elements`` is that floor.
 Every candidate is a fresh oracle run of the transformed inputs (one the
 contract rejects is skipped), so the reduced case verifies by construction;
 the search stops at a fixed point or when its time budget is spent.
@@ -45,11 +48,13 @@ from csa_conform.streams import (
     tokens,
     topk,
     without_bias,
+    without_carries,
     without_output,
 )
 
 BIAS = "attention_bias"
 SELECTED = "selected_indices"
+OMITTED = "carries omitted (the contract clears them at position 0)"
 # At most this many single-row / single-head candidates are tried before halves.
 SINGLES = 4
 
@@ -83,6 +88,8 @@ def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Strea
         yield f"token {token} alone as a prefill from position 0", restarted(stream, token, 1)
         if stream.start and stream.tokens > 1:
             yield f"the step's {stream.tokens} tokens as a prefill from position 0", restarted(stream, 0, stream.tokens)
+    if (omitted := without_carries(stream)) is not None:
+        yield OMITTED, omitted
     records = int(stream.steps[0]["past_compressed_kv"].shape[1])
     for remaining in [0, *_smaller(records)]:
         if remaining < records and (candidate := past_records(stream, remaining)) is not None:

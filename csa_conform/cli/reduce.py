@@ -29,6 +29,7 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
+from csa_conform.golden.carries import step_start
 from csa_conform.reduce import FILE_CASES, Probe, Reduction, describe, reduce_case, reduce_file
 from csa_conform.run import RunOptions
 from csa_conform.streams import Stream, stream_of
@@ -46,8 +47,10 @@ def _elements(original: Stream, reduced: Stream) -> str:
     first, window = reduced.window_floor()
     fixed = reduced.fixed_elements() + window
     rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
+    state = ("cursors (no carries: a step from position 0 may omit them)" if step_start(reduced.steps[-1]) == 0
+             else "carries and cursors")
     line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
-            f"(compressor ape and norm, {rows} carries and cursors, a current_kv from position {first})")
+            f"(compressor ape and norm, {rows} {state}, a current_kv from position {first})")
     if before > fixed:
         line += f"; of the {before - fixed:,} it lets vary, {after - fixed:,} remain ({(after - fixed) / (before - fixed):.1%})"
     return line
