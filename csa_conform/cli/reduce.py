@@ -47,10 +47,11 @@ def _elements(original: Stream, reduced: Stream) -> str:
     first, window = reduced.window_floor()
     fixed = reduced.fixed_elements() + window
     rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
-    state = ("cursors (no carries: a step from position 0 may omit them)" if step_start(reduced.steps[-1]) == 0
-             else "carries and cursors")
+    from_zero = step_start(reduced.steps[-1]) == 0
+    state = "cursors" if from_zero else "carries and cursors"
     line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
-            f"(compressor ape and norm, {rows} {state}, a current_kv from position {first})")
+            f"(compressor ape and norm, {rows} {state}, a current_kv from position {first}"
+            + ("; no carries: a step from position 0 may omit them)" if from_zero else ")"))
     if before > fixed:
         line += f"; of the {before - fixed:,} it lets vary, {after - fixed:,} remain ({(after - fixed) / (before - fixed):.1%})"
     return line
