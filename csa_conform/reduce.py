@@ -75,9 +75,20 @@ def _smaller(count: int, hint: int | None = None) -> list[int]:
 
 
 def candidates(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
-    """Smaller streams, the biggest reductions first, each with what it changed."""
+    """Smaller streams, the biggest reductions first, each with what it changed; none stores more input
+    elements (a suffix resumed from a stream whose carries were omitted would store them again)."""
+    size = stream.elements()
     for change, candidate in _edits(stream, element):
-        yield change, fitted(candidate)
+        if (candidate := fitted(candidate)).elements() <= size:
+            yield change, candidate
+
+
+def _block_token(stream: Stream, element: dict[str, int]) -> int:
+    """The token whose block position matters: the divergent element's, else the step's first block end."""
+    if "s" in element:
+        return min(element["s"], stream.tokens - 1)
+    ends = [token for token in range(stream.tokens) if (stream.start + token + 1) % stream.ratio == 0]
+    return ends[0] if ends else stream.tokens - 1
 
 
 def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
@@ -88,6 +99,15 @@ def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Strea
         yield f"token {token} alone as a prefill from position 0", restarted(stream, token, 1)
         if stream.start and stream.tokens > 1:
             yield f"the step's {stream.tokens} tokens as a prefill from position 0", restarted(stream, 0, stream.tokens)
+    if len(stream.steps) == 1 and stream.start:
+        token = _block_token(stream, element)
+        position = stream.start + token
+        # its block's phase kept (a record), or its position (RoPE, the dense window); the carries the
+        # restart clears are omitted too, since only then can it be smaller
+        for before, kept in {position % stream.ratio: "phase", position: "position"}.items():
+            if before:
+                yield (f"token {token} and the {before} positions before it as a prefill from position 0 (its {kept} "
+                       "kept), carries omitted"), without_carries(restarted(stream, token - before, before + 1))
     if (omitted := without_carries(stream)) is not None:
         yield OMITTED, omitted
     records = int(stream.steps[0]["past_compressed_kv"].shape[1])

@@ -303,15 +303,17 @@ def past_records(stream: Stream, keep: int) -> Stream | None:
 
 def restarted(stream: Stream, first: int, count: int) -> Stream:
     """The last step's tokens ``first .. first+count-1`` alone, as a prefill from position 0: no past
-    records, cleared carries, current_kv the raw positions of just those tokens."""
+    records, cleared carries, current_kv the raw positions of just those tokens. Tokens before the
+    step's own (``first`` < 0) take its first token's inputs and the kv rows current_kv holds for
+    their positions (its first row where it holds none)."""
     inputs = stream.steps[-1]
     window, length = int(inputs["current_kv"].shape[1]), int(inputs["query"].shape[1])
+    wanted = np.arange(first, first + count)
     step = {}
     for name, array in inputs.items():
         axis = _bias_axis(array, "S") if name == BIAS else TOKEN_AXIS.get(name)
-        step[name] = array if axis is None else _take(array, axis, range(first, first + count))
-    base = window - length + first
-    step["current_kv"] = np.ascontiguousarray(inputs["current_kv"][:, base: base + count])
+        step[name] = array if axis is None else _take(array, axis, np.clip(wanted, 0, length - 1))
+    step["current_kv"] = _take(inputs["current_kv"], 1, np.clip(window - length + wanted, 0, window - 1))
     step["total_sequence_length"] = np.array(count, np.int64)
     step["seqlens_k"] = np.full_like(inputs["seqlens_k"], count - 1)
     for name in PAST_RECORDS:
