@@ -106,8 +106,9 @@ def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Strea
         # restart clears are omitted too, since only then can it be smaller
         for before, kept in {position % stream.ratio: "phase", position: "position"}.items():
             if before:
+                restart = restarted(stream, token - before, before + 1)
                 yield (f"token {token} and the {before} positions before it as a prefill from position 0 (its {kept} "
-                       "kept), carries omitted"), without_carries(restarted(stream, token - before, before + 1))
+                       "kept), carries omitted"), without_carries(restart) or restart
     if (omitted := without_carries(stream)) is not None:
         yield OMITTED, omitted
     records = int(stream.steps[0]["past_compressed_kv"].shape[1])
@@ -255,11 +256,18 @@ class FileReduction:
     reduced: list[tuple[str, int, int]]  # (case, elements before, after) per reduction made
 
 
+def _repro_rank(reduction: Reduction) -> tuple[int, bool]:
+    """Smaller repros first; of equal ones, one at most a quarter of the case it came from."""
+    after = reduction.reduced.elements()
+    return after, 4 * after > reduction.original.elements()
+
+
 def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, budget_s: float,
                 say: Callable[[str], None]) -> FileReduction | None:
     """Probe the file's cases smallest first (chained, these kernels) until ``FILE_CASES`` diverge or
     half the budget is spent, reduce each of those in an equal share of what is left, and keep the
-    smallest reduced case; None when none of the probed cases diverges."""
+    smallest reduced case (of equal ones, one that is at most a quarter of its case); None when none
+    of the probed cases diverges."""
     started = time.perf_counter()
     order = sorted(streams, key=lambda case: streams[case].elements())
     diverging: list[str] = []
@@ -280,7 +288,7 @@ def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, bu
         if reduction is None:
             continue
         reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))
-        if best is None or reduction.reduced.elements() < best[0].reduced.elements():
+        if best is None or _repro_rank(reduction) < _repro_rank(best[0]):
             best = (reduction, case_id)
     if best is None:
         return None

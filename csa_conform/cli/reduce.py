@@ -74,8 +74,9 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
     """Shrink a divergent case while its first divergent stage and tensor still diverge.
 
     Starts the stream at the failing step from its stored past state, then drops batch rows,
-    restarts the failing token at position 0, drops past records, query tokens, heads, index
-    heads, top-k slots, the bias and leading steps. The one-case golden file verifies against the
+    restarts the failing token at position 0, omits the carries of a step from position 0 (the
+    contract clears them; the file's readers supply them cleared), drops past records, query
+    tokens, heads, index heads, top-k slots, the bias and leading steps. The one-case golden file verifies against the
     oracle, diverges with these kernels and passes with the built-in ones. Without --case, the
     file's smallest diverging cases are reduced and the smallest repro is kept.
 

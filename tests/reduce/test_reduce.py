@@ -130,6 +130,26 @@ def test_a_prefill_from_position_0_omits_its_carries_to_under_a_quarter(tmp_path
     assert code == ExitCode.DIVERGED and "stage sparse_sink_softmax_attention" in text.splitlines()[0]
 
 
+def test_a_record_bug_restarts_from_position_0_with_its_block_phase_and_no_carries(tmp_path):
+    """A bug in the index key record needs a block end: the resumed token restarts from position 0 after
+    the positions before it in its block, carries omitted: four tokens of one head and index head."""
+    kernels = MUTANT["fp4_nibbles_high_first"].apply(KERNELS, tmp_path / "kernels")
+    out = tmp_path / "repro.h5"
+    code, stdout, stderr = _reduce(CI_GOLDENS, "--case", "boundaries.r4-bias-masks-whole-rows", "--kernels", kernels,
+                                   "-o", out)
+    assert code == ExitCode.DIVERGED, stdout + stderr
+    assert "positions before it as a prefill from position 0 (its phase kept), carries omitted: kept" in stderr
+    assert "still diverges first at index_key_update/present_index_key" in stdout
+    before, after, fixed = _elements(stdout)
+    token = 512 + 512 + 2 * 1024 + 128 + 1 + 2 * 256  # query, kv, compressor kv and gate, index inputs
+    assert fixed == 4 * 1024 + 512 + 4 * 256 + 128 + 2 + 4 * 512 and (before, after) == (72_627, fixed + 4 * token + 1
+                                                                                        - 4 * 512)
+    assert "verified against the oracle: yes" in stdout and "built-in kernels: pass" in stdout
+    with GoldenFile(out) as golden:
+        inputs = golden.read_step("boundaries.r4-bias-masks-whole-rows.reduced", 0).inputs
+    assert int(inputs["total_sequence_length"]) == 4 and inputs["query"].shape == (1, 4, 1, 512)
+
+
 # A kernel that never clears the carry at position 0: only a stored carry that is not cleared shows it.
 NO_CLEAR = Mutant("carry_not_cleared_at_position_0", "block_quant.cuh",
                   "    if (first_position == 0) csa_clear_slots(state, carry_floats, width);\n", "",
@@ -207,6 +227,9 @@ def test_each_reduction_gives_a_stream_the_oracle_accepts_with_the_smaller_shape
     assert shorter.case("x", "") is not None
     later = later_tokens(prefill, 4)
     assert later.shape()["S"] == 5 and int(later.steps[0]["total_sequence_length"]) == 9
+    # omitted carries are those of a step from position 0 only: resumed at 4, the carries are stored again
+    assert prefill.start == 0 and without_carries(prefill).elements() == prefill.elements() - 8 * 2 * (1024 + 256)
+    assert later_tokens(without_carries(prefill), 4).elements() == later.elements()
     resumed = later.case("x", "")
     whole = prefill.case("x", "")
     # the resumed suffix ends in the state the whole prefill ends in
