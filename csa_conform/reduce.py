@@ -266,8 +266,9 @@ def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, bu
                 say: Callable[[str], None]) -> FileReduction | None:
     """Probe the file's cases smallest first (chained, these kernels) until ``FILE_CASES`` diverge or
     half the budget is spent, reduce each of those in an equal share of what is left, and keep the
-    smallest reduced case (of equal ones, one that is at most a quarter of its case); None when none
-    of the probed cases diverges."""
+    smallest reduced case (of equal ones, one that is at most a quarter of its case, looked for among
+    up to ``FILE_CASES`` more diverging cases of four times its size when none is); None when none of
+    the probed cases diverges."""
     started = time.perf_counter()
     order = sorted(streams, key=lambda case: streams[case].elements())
     diverging: list[str] = []
@@ -292,4 +293,27 @@ def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, bu
             best = (reduction, case_id)
     if best is None:
         return None
+    # A repro over a quarter of its case: the smallest diverging cases four times its size, in what is
+    # left of the budget, replace it if one reduces as small.
+    goal = 4 * best[0].reduced.elements()
+    larger = iter([case for case in order if streams[case].elements() >= goal and case not in diverging])
+    extra = 0
+    while _repro_rank(best[0])[1] and extra < FILE_CASES and budget_s - (time.perf_counter() - started) >= 1:
+        case_id = next(larger, None)
+        if case_id is None:
+            break
+        scanned += 1
+        if first_divergence(replay(golden, case_id, probe.runner), STAGES, probe.ulp) is None:
+            continue
+        extra += 1
+        diverging.append(case_id)
+        say(f"reduce: {case_id} diverges ({streams[case_id].elements():,} input elements, at least four times "
+            "the smallest repro)")
+        share = (budget_s - (time.perf_counter() - started)) / (FILE_CASES - extra + 1)
+        reduction = reduce_case(streams[case_id], case_id, probe, max(share, 1.0), say)
+        if reduction is None:
+            continue
+        reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))
+        if _repro_rank(reduction) < _repro_rank(best[0]):
+            best = (reduction, case_id)
     return FileReduction(best[0], best[1], diverging, scanned, reduced)

@@ -29,12 +29,13 @@ from csa_conform.streams import (
     without_carries,
 )
 from csa_conform.verify import verify_case
+from diagnosis_mutants import DIAGNOSED
 from mutants import MUTANTS, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"
 KERNELS = ROOT / "kernels"
-MUTANT = {mutant.name: mutant for mutant in MUTANTS}
+MUTANT = {mutant.name: mutant for mutant in (*MUTANTS, *(diagnosed.mutant for diagnosed in DIAGNOSED))}
 
 pytestmark = pytest.mark.usefixtures("emulated_cuda")
 
@@ -188,8 +189,22 @@ def test_without_a_case_the_smallest_diverging_cases_are_reduced_and_the_smalles
     assert "verified against the oracle: yes" in stdout and "built-in kernels: pass" in stdout
     with GoldenFile(out) as golden:
         assert golden.case_ids() == [f"{found.group(1)}.reduced"]
-    _, after, fixed = _elements(stdout)
+    before, after, fixed = _elements(stdout)
     assert after == fixed + 3714 - 512  # one token of one head and one index head at ratio 4
+    # prefill-1, -3 and -4 all reduce to that one token: the repro kept is the one under a quarter of its case
+    assert found.group(1) == "boundaries.r4-prefill-4" and 4 * after <= before
+
+
+def test_without_a_case_a_repro_over_a_quarter_of_its_case_is_looked_for_in_larger_cases(tmp_path):
+    """prefill-1 and -3 reduce to one token (9,476 elements, over a quarter of either) and prefill-4 to a
+    record's four: the smallest diverging case of four times that repro's size reduces as small."""
+    kernels = MUTANT["fp4_nibbles_high_first"].apply(KERNELS, tmp_path / "kernels")
+    code, stdout, stderr = _reduce(CI_GOLDENS, "--kernels", kernels, "-o", tmp_path / "repro.h5", "--budget-s", "90")
+    assert code == ExitCode.DIVERGED, stdout + stderr
+    assert "boundaries.r4-prefill-1 30,085 -> 9,476, boundaries.r4-prefill-3 37,769 -> 9,476" in stdout
+    assert "input elements, at least four times the smallest repro)" in stderr
+    before, after, _ = _elements(stdout)
+    assert after == 9_476 and before >= 4 * after and "smallest repro from boundaries.r4-prefill" not in stdout
 
 
 def test_a_case_that_does_not_diverge_exits_0_and_writes_nothing(tmp_path):
