@@ -32,67 +32,81 @@ VALUE_TILE = 32
 
 
 @njit(**KERNEL_OPTIONS)
-def attention_scores(query, source, rows, empty_row, scale, bias, has_bias, begin, end, first, last, scores):
+def candidate_row(current, records, b, row):
+    """Row ``row`` (>= 0) of [current_kv | records] of batch b, read where it lies: neither is copied."""
+    if row < current.shape[1]:
+        return current[b, row]
+    return records[b, row - current.shape[1]]
+
+
+@njit(**KERNEL_OPTIONS)
+def attention_scores(query, current, records, rows, scale, bias, has_bias, begin, end, first, last, scores):
     """scores[b, s, h, c] for s in [begin, end) and candidates c in [first, last): dot(q, row) * scale
-    (+ bias); -inf for empty slots.
+    (+ bias); -inf for empty slots (row -1; rows index [current_kv | records], candidate_row).
 
     A query's non-empty candidates go SCORE_TILE at a time: their rows are
     gathered transposed into a [d, j] tile that every head reads while it is
     in cache, so the innermost loop runs over candidates (independent
     lanes) and d stays sequential. As in packed_index_scores, heads go
-    HEAD_BLOCK at a time and d two at a time, (dot + q_d k_d) + q_d+1 k_d+1,
-    the order of one term at a time, and the tile and the dots are this
-    kernel's own arrays (no run-time overlap checks). Candidate ranges are
-    independent, so a decode's one query splits over the cores by range.
+    HEAD_BLOCK at a time, here with d four at a time,
+    (((dot + q_d k_d) + q_d+1 k_d+1) + q_d+2 k_d+2) + q_d+3 k_d+3, the order
+    of one term at a time, so each dot is loaded and stored once per four
+    terms; the tile and the dots are this kernel's own arrays (no run-time
+    overlap checks). Candidate ranges are independent, so a decode's one
+    query splits over the cores by range.
     """
     batch, _, heads, dim = query.shape
     columns = np.empty(last - first, dtype=np.int64)
     key_tile = np.empty((dim, SCORE_TILE), dtype=np.float32)
     dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
-    pairs = dim - dim % 2
+    quads = dim - dim % 4
     for b in range(batch):
         for s in range(begin, end):
             live = 0
             for c in range(first, last):
-                if rows[b, s, c] == empty_row:
+                if rows[b, s, c] < 0:
                     for h in range(heads):
                         scores[b, s, h, c] = _MINUS_INFINITY
                 else:
                     columns[live] = c
                     live += 1
+            weights = query[b, s]
             for start in range(0, live, SCORE_TILE):
                 count = min(SCORE_TILE, live - start)
                 for j in range(count):
-                    row = rows[b, s, columns[start + j]]
+                    row = candidate_row(current, records, b, rows[b, s, columns[start + j]])
                     for d in range(dim):
-                        key_tile[d, j] = source[b, row, d]
+                        key_tile[d, j] = row[d]
                 dots[:, :count] = _ZERO
-                for d in range(0, pairs, 2):
-                    column, next_column = key_tile[d], key_tile[d + 1]
+                for d in range(0, quads, 4):
+                    k0, k1, k2, k3 = key_tile[d], key_tile[d + 1], key_tile[d + 2], key_tile[d + 3]
                     h = 0
                     while h + HEAD_BLOCK <= heads:
-                        w0, w1 = query[b, s, h, d], query[b, s, h + 1, d]
-                        w2, w3 = query[b, s, h + 2, d], query[b, s, h + 3, d]
-                        v0, v1 = query[b, s, h, d + 1], query[b, s, h + 1, d + 1]
-                        v2, v3 = query[b, s, h + 2, d + 1], query[b, s, h + 3, d + 1]
+                        a0, a1, a2, a3 = weights[h, d], weights[h, d + 1], weights[h, d + 2], weights[h, d + 3]
+                        b0, b1 = weights[h + 1, d], weights[h + 1, d + 1]
+                        b2, b3 = weights[h + 1, d + 2], weights[h + 1, d + 3]
+                        c0, c1 = weights[h + 2, d], weights[h + 2, d + 1]
+                        c2, c3 = weights[h + 2, d + 2], weights[h + 2, d + 3]
+                        e0, e1 = weights[h + 3, d], weights[h + 3, d + 1]
+                        e2, e3 = weights[h + 3, d + 2], weights[h + 3, d + 3]
                         row0, row1, row2, row3 = dots[h], dots[h + 1], dots[h + 2], dots[h + 3]
                         for j in range(count):
-                            key, next_key = column[j], next_column[j]
-                            row0[j] = row0[j] + w0 * key + v0 * next_key
-                            row1[j] = row1[j] + w1 * key + v1 * next_key
-                            row2[j] = row2[j] + w2 * key + v2 * next_key
-                            row3[j] = row3[j] + w3 * key + v3 * next_key
+                            x0, x1, x2, x3 = k0[j], k1[j], k2[j], k3[j]
+                            row0[j] = row0[j] + a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
+                            row1[j] = row1[j] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
+                            row2[j] = row2[j] + c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
+                            row3[j] = row3[j] + e0 * x0 + e1 * x1 + e2 * x2 + e3 * x3
                         h += HEAD_BLOCK
                     while h < heads:
-                        weight, next_weight = query[b, s, h, d], query[b, s, h, d + 1]
+                        a0, a1, a2, a3 = weights[h, d], weights[h, d + 1], weights[h, d + 2], weights[h, d + 3]
                         row_dots = dots[h]
                         for j in range(count):
-                            row_dots[j] = row_dots[j] + weight * column[j] + next_weight * next_column[j]
+                            row_dots[j] = row_dots[j] + a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + a3 * k3[j]
                         h += 1
-                if pairs < dim:
-                    column = key_tile[pairs]
+                for d in range(quads, dim):
+                    column = key_tile[d]
                     for h in range(heads):
-                        weight = query[b, s, h, pairs]
+                        weight = weights[h, d]
                         row_dots = dots[h]
                         for j in range(count):
                             row_dots[j] += weight * column[j]
@@ -106,17 +120,18 @@ def attention_scores(query, source, rows, empty_row, scale, bias, has_bias, begi
 
 
 @njit(**KERNEL_OPTIONS)
-def attention_values(probabilities, source, rows, empty_row, begin, end, first_head, last_head, output):
+def attention_values(probabilities, current, records, rows, begin, end, first_head, last_head, output):
     """output[b, s, h] = ascending sum over candidates of p * row, for s in [begin, end), h in [first_head, last_head).
 
-    probabilities are [B, end - begin, N, C]. An empty slot's row is zeros
-    and its probability 0, so its term is +0 and is skipped (a sum that
-    starts at +0 never becomes -0, so adding +0 changes no bit). Candidates
-    go two at a time, (y + p_c v_c) + p_c' v_c', the order of one at a
-    time, so each output is loaded and stored once per two terms, and
-    VALUE_TILE candidates at a time for all heads, so their rows are read
-    from memory once and stay in cache for every head. Head ranges are
-    independent, so a decode's one query splits over the cores by heads.
+    probabilities are [B, end - begin, N, C]; rows as in attention_scores.
+    An empty slot's probability is 0, so its term is +0 and is skipped (a
+    sum that starts at +0 never becomes -0, so adding +0 changes no bit).
+    Candidates go four at a time, (((y + p_c v_c) + p_c' v_c') + ...) + ...,
+    the order of one at a time, so each output is loaded and stored once
+    per four terms, and VALUE_TILE candidates at a time for all heads, so
+    their rows are read from memory once and stay in cache for every head.
+    Head ranges are independent, so a decode's one query splits over the
+    cores by heads.
     """
     batch, _, heads, dim = output.shape
     count = rows.shape[-1]
@@ -125,46 +140,50 @@ def attention_values(probabilities, source, rows, empty_row, begin, end, first_h
         for s in range(begin, end):
             live = 0
             for c in range(count):
-                if rows[b, s, c] != empty_row:
+                if rows[b, s, c] >= 0:
                     columns[live] = c
                     live += 1
             for h in range(first_head, last_head):
                 output[b, s, h, :] = _ZERO
+            weights = probabilities[b, s - begin]
             for start in range(0, live, VALUE_TILE):
                 stop = min(live, start + VALUE_TILE)
-                pairs = stop - (stop - start) % 2
+                quads = stop - (stop - start) % 4
                 h = first_head
                 while h < last_head:
-                    if h + HEAD_BLOCK <= last_head:
-                        out0, out1, out2, out3 = output[b, s, h], output[b, s, h + 1], output[b, s, h + 2], output[b, s, h + 3]
-                        for j in range(start, pairs, 2):
-                            c, next_c = columns[j], columns[j + 1]
-                            weights = probabilities[b, s - begin]
-                            p0, p1, p2, p3 = weights[h, c], weights[h + 1, c], weights[h + 2, c], weights[h + 3, c]
-                            n0, n1 = weights[h, next_c], weights[h + 1, next_c]
-                            n2, n3 = weights[h + 2, next_c], weights[h + 3, next_c]
-                            values, next_values = source[b, rows[b, s, c]], source[b, rows[b, s, next_c]]
+                    block = HEAD_BLOCK if h + HEAD_BLOCK <= last_head else 1
+                    for j in range(start, quads, 4):
+                        c0, c1, c2, c3 = columns[j], columns[j + 1], columns[j + 2], columns[j + 3]
+                        v0 = candidate_row(current, records, b, rows[b, s, c0])
+                        v1 = candidate_row(current, records, b, rows[b, s, c1])
+                        v2 = candidate_row(current, records, b, rows[b, s, c2])
+                        v3 = candidate_row(current, records, b, rows[b, s, c3])
+                        if block == HEAD_BLOCK:
+                            out0, out1 = output[b, s, h], output[b, s, h + 1]
+                            out2, out3 = output[b, s, h + 2], output[b, s, h + 3]
+                            p00, p01, p02, p03 = weights[h, c0], weights[h, c1], weights[h, c2], weights[h, c3]
+                            p10, p11 = weights[h + 1, c0], weights[h + 1, c1]
+                            p12, p13 = weights[h + 1, c2], weights[h + 1, c3]
+                            p20, p21 = weights[h + 2, c0], weights[h + 2, c1]
+                            p22, p23 = weights[h + 2, c2], weights[h + 2, c3]
+                            p30, p31 = weights[h + 3, c0], weights[h + 3, c1]
+                            p32, p33 = weights[h + 3, c2], weights[h + 3, c3]
                             for d in range(dim):
-                                value, next_value = values[d], next_values[d]
-                                out0[d] = out0[d] + p0 * value + n0 * next_value
-                                out1[d] = out1[d] + p1 * value + n1 * next_value
-                                out2[d] = out2[d] + p2 * value + n2 * next_value
-                                out3[d] = out3[d] + p3 * value + n3 * next_value
-                        block = HEAD_BLOCK
-                    else:
-                        total = output[b, s, h]
-                        for j in range(start, pairs, 2):
-                            c, next_c = columns[j], columns[j + 1]
-                            p, next_p = probabilities[b, s - begin, h, c], probabilities[b, s - begin, h, next_c]
-                            values, next_values = source[b, rows[b, s, c]], source[b, rows[b, s, next_c]]
+                                x0, x1, x2, x3 = v0[d], v1[d], v2[d], v3[d]
+                                out0[d] = out0[d] + p00 * x0 + p01 * x1 + p02 * x2 + p03 * x3
+                                out1[d] = out1[d] + p10 * x0 + p11 * x1 + p12 * x2 + p13 * x3
+                                out2[d] = out2[d] + p20 * x0 + p21 * x1 + p22 * x2 + p23 * x3
+                                out3[d] = out3[d] + p30 * x0 + p31 * x1 + p32 * x2 + p33 * x3
+                        else:
+                            total = output[b, s, h]
+                            p0, p1, p2, p3 = weights[h, c0], weights[h, c1], weights[h, c2], weights[h, c3]
                             for d in range(dim):
-                                total[d] = total[d] + p * values[d] + next_p * next_values[d]
-                        block = 1
-                    if pairs < stop:
-                        c = columns[pairs]
-                        values = source[b, rows[b, s, c]]
+                                total[d] = total[d] + p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d]
+                    for j in range(quads, stop):
+                        c = columns[j]
+                        values = candidate_row(current, records, b, rows[b, s, c])
                         for k in range(block):
-                            p = probabilities[b, s - begin, h + k, c]
+                            p = weights[h + k, c]
                             total = output[b, s, h + k]
                             for d in range(dim):
                                 total[d] += p * values[d]
@@ -245,4 +264,4 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
                     scores[b, s, tile + c] = total[c]
 
 
-KERNELS = (attention_scores, attention_values, packed_index_scores)
+KERNELS = (candidate_row, attention_scores, attention_values, packed_index_scores)

@@ -33,7 +33,7 @@ from csa_conform.oracle.compiled_softmax import softmax_with_sink
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
 from csa_conform.oracle.parallel import even_parts, map_chunks, query_chunks, worker_count
-from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows, raise_first_invalid
+from csa_conform.oracle.sparse_sink_softmax_attention import candidate_records, raise_first_invalid
 
 # Query chunks hold this many softmax elements: each chunk's probabilities
 # stay in cache while per-chunk Python overhead stays small.
@@ -78,8 +78,9 @@ def sparse_sink_softmax_attention(
     bias: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     batch, sequence, heads, _ = query.shape
-    source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates, decode_fp8_record)
-    empty_row = source.shape[1] - 1
+    current = np.ascontiguousarray(current_kv, dtype=np.float32)
+    records, rows = candidate_records(geometry, present_compressed_kv, candidates, decode_fp8_record, in_place=True)
+    records = np.ascontiguousarray(records)
     count = candidates.shape[-1]
     scores = np.empty((batch, sequence, heads, count), dtype=np.float32)
     output = np.empty(query.shape, dtype=np.float32)
@@ -89,13 +90,13 @@ def sparse_sink_softmax_attention(
     everything = (slice(0, count), slice(0, heads))
 
     def score(queries: slice, candidates: slice) -> None:
-        attention_scores(query, source, rows, empty_row, geometry.scale, bias_values, has_bias,
+        attention_scores(query, current, records, rows, geometry.scale, bias_values, has_bias,
                          queries.start, queries.stop, candidates.start, candidates.stop, scores)
 
     def weigh(queries: slice, head_range: slice, probabilities: np.ndarray):
         begin, end, first, last = queries.start, queries.stop, head_range.start, head_range.stop
         b, s, h = softmax_with_sink(scores, head_sink, begin, end, first, last, probabilities)
-        attention_values(probabilities, source, rows, empty_row, begin, end, first, last, output)
+        attention_values(probabilities, current, records, rows, begin, end, first, last, output)
         return None if b < 0 else (b, s, h)
 
     def attend(queries: slice):

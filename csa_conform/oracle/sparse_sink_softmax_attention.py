@@ -84,25 +84,44 @@ def candidate_rows(geometry, current_kv, present_compressed_kv, candidates, deco
     record decoder (the numba engine passes its compiled twin).
     """
     batch, dim = current_kv.shape[0], current_kv.shape[-1]
+    records, rows = candidate_records(geometry, present_compressed_kv, candidates, decode, in_place=False)
+    source = np.concatenate([current_kv, records, np.zeros((batch, 1, dim), dtype=np.float32)], axis=1)
+    return source, np.where(rows < 0, source.shape[1] - 1, rows)
+
+
+def candidate_records(geometry, present_compressed_kv, candidates, decode, in_place: bool):
+    """(records, rows): f32 records holding every record some candidate names, and each candidate's
+    row: r < current_kv_len is current_kv's row r, r >= current_kv_len is records' row
+    r - current_kv_len, -1 is an empty slot.
+
+    An FP8 cache decodes only the named records. An f32 cache is read
+    ``in_place`` (records is the cache itself, for kernels that index it),
+    otherwise only the named records are copied out. Records are named
+    through a mask over the cache, not a sort: an 8K prefill names
+    4 M slots.
+    """
     dense = candidates[..., : geometry.dense_candidates]
     compressed = candidates[..., geometry.dense_candidates :]
-    named = np.unique(compressed[compressed >= 0])
-    records = np.take(present_compressed_kv, named, axis=1)
-    if records.dtype == np.uint8:
-        records = decode(records)
-    source = np.concatenate(
-        [current_kv, records.astype(np.float32, copy=False), np.zeros((batch, 1, dim), dtype=np.float32)], axis=1
-    )
-    empty_row = source.shape[1] - 1
-    record_rows = geometry.current_kv_len + np.searchsorted(named, np.maximum(compressed, 0))
+    if in_place and present_compressed_kv.dtype == np.float32:
+        records, record_rows = present_compressed_kv, compressed
+    else:
+        named = np.zeros(present_compressed_kv.shape[1], dtype=bool)
+        named[compressed[compressed >= 0]] = True
+        records = np.take(present_compressed_kv, np.flatnonzero(named), axis=1)
+        if records.dtype == np.uint8:
+            records = decode(records)
+        records = records.astype(np.float32, copy=False)
+        named_before = np.zeros(named.size + 1, dtype=np.int64)
+        np.cumsum(named, out=named_before[1:])
+        record_rows = named_before[np.maximum(compressed, 0)]
     rows = np.concatenate(
         [
-            np.where(dense >= 0, dense - geometry.current_kv_base, empty_row),
-            np.where(compressed >= 0, record_rows, empty_row),
+            np.where(dense >= 0, dense - geometry.current_kv_base, -1),
+            np.where(compressed >= 0, geometry.current_kv_len + record_rows, -1),
         ],
         axis=-1,
     )
-    return source, rows
+    return records, rows
 
 
 def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:

@@ -129,8 +129,10 @@ def test_no_kernel_uses_numba_threads():
 def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
     import numba
 
-    from csa_conform.oracle import compiled_stages, parallel
+    from csa_conform.oracle import compiled_records, compiled_stages, parallel
 
+    # FP8 decodes split over the workers from two records on (at long context: from 1,024).
+    monkeypatch.setattr(compiled_records, "SPLIT_DECODE_RECORDS", 2)
     info, steps = _steps(case_id)
     names = list(info.output_names)
     baseline = [outcome(info.attrs, step.inputs, names, "numpy") for step in steps]
@@ -138,6 +140,7 @@ def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
     for workers, working_set in settings:
         monkeypatch.setattr(parallel, "worker_count", lambda workers=workers: workers)
         monkeypatch.setattr(compiled_stages, "worker_count", lambda workers=workers: workers)
+        monkeypatch.setattr(compiled_records, "worker_count", lambda workers=workers: workers)
         monkeypatch.setattr(parallel, "WORKING_SET_ELEMENTS", working_set)
         monkeypatch.setattr(compiled_stages, "SOFTMAX_CHUNK_ELEMENTS", working_set)
         for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
