@@ -18,7 +18,8 @@ runs every step in a fresh process, the trees interleaved, the median of
 and that peak less the resident memory before the step, the process's CPU
 time (all threads: less sensitive than wall time to other load on the
 machine), and each stage's time (and CPU time) with its G mul-add/s (index scoring: S x causal records x I x 128;
-attention: S x N x C x 512, twice: scores and values). The no-FMA peak is
+attention: S x N x C x 512, twice: scores and values), and their sum over the
+no-FMA peak, a lower bound on the step's time. The no-FMA peak is
 measured here: independent binary32 multiply-then-add chains held in
 registers, numba, fastmath off (its assembly checked: no fused op), one
 thread per core, the best of five runs. Targets on 2 cores: (a) <= 0.15 s and
@@ -211,6 +212,8 @@ def main() -> None:
         middle = {label: sorted(found, key=lambda run: run["wall"])[(len(found) - 1) // 2] for label, found in runs.items()}
         print(f"({case}) {CASES[case][1]}: after/before {middle['after']['wall'] / middle['before']['wall']:.3f} "
               f"(medians of {options.repeat}; load average now {os.getloadavg()[0]:.1f})")
+        work = sum(middle["after"]["work"].values())
+        print(f"    {work:.3g} mul-adds: {work / peak / 1e9 * 1e3:.1f} ms at the no-FMA peak (a lower bound)")
         for label in trees:
             run = middle[label]
             fastest = min(found["wall"] for found in runs[label])

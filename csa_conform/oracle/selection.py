@@ -9,11 +9,15 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError, operator_message
 from csa_conform.numerics.rustfmt import rust_display_f32
+from csa_conform.oracle.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure, earliest
 
 STAGE_RANK = 2
 # Rows this many times longer than Kw are partitioned rather than argsorted whole.
 PARTITION_FACTOR = 8
+# Score elements per chunk of query rows: chunks sort on every core (NumPy's sorts release the GIL)
+# and keep the sort's int64 order arrays small (an 8K prefill's whole [8192, 2048] order is 128 MiB).
+CHUNK_ELEMENTS = 1 << 20
 
 
 def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None):
@@ -24,23 +28,38 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
     sort (stable or not) orders them as a stable sort would, and slots past
     the live ones become -1 whichever index fills them: a row far longer
     than Kw (a decode at 2^20 tokens) is sorted by value for the tie check
-    and partitioned for its top Kw; shorter rows are argsorted once.
+    and partitioned for its top Kw; shorter rows are argsorted once. Rows
+    are independent, so they go in chunks of query rows over the cores.
     """
-    keys = np.where(live, -scores, np.inf)
+    batch, sequence, records = scores.shape
     width = geometry.topk_width
+    selected = np.empty((batch, sequence, width), dtype=np.int32)
+
+    def select_chunk(rows: slice) -> RowFailure | None:
+        return _select_rows(scores[:, rows], live[:, rows], width, rows.start, sequence, selected[:, rows])
+
+    failure = earliest(*prior, *map_chunks(select_chunk, query_chunks(sequence, batch * records, CHUNK_ELEMENTS)))
+    if failure is not None:
+        raise ContractError(failure.message, failure.kind)
+    replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
+    return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
+
+
+def _select_rows(scores, live, width: int, first_query: int, sequence: int, selected) -> RowFailure | None:
+    """Query rows first_query.. of the step: writes their top ``width`` into ``selected``, or returns
+    their first tie (the caller raises the step's earliest failure, so a tied chunk's slots are left)."""
+    keys = np.where(live, -scores, np.inf)
     if 0 < PARTITION_FACTOR * width < keys.shape[-1]:
-        failure = earliest(*prior, _first_tie(scores, live, np.sort(keys, axis=-1)))
+        failure = _first_tie(scores, live, np.sort(keys, axis=-1), first_query, sequence)
         order = None
     else:
         order = np.argsort(keys, axis=-1)
-        failure = earliest(*prior, _first_tie(scores, live, np.take_along_axis(keys, order, axis=-1)))
+        failure = _first_tie(scores, live, np.take_along_axis(keys, order, axis=-1), first_query, sequence)
     if failure is not None:
-        raise ContractError(failure.message, failure.kind)
+        return failure
     order = _smallest(keys, width) if order is None else order[..., :width]
-    chosen = np.take_along_axis(live, order, axis=-1)
-    selected = np.where(chosen, order, -1).astype(np.int32)
-    replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
-    return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
+    selected[...] = np.where(np.take_along_axis(live, order, axis=-1), order, -1)
+    return None
 
 
 def _smallest(keys: np.ndarray, width: int) -> np.ndarray:
@@ -50,17 +69,19 @@ def _smallest(keys: np.ndarray, width: int) -> np.ndarray:
     return np.take_along_axis(keys_index, ranked, axis=-1)
 
 
-def _first_tie(scores, live, ranked) -> RowFailure | None:
-    """``ranked``: each row's keys (-score, +inf where not live) in ascending order."""
+def _first_tie(scores, live, ranked, first_query: int, sequence: int) -> RowFailure | None:
+    """``ranked``: each row's keys (-score, +inf where not live) in ascending order; the rows are
+    queries first_query.. of a step of ``sequence`` queries."""
     within = np.arange(1, ranked.shape[-1]) < live.sum(axis=-1, keepdims=True)
     tied_rows = ((ranked[..., 1:] == ranked[..., :-1]) & within).any(axis=-1)
     if not tied_rows.any():
         return None
-    b, s = np.argwhere(tied_rows)[0]
-    row = scores[b, s][live[b, s]]
+    b, chunk_row = np.argwhere(tied_rows)[0]
+    row = scores[b, chunk_row][live[b, chunk_row]]
     left, right = _first_equal_pair(row)
+    s = first_query + int(chunk_row)
     return RowFailure(
-        int(b) * scores.shape[1] + int(s),
+        int(b) * sequence + s,
         STAGE_RANK,
         operator_message(f"portable top-k tie ordering is unfrozen: "
                          f"equal score {rust_display_f32(row[left])} at [batch={b}, query={s}] "

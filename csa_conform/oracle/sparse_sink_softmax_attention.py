@@ -107,13 +107,16 @@ def candidate_records(geometry, present_compressed_kv, candidates, decode, in_pl
     else:
         named = np.zeros(present_compressed_kv.shape[1], dtype=bool)
         named[compressed[compressed >= 0]] = True
-        records = np.take(present_compressed_kv, np.flatnonzero(named), axis=1)
+        if named.all():  # every record (a ratio-128 step): nothing to gather
+            records, record_rows = present_compressed_kv, compressed
+        else:
+            records = np.take(present_compressed_kv, np.flatnonzero(named), axis=1)
+            named_before = np.zeros(named.size + 1, dtype=np.int64)
+            np.cumsum(named, out=named_before[1:])
+            record_rows = named_before[np.maximum(compressed, 0)]
         if records.dtype == np.uint8:
             records = decode(records)
         records = records.astype(np.float32, copy=False)
-        named_before = np.zeros(named.size + 1, dtype=np.int64)
-        np.cumsum(named, out=named_before[1:])
-        record_rows = named_before[np.maximum(compressed, 0)]
     rows = np.concatenate(
         [
             np.where(dense >= 0, dense - geometry.current_kv_base, -1),

@@ -21,10 +21,20 @@ def _geometry(width):
     return SimpleNamespace(batch=2, index_heads=3, topk_width=width)
 
 
+@pytest.fixture(params=["whole", "row by row"])
+def chunking(request, monkeypatch):
+    """Selection in one chunk, or one query row per chunk over three workers (the rows' offsets show)."""
+    from csa_conform.oracle import parallel
+
+    if request.param == "row by row":
+        monkeypatch.setattr(stage, "CHUNK_ELEMENTS", 1)
+        monkeypatch.setattr(parallel, "worker_count", lambda: 3)
+
+
 @pytest.mark.parametrize("records, width, partitioned", [
     (4096, 16, True), (4096, 512, False), (700, 512, False), (40, 8, False), (9, 9, False), (17, 1, True),
 ])
-def test_both_routes_select_what_a_stable_sort_selects(records, width, partitioned):
+def test_both_routes_select_what_a_stable_sort_selects(records, width, partitioned, chunking):
     rng = np.random.default_rng(records + width)
     sequence = 6
     distinct = rng.permuted(np.broadcast_to(np.arange(records), (2, sequence, records)), axis=-1)
@@ -40,8 +50,9 @@ def test_both_routes_select_what_a_stable_sort_selects(records, width, partition
 
 
 @pytest.mark.parametrize("records", [4096, 64])
-def test_both_routes_name_the_first_tied_pair(records):
-    scores = np.arange(records, dtype=np.float32)[None, None, :].repeat(2, axis=1)
+def test_both_routes_name_the_first_tied_pair(records, chunking):
+    scores = np.arange(records, dtype=np.float32)[None, None, :].repeat(3, axis=1)
+    scores[0, 2, 5] = scores[0, 2, 6]  # a later row's tie never wins
     scores[0, 1, records - 1] = scores[0, 1, 3]
     scores[0, 1, 7] = np.float32(-0.0)
     scores[0, 1, 0] = np.float32(0.0)
