@@ -41,8 +41,10 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
     failure = earliest(*prior, *map_chunks(select_chunk, query_chunks(sequence, batch * records, CHUNK_ELEMENTS)))
     if failure is not None:
         raise ContractError(failure.message, failure.kind)
+    # Every index head's copy is the same array, so the payload is a read-only view of it (an 8K
+    # prefill's [1, 64, 8192, 512] would be 1 GiB of fresh memory); readers that need bytes copy.
     replicated = np.broadcast_to(selected[:, None], (geometry.batch, geometry.index_heads) + selected.shape[1:])
-    return {"selected": selected, "selected_indices": np.ascontiguousarray(replicated)}
+    return {"selected": selected, "selected_indices": replicated}
 
 
 def _select_rows(scores, live, width: int, first_query: int, sequence: int, selected) -> RowFailure | None:

@@ -46,6 +46,7 @@ def test_both_routes_select_what_a_stable_sort_selects(records, width, partition
     assert payload["selected"].tobytes() == expected.tobytes()
     assert payload["selected_indices"].shape == (2, 3, sequence, width)
     assert (payload["selected_indices"] == expected[:, None]).all()
+    assert np.shares_memory(payload["selected_indices"], payload["selected"])  # one copy, not one per index head
     assert (stage.PARTITION_FACTOR * width < records) == partitioned
 
 
