@@ -7,8 +7,10 @@ at the failing step from its stored past state (earlier steps put back only
 when the divergence needs the device's own state from them) with the later
 steps dropped, then, greedily, fewer batch rows, the failing token (or the
 step) restarted as a prefill from position 0 (no past records, cleared
-carries, a current_kv of just its own positions), the carries of a stream that
-starts at position 0 omitted (a reader supplies the cleared carries the
+carries, a current_kv of just its own positions), the failing token restarted
+from position 0 after the positions before it in its block (a record still ends
+there) or before it at all (RoPE and the dense window see its position), the
+carries of a stream that starts at position 0 omitted (a reader supplies the cleared carries the
 contract would make of any: a kernel that reads what it should have cleared
 keeps them), fewer past records (the stream moved back a block per record),
 fewer query tokens of the last step, a shorter current_kv, fewer heads, index
