@@ -16,7 +16,8 @@ import numpy as np
 
 from csa_conform.errors import CorruptDataset, GoldenFormatError
 from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
-from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex
+from csa_conform.golden.carries import cleared_carry
+from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex, input_rank
 from csa_conform.golden.validation import CheckedFile
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
 from csa_conform.spec import DECODED_PAYLOADS
@@ -104,6 +105,9 @@ class GoldenFile:
                 read.outputs[name] = array
             else:
                 read.stages.setdefault(group.split("/", 1)[1], {})[name] = array
+        if step.cleared:
+            cleared = {name: cleared_carry(shape) for name, shape in step.cleared.items()}
+            read.inputs = dict(sorted({**read.inputs, **cleared}.items(), key=input_rank))
         for (stage, tensor), cache in DECODED_PAYLOADS.items():
             payload = read.stages.get(stage, {})
             if tensor not in payload and cache in payload:
@@ -188,6 +192,10 @@ class GoldenFile:
         also = [name for name in names if name != corrupt.dataset]
         reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
         return CorruptDataset(self.path, corrupt.dataset, reason, names)
+
+    def cleared_carries(self, case_id: str, index: int) -> tuple[str, ...]:
+        """The carries a step from position 0 omits, which ``read_step`` hands out cleared."""
+        return tuple(self._step(case_id, index).cleared)
 
     def dataset_entries(self, case_id: str, index: int) -> list[tuple[str, TensorEntry]]:
         """(step-relative path, entry) of one step, unread: inputs, stages, outputs.
