@@ -7,12 +7,17 @@ at the failing step from its stored past state (earlier steps put back only
 when the divergence needs the device's own state from them) with the later
 steps dropped, then, greedily, fewer batch rows, the failing token (or the
 step) restarted as a prefill from position 0 (no past records, cleared
-carries, a current_kv of just its own positions), fewer past records (the
-stream moved back a block per record), fewer query tokens of the last step, a
-shorter current_kv, fewer heads, index heads and top-k slots, no or a more
-broadcast attention_bias, no selected_indices output, and fewer leading steps.
-What the contract fixes (the compressors' ape and norm, one row's carries)
-never shrinks: ``Stream.fixed_elements`` is that floor.
+carries, a current_kv of just its own positions), the failing token restarted
+from position 0 after the positions before it in its block (a record still ends
+there) or before it at all (RoPE and the dense window see its position), the
+carries of a stream that starts at position 0 omitted (a reader supplies the cleared carries the
+contract would make of any: a kernel that reads what it should have cleared
+keeps them), fewer past records (the stream moved back a block per record),
+fewer query tokens of the last step, a shorter current_kv, fewer heads, index
+heads and top-k slots, no or a more broadcast attention_bias, no
+selected_indices output, and fewer leading steps. What the contract fixes (the
+compressors' ape and norm, the cursors, one row's carries where the step does
+not start at position 0) never shrinks: ``Stream.fixed_elements`` is that floor.
 Every candidate is a fresh oracle run of the transformed inputs (one the
 contract rejects is skipped), so the reduced case verifies by construction;
 the search stops at a fixed point or when its time budget is spent.
@@ -45,11 +50,13 @@ from csa_conform.streams import (
     tokens,
     topk,
     without_bias,
+    without_carries,
     without_output,
 )
 
 BIAS = "attention_bias"
 SELECTED = "selected_indices"
+OMITTED = "carries omitted (the contract clears them at position 0)"
 # At most this many single-row / single-head candidates are tried before halves.
 SINGLES = 4
 
@@ -70,9 +77,20 @@ def _smaller(count: int, hint: int | None = None) -> list[int]:
 
 
 def candidates(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
-    """Smaller streams, the biggest reductions first, each with what it changed."""
+    """Smaller streams, the biggest reductions first, each with what it changed; none stores more input
+    elements (a suffix resumed from a stream whose carries were omitted would store them again)."""
+    size = stream.elements()
     for change, candidate in _edits(stream, element):
-        yield change, fitted(candidate)
+        if (candidate := fitted(candidate)).elements() <= size:
+            yield change, candidate
+
+
+def _block_token(stream: Stream, element: dict[str, int]) -> int:
+    """The token whose block position matters: the divergent element's, else the step's first block end."""
+    if "s" in element:
+        return min(element["s"], stream.tokens - 1)
+    ends = [token for token in range(stream.tokens) if (stream.start + token + 1) % stream.ratio == 0]
+    return ends[0] if ends else stream.tokens - 1
 
 
 def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
@@ -83,6 +101,18 @@ def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Strea
         yield f"token {token} alone as a prefill from position 0", restarted(stream, token, 1)
         if stream.start and stream.tokens > 1:
             yield f"the step's {stream.tokens} tokens as a prefill from position 0", restarted(stream, 0, stream.tokens)
+    if len(stream.steps) == 1 and stream.start:
+        token = _block_token(stream, element)
+        position = stream.start + token
+        # its block's phase kept (a record), or its position (RoPE, the dense window); the carries the
+        # restart clears are omitted too, since only then can it be smaller
+        for before, kept in {position % stream.ratio: "phase", position: "position"}.items():
+            if before:
+                restart = restarted(stream, token - before, before + 1)
+                yield (f"token {token} and the {before} positions before it as a prefill from position 0 (its {kept} "
+                       "kept), carries omitted"), without_carries(restart) or restart
+    if (omitted := without_carries(stream)) is not None:
+        yield OMITTED, omitted
     records = int(stream.steps[0]["past_compressed_kv"].shape[1])
     for remaining in [0, *_smaller(records)]:
         if remaining < records and (candidate := past_records(stream, remaining)) is not None:
@@ -228,11 +258,19 @@ class FileReduction:
     reduced: list[tuple[str, int, int]]  # (case, elements before, after) per reduction made
 
 
+def _repro_rank(reduction: Reduction) -> tuple[int, bool]:
+    """Smaller repros first; of equal ones, one at most a quarter of the case it came from."""
+    after = reduction.reduced.elements()
+    return after, 4 * after > reduction.original.elements()
+
+
 def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, budget_s: float,
                 say: Callable[[str], None]) -> FileReduction | None:
     """Probe the file's cases smallest first (chained, these kernels) until ``FILE_CASES`` diverge or
     half the budget is spent, reduce each of those in an equal share of what is left, and keep the
-    smallest reduced case; None when none of the probed cases diverges."""
+    smallest reduced case (of equal ones, one that is at most a quarter of its case, looked for among
+    up to ``FILE_CASES`` more diverging cases of four times its size when none is); None when none of
+    the probed cases diverges."""
     started = time.perf_counter()
     order = sorted(streams, key=lambda case: streams[case].elements())
     diverging: list[str] = []
@@ -253,8 +291,31 @@ def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, bu
         if reduction is None:
             continue
         reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))
-        if best is None or reduction.reduced.elements() < best[0].reduced.elements():
+        if best is None or _repro_rank(reduction) < _repro_rank(best[0]):
             best = (reduction, case_id)
     if best is None:
         return None
+    # A repro over a quarter of its case: the smallest diverging cases four times its size, in what is
+    # left of the budget, replace it if one reduces as small.
+    goal = 4 * best[0].reduced.elements()
+    larger = iter([case for case in order if streams[case].elements() >= goal and case not in diverging])
+    extra = 0
+    while _repro_rank(best[0])[1] and extra < FILE_CASES and budget_s - (time.perf_counter() - started) >= 1:
+        case_id = next(larger, None)
+        if case_id is None:
+            break
+        scanned += 1
+        if first_divergence(replay(golden, case_id, probe.runner), STAGES, probe.ulp) is None:
+            continue
+        extra += 1
+        diverging.append(case_id)
+        say(f"reduce: {case_id} diverges ({streams[case_id].elements():,} input elements, at least four times "
+            "the smallest repro)")
+        share = (budget_s - (time.perf_counter() - started)) / (FILE_CASES - extra + 1)
+        reduction = reduce_case(streams[case_id], case_id, probe, max(share, 1.0), say)
+        if reduction is None:
+            continue
+        reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))
+        if _repro_rank(reduction) < _repro_rank(best[0]):
+            best = (reduction, case_id)
     return FileReduction(best[0], best[1], diverging, scanned, reduced)

@@ -237,9 +237,10 @@ def file_sha256(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
-def golden_reference(path: str, schema_version: int | None) -> dict:
-    """The golden file a run read: its path, the sha256 of its bytes and its schema version."""
-    return {"path": str(path), "sha256": file_sha256(path), "schema_version": schema_version}
+def golden_reference(path: str, schema_version: int | None, sha256: str | None = None) -> dict:
+    """The golden file a run read: its path, the sha256 of its bytes (``sha256`` when the caller
+    hashed them already) and its schema version."""
+    return {"path": str(path), "sha256": sha256 or file_sha256(path), "schema_version": schema_version}
 
 
 def kernel_provenance(provenance) -> dict:

@@ -16,6 +16,7 @@ import numpy as np
 
 from csa_conform.errors import ContractError
 from csa_conform.golden import GoldenCase, GoldenFile, GoldenStep
+from csa_conform.golden.carries import cleared_carry, omitted_carries, step_start
 from csa_conform.oracle import run_step
 from csa_conform.spec import STATE_THREADING
 
@@ -32,24 +33,28 @@ INDEX_HEAD_AXIS = {"index_query": 2, "index_weight": 2}
 BIAS = "attention_bias"
 # attention_bias broadcasts to [B, N, S, C] from the right: its axis for each of those, by rank.
 BIAS_DIMENSION = {"B": 4, "N": 3, "S": 2, "C": 1}
-# Inputs whose shape the contract fixes whatever B, S, N, I, Kc and the position: per step, and per row.
+# Inputs whose shape the contract fixes whatever B, S, N, I, Kc and the position: per step, and per row
+# (the carries only for a step that does not start at position 0: one that does may omit them).
 FIXED_INPUTS = ("compressor_ape", "compressor_norm", "index_compressor_ape", "index_compressor_norm",
                 "total_sequence_length")
-FIXED_ROW_INPUTS = ("past_compression_carry", "past_index_carry", "seqlens_k")
-PAST_RECORDS = ("past_compressed_kv", "past_index_key")
 CARRIES = ("past_compression_carry", "past_index_carry")
+FIXED_ROW_INPUTS = ("seqlens_k",)
+PAST_RECORDS = ("past_compressed_kv", "past_index_key")
 DENSE_WINDOW = 128
 
 
 @dataclass(frozen=True)
 class Stream:
     """A case as the reducer edits it: attributes and each step's inputs; ``threaded[i]`` names the
-    past_* inputs of step i that are the previous step's present_* (re-derived by the oracle)."""
+    past_* inputs of step i that are the previous step's present_* (re-derived by the oracle).
+    ``carries_omitted``: a step that starts at position 0 is written without its carries, and runs
+    with the cleared ones a reader hands out in their place."""
 
     attrs: dict
     output_names: tuple[str, ...]
     steps: tuple[dict[str, np.ndarray], ...]
     threaded: tuple[frozenset[str], ...]
+    carries_omitted: bool = False
 
     @property
     def batch(self) -> int:
@@ -81,16 +86,27 @@ class Stream:
         first = self.steps[0]
         return int(first["total_sequence_length"]) - int(first["query"].shape[1])
 
+    def stored(self, index: int) -> dict[str, np.ndarray]:
+        """Step ``index``'s inputs as a golden file stores them: without its carries when they are
+        omitted and the step starts at position 0."""
+        inputs = self.steps[index]
+        if not self.carries_omitted or step_start(inputs) != 0:
+            return inputs
+        return {name: array for name, array in inputs.items() if name not in CARRIES}
+
     def elements(self) -> int:
-        """Input elements over every step: the size the acceptance criteria measure."""
-        return sum(int(array.size) for step in self.steps for array in step.values())
+        """Stored input elements over every step (omitted carries count none): the size the
+        acceptance criteria measure."""
+        return sum(int(array.size) for index in range(len(self.steps)) for array in self.stored(index).values())
 
     def fixed_elements(self) -> int:
-        """The input elements the contract fixes for a one-step case of this stream's ratio and rows:
-        the compressors' ape and norm, each row's carries, the cursors."""
+        """The input elements the contract fixes for a one-step case of this stream's ratio, rows and
+        position: the compressors' ape and norm, the cursors, and each row's carries unless the step
+        starts at position 0."""
         step = self.steps[-1]
+        per_row = FIXED_ROW_INPUTS + (CARRIES if step_start(step) else ())
         return (sum(int(step[name].size) for name in FIXED_INPUTS if name in step)
-                + self.batch * sum(int(step[name][0].size) for name in FIXED_ROW_INPUTS if name in step))
+                + self.batch * sum(int(step[name][0].size) for name in per_row if name in step))
 
     def window_floor(self) -> tuple[int, int]:
         """(the first raw position the last step's current_kv must hold, its elements over the rows):
@@ -117,14 +133,15 @@ class Stream:
     def case(self, case_id: str, description: str) -> GoldenCase | None:
         """The oracle's golden case of this stream, None when the contract rejects a step."""
         steps: list[GoldenStep] = []
-        for index, stored in enumerate(self.steps):
-            inputs = dict(stored)
+        for index in range(len(self.steps)):
+            inputs = dict(self.stored(index))
             if index:
                 before = steps[-1].outputs
                 inputs.update({past: before[present] for present, past in STATE_THREADING.items()
                                if past in self.threaded[index] and present in before})
             try:
-                result = run_step(self.attrs, inputs, list(self.output_names))
+                result = run_step(self.attrs, {**inputs, **omitted_carries(self.attrs, inputs)},
+                                  list(self.output_names))
             except ContractError:
                 return None
             steps.append(GoldenStep(inputs=inputs, outputs=dict(result.outputs), stages=dict(result.stages)))
@@ -284,24 +301,19 @@ def past_records(stream: Stream, keep: int) -> Stream | None:
     return replace(stream, steps=tuple(steps))
 
 
-def _cleared(carry: np.ndarray) -> np.ndarray:
-    """A carry as a step from position 0 clears it: kv 0, score -inf."""
-    cleared = np.zeros_like(carry)
-    cleared[:, :, 1] = -np.inf
-    return cleared
-
-
 def restarted(stream: Stream, first: int, count: int) -> Stream:
     """The last step's tokens ``first .. first+count-1`` alone, as a prefill from position 0: no past
-    records, cleared carries, current_kv the raw positions of just those tokens."""
+    records, cleared carries, current_kv the raw positions of just those tokens. Tokens before the
+    step's own (``first`` < 0) take its first token's inputs and the kv rows current_kv holds for
+    their positions (its first row where it holds none)."""
     inputs = stream.steps[-1]
     window, length = int(inputs["current_kv"].shape[1]), int(inputs["query"].shape[1])
+    wanted = np.arange(first, first + count)
     step = {}
     for name, array in inputs.items():
         axis = _bias_axis(array, "S") if name == BIAS else TOKEN_AXIS.get(name)
-        step[name] = array if axis is None else _take(array, axis, range(first, first + count))
-    base = window - length + first
-    step["current_kv"] = np.ascontiguousarray(inputs["current_kv"][:, base: base + count])
+        step[name] = array if axis is None else _take(array, axis, np.clip(wanted, 0, length - 1))
+    step["current_kv"] = _take(inputs["current_kv"], 1, np.clip(window - length + wanted, 0, window - 1))
     step["total_sequence_length"] = np.array(count, np.int64)
     step["seqlens_k"] = np.full_like(inputs["seqlens_k"], count - 1)
     for name in PAST_RECORDS:
@@ -309,8 +321,16 @@ def restarted(stream: Stream, first: int, count: int) -> Stream:
             step[name] = np.ascontiguousarray(inputs[name][:, :0])
     for name in CARRIES:
         if name in inputs:
-            step[name] = _cleared(inputs[name])
+            step[name] = cleared_carry(inputs[name].shape)
     return replace(stream, steps=(step,), threaded=(frozenset(),))
+
+
+def without_carries(stream: Stream) -> Stream | None:
+    """The stream written without the first step's carries, which then runs with the cleared ones a
+    reader supplies (None unless it starts at position 0 with its carries stored)."""
+    if stream.carries_omitted or stream.start != 0 or not any(name in stream.steps[0] for name in CARRIES):
+        return None
+    return replace(stream, carries_omitted=True)
 
 
 def without_bias(stream: Stream) -> Stream:

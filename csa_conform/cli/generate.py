@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import click
 
@@ -36,6 +39,27 @@ def stored_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None = N
     """One case generated and then hashed and compressed where it was made (a --jobs worker), so the
     process writing the file only copies its chunks in and the pipe carries compressed bytes."""
     return store_case(generate_case(recipe, profile=profile, engine=engine), Compression())
+
+
+def overlapped(make: Callable, store: Callable, items: Iterable, depth: int = 2) -> Iterator:
+    """``store(make(item))`` for each item, in order, with ``make`` on one thread and ``store`` on
+    another: --jobs 1 on both cores. Case k+1 is made (draws, the oracle) while case k is hashed and
+    compressed (its lzf chunks on every core) and the caller writes case k-1; at most ``depth`` cases
+    are in flight besides the one being written. A failure surfaces at its case, in order."""
+    with ThreadPoolExecutor(1, thread_name_prefix="make") as making, \
+            ThreadPoolExecutor(1, thread_name_prefix="store") as storing:
+        pending: deque = deque()
+        try:
+            for item in items:
+                made = making.submit(make, item)
+                pending.append(storing.submit(lambda made=made: store(made.result())))
+                if len(pending) >= depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 @exits("written")
@@ -87,8 +111,13 @@ def generate_command(
     def describe(case: StoredCase) -> str:
         return f"{case.case_id} ({len(case.steps)} steps)"
 
-    work = partial(stored_case, profile=profile, engine=engine)
-    cases = progress(counting(fan_out(work, recipes, jobs, [recipe.weight for recipe in recipes])), len(recipes), "generate", describe, quiet)
+    if jobs == 1:
+        made = overlapped(partial(generate_case, profile=profile, engine=engine),
+                          partial(store_case, compression=Compression()), recipes)
+    else:
+        made = fan_out(partial(stored_case, profile=profile, engine=engine), recipes, jobs,
+                       [recipe.weight for recipe in recipes])
+    cases = progress(counting(made), len(recipes), "generate", describe, quiet)
     provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*", **provenance_entry(profile)}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)

@@ -29,6 +29,7 @@ from csa_conform.numerics.records import (
 )
 
 PREVIEW = 6
+OMITTED = "omitted: read as the cleared carry (kv 0, score -inf), since the step starts at position 0"
 
 
 @exits("listed")
@@ -113,6 +114,7 @@ def _case_listing(golden: GoldenFile, case_id: str) -> dict:
                 "Kc": None if current is None or current.ndim < 2 else int(current.shape[1]),
                 "stages": sorted({name.split("/")[1] for name in entries if name.startswith("stages/")}),
                 "expect_error": node.get("expect_error"),
+                "omitted_carries": list(golden.cleared_carries(case_id, index)),
             }
         )
     return {
@@ -160,6 +162,7 @@ def _step_listing(golden: GoldenFile, case_id: str, index: int, stage: str | Non
         "step": index,
         "expect_error": golden.step_attrs(case_id, index).get("expect_error"),
         "tensors": tensors,
+        "omitted_carries": list(golden.cleared_carries(case_id, index)) if stage in (None, "inputs") else [],
     }
 
 
@@ -221,6 +224,8 @@ def _render(document: dict) -> None:
         for entry in document["tensors"]:
             if entry.get("decoded"):
                 click.echo(one_line(f"{entry['tensor']} record 0: {entry['decoded']}"))
+        for name in document["omitted_carries"]:
+            click.echo(f"inputs/{name}: {OMITTED}")
     elif "steps" in document:
         heading = f"{document['case']} [{document['family']}] seed={document['seed']}"
         click.echo(one_line(f"{heading}: {document['description']}"))
@@ -230,6 +235,10 @@ def _render(document: dict) -> None:
             for step in document["steps"]
         ]
         _emit(document["case"], ("step", "T", "S", "Kc", "stages", "expect_error"), rows)
+        for step in document["steps"]:
+            if step["omitted_carries"]:
+                names = ", ".join(step["omitted_carries"])
+                click.echo(f"step {step['step']}: {names} {OMITTED}")
     else:
         provenance = document["provenance"]
         click.echo(one_line(" ".join(f"{key}={value}" for key, value in provenance.items())))

@@ -29,6 +29,7 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
+from csa_conform.golden.carries import step_start
 from csa_conform.reduce import FILE_CASES, Probe, Reduction, describe, reduce_case, reduce_file
 from csa_conform.run import RunOptions
 from csa_conform.streams import Stream, stream_of
@@ -46,8 +47,11 @@ def _elements(original: Stream, reduced: Stream) -> str:
     first, window = reduced.window_floor()
     fixed = reduced.fixed_elements() + window
     rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
+    from_zero = step_start(reduced.steps[-1]) == 0
+    state = "cursors" if from_zero else "carries and cursors"
     line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
-            f"(compressor ape and norm, {rows} carries and cursors, a current_kv from position {first})")
+            f"(compressor ape and norm, {rows} {state}, a current_kv from position {first}"
+            + ("; no carries: a step from position 0 may omit them)" if from_zero else ")"))
     if before > fixed:
         line += f"; of the {before - fixed:,} it lets vary, {after - fixed:,} remain ({(after - fixed) / (before - fixed):.1%})"
     return line
@@ -70,8 +74,9 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
     """Shrink a divergent case while its first divergent stage and tensor still diverge.
 
     Starts the stream at the failing step from its stored past state, then drops batch rows,
-    restarts the failing token at position 0, drops past records, query tokens, heads, index
-    heads, top-k slots, the bias and leading steps. The one-case golden file verifies against the
+    restarts the failing token at position 0, omits the carries of a step from position 0 (the
+    contract clears them; the file's readers supply them cleared), drops past records, query
+    tokens, heads, index heads, top-k slots, the bias and leading steps. The one-case golden file verifies against the
     oracle, diverges with these kernels and passes with the built-in ones. Without --case, the
     file's smallest diverging cases are reduced and the smallest repro is kept.
 

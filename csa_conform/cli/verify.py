@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 from functools import partial
 from typing import Callable
 
@@ -29,9 +31,18 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import file_profile
-from csa_conform.results import CaseResult, golden_reference, results_document
+from csa_conform.results import CaseResult, file_sha256, golden_reference, results_document
 from csa_conform.terminal import escaped, one_line
 from csa_conform.verify import verify_case, verify_case_in
+
+
+def hashed_ahead(path: str) -> Future:
+    """The file's sha256 (for the results document), computed on a daemon thread while the cases are
+    replayed. --jobs 1 only: with this thread running while the workers were forked, a Ctrl-C'd
+    ``verify --jobs 2`` hung in about half the signal probes (tests/cli/test_hostile_probes.py)."""
+    digest: Future = Future()
+    threading.Thread(target=lambda: digest.set_result(file_sha256(path)), name="file-sha256", daemon=True).start()
+    return digest
 
 
 def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
@@ -71,6 +82,7 @@ def verify_command(
     engine = chosen_engine(engine)
     jobs = capped_jobs(jobs)
     with GoldenFile(file) as golden:
+        digest = hashed_ahead(file) if jobs == 1 else None
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         file_profile(golden.provenance, file)
         schema_version = golden.schema_version
@@ -94,7 +106,7 @@ def verify_command(
     code = ExitCode.OK if all(result.passed for result in results) else ExitCode.DIVERGED
     document = results_document(
         "verify", argv(), [result.entry() for result in results],
-        exit_code=code, golden=golden_reference(file, schema_version),
+        exit_code=code, golden=golden_reference(file, schema_version, digest.result() if digest else None),
     )
     if as_json:
         emit_json(document)

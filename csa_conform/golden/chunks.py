@@ -5,7 +5,9 @@ every distinct array gets its sha256 and, when the file compresses it, its
 chunks run through the dataset's own filter pipeline (shuffle, gzip or lzf:
 HDF5 itself, in a scratch in-memory file), so the process writing the file
 only copies bytes (``write_direct_chunk``) and a worker sends compressed
-chunks instead of raw arrays.
+chunks instead of raw arrays. lzf chunks (the large arrays: nearly all of
+the prod suite's bytes) are filtered on every core (csa_conform.golden.lzf),
+gzip ones by HDF5 in a scratch file.
 
 Same bytes in the chunks is not yet the same file: a filtered write goes
 through the dataset's raw-data chunk cache, and a chunk gets its file space
@@ -20,7 +22,6 @@ holds the two writes equal).
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +31,11 @@ from typing import Iterator, Mapping
 import h5py
 import numpy as np
 
+from csa_conform.golden import lzf
+from csa_conform.golden.lzf import chunk_offsets
 from csa_conform.golden.digest import array_sha256, little_endian
 from csa_conform.golden.layout import KV_HISTORY, LIBVER, GoldenCase
+from csa_conform.oracle.parallel import worker_count
 
 __all__ = ["Chunk", "ChunkCache", "StoredArray", "StoredCase", "StoredStep", "store_array", "store_case"]
 
@@ -107,19 +111,26 @@ def store_case(case: GoldenCase, compression, filtered: bool = True) -> StoredCa
     arrays = [little_endian(array) for array in objects.values()]
     stored: dict[tuple, StoredArray] = {}
     keys: dict[int, tuple] = {}
-    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, _scratch_file() as scratch:
-        filtered = []
+    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, \
+            ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering, _scratch_file() as scratch:
+        in_scratch, on_threads = [], []
         for identity, array, digest in zip(objects, arrays, hashing.map(array_sha256, arrays)):
             key = keys[identity] = (digest, array.dtype.str, array.shape)
             if key not in stored:
                 options = compression.options(array)
                 raw = not (options and filtered)
                 stored[key] = StoredArray(array.dtype, array.shape, digest, options, array=array if raw else None)
-                if not raw:
-                    filtered.append((key, scratch.create_dataset(str(len(filtered)), data=array, **options)))
+                if raw:
+                    continue
+                if lzf.threaded_options(options):
+                    on_threads.append((key, lzf_chunks(array, options, filtering)))
+                else:
+                    in_scratch.append((key, scratch.create_dataset(str(len(in_scratch)), data=array, **options)))
         scratch.flush()  # read_direct_chunk reads what the file holds, not the chunk cache
-        for key, dataset in filtered:
+        for key, dataset in in_scratch:
             stored[key] = replace(stored[key], chunks=_chunks_of(dataset))
+        for key, futures in on_threads:
+            stored[key] = replace(stored[key], chunks=tuple(future.result() for future in futures))
 
     def store(arrays: Mapping[str, np.ndarray]) -> dict[str, StoredArray]:
         return {name: stored[keys[id(array)]] for name, array in arrays.items()}
@@ -155,10 +166,40 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
     """``array`` with its chunks filtered by HDF5 under ``options`` (an empty dict: kept as it is)."""
     if not options:
         return StoredArray(array.dtype, array.shape, sha256, options, array=array)
+    if lzf.threaded_options(options):
+        with ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering:
+            chunks = tuple(future.result() for future in lzf_chunks(array, options, filtering))
+        return StoredArray(array.dtype, array.shape, sha256, options, chunks=chunks)
     with _scratch_file() as scratch:
         dataset = scratch.create_dataset("array", data=array, **options)
         scratch.flush()
         return StoredArray(array.dtype, array.shape, sha256, options, chunks=_chunks_of(dataset))
+
+
+def lzf_chunks(array: np.ndarray, options: dict, pool: ThreadPoolExecutor) -> list:
+    """Futures of ``array``'s chunks, in chunk order, filtered as HDF5 filters them under ``options``."""
+    shape, chunks = array.shape, tuple(options["chunks"])
+    offsets = chunk_offsets(shape, chunks)
+    itemsize = array.dtype.itemsize if options.get("shuffle") else 1
+    lzf_bit = 0b10 if options.get("shuffle") else 0b01  # lzf's place in the pipeline (shuffle first)
+
+    def chunk(index: int) -> Chunk:
+        offset = offsets[index]
+        complete = _complete(offset, chunks, shape)
+        inside = array[tuple(slice(start, start + step) for start, step in zip(offset, chunks))]
+        if complete:
+            raw = np.ascontiguousarray(inside).reshape(-1).view(np.uint8)
+        else:  # HDF5 fills the part of an edge chunk outside the array with zeros (the fill value)
+            padded = np.zeros(chunks, dtype=array.dtype)
+            padded[tuple(slice(0, extent) for extent in inside.shape)] = inside
+            raw = padded.reshape(-1).view(np.uint8)
+        shuffled = lzf.shuffle(raw, itemsize)
+        compressed = lzf.compress(shuffled)
+        if compressed is None:  # incompressible: HDF5 skips the optional lzf filter, stores the shuffled bytes
+            return Chunk(offset, lzf_bit, shuffled.tobytes(), complete)
+        return Chunk(offset, 0, compressed, complete)
+
+    return [pool.submit(chunk, index) for index in range(len(offsets))]
 
 
 def _chunks_of(dataset: h5py.Dataset) -> tuple[Chunk, ...]:
@@ -171,12 +212,6 @@ def _scratch_file() -> h5py.File:
     """An in-memory file to filter chunks in: one a case (opening one an array cost more than filtering ci)."""
     return h5py.File(f"chunks-{os.getpid()}-{threading.get_ident()}.h5", "w", driver="core", backing_store=False,
                      libver=LIBVER)
-
-
-def chunk_offsets(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every chunk's offset, in the order HDF5 writes a whole array (row-major over the chunk grid)."""
-    axes = [range(0, extent, step) for extent, step in zip(shape, chunks)]
-    return [tuple(offset) for offset in itertools.product(*axes)]
 
 
 def _complete(offset, chunks, shape) -> bool:

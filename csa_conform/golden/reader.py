@@ -9,13 +9,15 @@ verified case however many steps link it.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import h5py
 import numpy as np
 
 from csa_conform.errors import CorruptDataset, GoldenFormatError
 from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
-from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex
+from csa_conform.golden.carries import cleared_carry
+from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex, input_rank
 from csa_conform.golden.validation import CheckedFile
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
 from csa_conform.spec import DECODED_PAYLOADS
@@ -103,6 +105,9 @@ class GoldenFile:
                 read.outputs[name] = array
             else:
                 read.stages.setdefault(group.split("/", 1)[1], {})[name] = array
+        if step.cleared:
+            cleared = {name: cleared_carry(shape) for name, shape in step.cleared.items()}
+            read.inputs = dict(sorted({**read.inputs, **cleared}.items(), key=input_rank))
         for (stage, tensor), cache in DECODED_PAYLOADS.items():
             payload = read.stages.get(stage, {})
             if tensor not in payload and cache in payload:
@@ -152,17 +157,45 @@ class GoldenFile:
             with self._file.guard(dataset.name):
                 datasets.setdefault(h5py.h5o.get_info(dataset.id).addr, []).append((entry, dataset))
         self._verified = {}
-        for address, links in datasets.items():
-            try:
-                array = self._file.read(*links[0])
-            except CorruptDataset as corrupt:
-                names = tuple(sorted({dataset.name for _, dataset in links}))
-                also = [name for name in names if name != corrupt.dataset]
-                reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
-                raise CorruptDataset(self.path, corrupt.dataset, reason, names) from None
-            array.flags.writeable = False
-            self._verified[address] = array
+        # Each array is hashed on a thread while the next one is read. What stops the reading (a
+        # damaged dataset, a memory limit) is raised once the datasets before it passed their digests,
+        # so the first failure in file order is the one reported, as when each was hashed in turn.
+        read, stopped = [], None
+        hashing = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+        try:
+            for address, links in datasets.items():
+                try:
+                    array = self._file.read_unchecked(*links[0])
+                except CorruptDataset as corrupt:
+                    stopped = self._named(corrupt, links)
+                    break
+                except Exception as error:  # raised below, once the digests before it passed
+                    stopped = error
+                    break
+                read.append((address, links, array, hashing.submit(self._file.check_digest, *links[0], array)))
+            for address, links, array, checked in read:
+                try:
+                    checked.result()
+                except CorruptDataset as corrupt:
+                    raise self._named(corrupt, links) from None
+                array.flags.writeable = False
+                self._verified[address] = array
+        finally:
+            hashing.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: the hash running ends, none starts
+        if stopped is not None:
+            raise stopped
         return len(datasets)
+
+    def _named(self, corrupt: CorruptDataset, links: list) -> CorruptDataset:
+        """``corrupt`` naming every link to the damaged dataset."""
+        names = tuple(sorted({dataset.name for _, dataset in links}))
+        also = [name for name in names if name != corrupt.dataset]
+        reason = f"{corrupt.reason}; the same dataset is also {', '.join(also)}" if also else corrupt.reason
+        return CorruptDataset(self.path, corrupt.dataset, reason, names)
+
+    def cleared_carries(self, case_id: str, index: int) -> tuple[str, ...]:
+        """The carries a step from position 0 omits, which ``read_step`` hands out cleared."""
+        return tuple(self._step(case_id, index).cleared)
 
     def dataset_entries(self, case_id: str, index: int) -> list[tuple[str, TensorEntry]]:
         """(step-relative path, entry) of one step, unread: inputs, stages, outputs.

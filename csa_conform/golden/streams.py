@@ -7,7 +7,7 @@ case's geometry; reading then only has to check each array's sha256.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from csa_conform.contract import INPUT_NAMES
 from csa_conform.contract.attributes import FLOAT_ATTRIBUTES
 from csa_conform.errors import GoldenFormatError, GoldenIntegrityError
+from csa_conform.golden.carries import CARRY_WIDTH_SOURCE, carries_of, cleared_shape
 from csa_conform.golden.digest import case_digest
 from csa_conform.golden.layout import CASE_DIGEST, KV_HISTORY, STEP_GROUPS, WINDOW, CaseInfo, TensorEntry
 from csa_conform.golden.validation import CheckedFile
@@ -33,6 +34,8 @@ class StepIndex:
     # step-relative path -> (entry, dataset or None for the current_kv window)
     tensors: dict[str, tuple[TensorEntry, h5py.Dataset | None]]
     stages: tuple[str, ...]
+    # carries the step omits (it starts at position 0), by name: the cleared carry's shape
+    cleared: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,7 +113,35 @@ class CaseIndexer:
             steps,
         )
         self.check_geometry(index, where)
+        for step in steps:
+            self.omitted_carries(step, attrs, where)
         return index
+
+    def omitted_carries(self, step: StepIndex, attrs: dict, where: str) -> None:
+        """Record the carries an accepted step omits, refusing the omission unless it starts at position 0.
+
+        A rejected step keeps what it lacks: a missing input may be what the reference rejects.
+        """
+        missing = [name for name in carries_of(attrs) if f"inputs/{name}" not in step.tensors]
+        if not missing or step.expect_error is not None:
+            return
+        total, query = step.tensors.get("inputs/total_sequence_length"), step.tensors.get("inputs/query")
+        start = None
+        if total is not None and total[0].shape == () and total[0].dtype.kind in "iu" and query is not None \
+                and query[0].ndim >= 2:
+            start = int(self.file.read(*total)) - query[0].shape[1]
+        for name in missing:
+            source = step.tensors.get(f"inputs/{CARRY_WIDTH_SOURCE[name]}")
+            shape = None if source is None else cleared_shape(name, attrs["compression_ratio"], source[0].shape)
+            if start != 0 or shape is None:
+                reason = (f"the step starts at position {start}, not 0" if start is not None and start != 0 else
+                          "its first position cannot be read" if start is None else
+                          f"it has no [B, S, width] inputs/{CARRY_WIDTH_SOURCE[name]} to give the cleared carry's shape")
+                raise GoldenFormatError(
+                    f"{self.file.path}: {where}/steps/{step.name}: inputs/{name} is omitted, but {reason} "
+                    "(only a step that starts at position 0 may omit its carries)"
+                )
+            step.cleared[name] = shape
 
     def step_groups(self, group: h5py.Group, case_id: str) -> list[h5py.Group]:
         steps = self.file.require_group(group, "steps")
@@ -223,5 +254,5 @@ def positive_count(value) -> int:
 
 
 def input_rank(member: tuple[str, object]) -> int:
-    return _INPUT_RANK.get(member[0].rsplit("/", 1)[1], len(_INPUT_RANK))
+    return _INPUT_RANK.get(member[0].rpartition("/")[2], len(_INPUT_RANK))
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from csa_conform import bounded_json
 from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError, GoldenIntegrityError, MemoryShortage
+from csa_conform.golden import lzf
 from csa_conform.golden.digest import array_sha256, manifest_digest
 from csa_conform.golden.layout import CASE_DIGEST, FORMAT, MANIFEST_DIGEST, READABLE_SCHEMAS, SCHEMA_VERSION, TensorEntry
 from csa_conform.memory import address_space_left, allocate
@@ -257,22 +258,29 @@ class CheckedFile:
         return TensorEntry(path, entry.dtype, shape, digest)
 
     def read(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
+        array = self.read_unchecked(entry, dataset)
+        self.check_digest(entry, dataset, array)
+        return array
+
+    def read_unchecked(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
+        """The dataset's array, its sha256 not yet compared (``check_digest``)."""
         where = dataset.name
         # Sized up front, in native byte order: HDF5 converts a big-endian dataset while reading, and
         # a memory limit shows as what it is before any byte is read.
         array = allocate(entry.shape, entry.dtype, f"{self.path}: {where}")
         try:
-            if array.size:
+            if array.size and not lzf.read_into(dataset, array):
                 dataset.read_direct(array)
         except DAMAGE as error:
             raise CorruptDataset(self.path, where, f"unreadable ({first_line(error)})") from None
         if array.shape != entry.shape:
             raise CorruptDataset(self.path, where, f"read shape {array.shape}, declared {entry.shape}")
-        actual = array_sha256(array)
-        if actual != entry.sha256:
-            raise CorruptDataset(self.path, where, f"sha256 mismatch (stored {entry.sha256}, data {actual})")
         return array
 
+    def check_digest(self, entry: TensorEntry, dataset: h5py.Dataset, array: np.ndarray) -> None:
+        actual = array_sha256(array)
+        if actual != entry.sha256:
+            raise CorruptDataset(self.path, dataset.name, f"sha256 mismatch (stored {entry.sha256}, data {actual})")
 
 
 def refuse_memory_shortage(error: BaseException, where: str) -> None:

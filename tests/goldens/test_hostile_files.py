@@ -317,3 +317,36 @@ def test_verify_time_is_linear_in_the_number_of_steps(tmp_path):
 def test_workers_refuse_a_file_that_changed_since_the_run_began(stream):
     with pytest.raises(GoldenChanged, match="changed while it was being verified"):
         verify_case_in(str(stream), "0" * 64, STREAM)
+
+
+@pytest.mark.parametrize("digest_too", [True, False])
+def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags_reading(copy, digest_too):
+    """Digests are checked on a thread behind the reads: an earlier digest mismatch still wins over a
+    later dataset that cannot be read at all, which is reported when it is the only damage."""
+    first = f"/cases/{STREAM}/steps/0000/inputs/compressor_ape"
+    later = f"{STEP}/outputs/Y"
+
+    def change(handle):
+        if digest_too:
+            handle[first][0, 0] = 9.0
+        dataset = handle[later]
+        dataset.id.write_direct_chunk((0,) * dataset.ndim, b"not a deflate stream", 0)
+
+    edit(copy, change)
+    expected = [f"corrupt dataset {first}: sha256 mismatch"] if digest_too else [": unreadable (", later]
+    failed(invoke("verify", str(copy)), *expected)
+
+
+@pytest.mark.parametrize("name", ["past_compression_carry", "past_index_carry"])
+def test_a_carry_omitted_by_a_step_that_does_not_start_at_position_0_is_refused(copy, name):
+    """Only a step from position 0 may omit a carry (the contract clears it there): elsewhere the file
+    lacks an input the step reads, which every command refuses in one line naming case, step and input."""
+    with GoldenFile(copy) as golden:
+        case = golden.read_case(STREAM)
+    del case.steps[1].inputs[name]
+    write_goldens(copy, [case], force=True)
+    for arguments in (["verify"], ["inspect", STREAM], ["diff", "--force-host", "all"],
+                      ["bisect", "--case", STREAM, "--force-host", "all"]):
+        line = refused(invoke(arguments[0], str(copy), *arguments[1:]), ExitCode.USAGE,
+                       f"{STEP}: inputs/{name} is omitted, but the step starts at position ")
+        assert "not 0 (only a step that starts at position 0 may omit its carries)" in line

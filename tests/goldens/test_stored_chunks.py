@@ -4,11 +4,14 @@ in the middle of the chunk order, chunks left cached until the flush, an incompr
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 import h5py
-from csa_conform.golden.chunks import ChunkCache, store_array
+from csa_conform.golden.chunks import ChunkCache, chunk_offsets, lzf_chunks, store_array
+from csa_conform.golden.lzf import read_into, threaded_options
 from csa_conform.golden.layout import LIBVER
 
 CACHE_BYTES = 64 << 10  # a small cache, so small arrays exercise every path of it
@@ -81,3 +84,74 @@ def test_a_stored_array_reads_back_as_the_array(tmp_path, order):
     with h5py.File(path, "r") as handle:
         for index, (array, _) in enumerate(chosen):
             assert np.array_equal(handle[f"a{index}"][()], array)
+
+
+def hdf5_chunks(array: np.ndarray, options: dict) -> list[tuple[tuple[int, ...], int, bytes]]:
+    with h5py.File("chunks-test-hdf5.h5", "w", driver="core", backing_store=False, libver=LIBVER) as handle:
+        dataset = handle.create_dataset("a", data=array, **options)
+        handle.flush()
+        return [(offset, *dataset.id.read_direct_chunk(offset)) for offset in chunk_offsets(array.shape, dataset.chunks)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_lzf_on_threads_gives_hdf5s_chunks(dtype, shuffle):
+    """Shuffle ported, lzf called directly, edge chunks zero-filled, incompressible chunks stored
+    shuffled with lzf's mask bit: each chunk the bytes and mask HDF5's own pipeline gives."""
+    assert threaded_options({"compression": "lzf", "shuffle": shuffle, "chunks": (1,)})
+    rng = np.random.default_rng(11)
+    smooth = np.repeat(rng.standard_normal((5, 70, 1)), 9, axis=2).astype(dtype)  # compresses
+    noise = rng.integers(0, 256, (5, 70, 9 * np.dtype(dtype).itemsize), dtype=np.uint8).view(dtype)  # does not
+    array = np.concatenate([smooth, noise], axis=0)
+    options = {"compression": "lzf", "shuffle": shuffle, "chunks": (1, 30, 9)}  # 30 rows of 70: edge chunks
+    with ThreadPoolExecutor(3) as pool:
+        ours = [future.result() for future in lzf_chunks(array, options, pool)]
+    theirs = hdf5_chunks(array, options)
+    assert [(chunk.offset, chunk.filter_mask, bytes(chunk.data)) for chunk in ours] == theirs
+    masks = {chunk.filter_mask for chunk in ours}
+    assert masks == {0, 0b10 if shuffle else 0b01}, "both compressed and incompressible chunks are covered"
+    assert not all(chunk.complete for chunk in ours)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_lzf_read_on_threads_gives_what_hdf5_reads(tmp_path, dtype, shuffle):
+    """Compressed and incompressible chunks, edge chunks: read_into fills the array HDF5's read gives."""
+    rng = np.random.default_rng(5)
+    smooth = np.repeat(rng.standard_normal((4, 70, 1)), 9, axis=2).astype(dtype)
+    noise = rng.integers(0, 256, (3, 70, 9 * np.dtype(dtype).itemsize), dtype=np.uint8).view(dtype)
+    array = np.concatenate([smooth, noise], axis=0)
+    with h5py.File(tmp_path / "lzf.h5", "w") as handle:
+        dataset = handle.create_dataset("a", data=array, compression="lzf", shuffle=shuffle, chunks=(1, 30, 9))
+        masks = {dataset.id.read_direct_chunk(offset)[0] for offset in chunk_offsets(array.shape, dataset.chunks)}
+        assert len(masks) == 2, "both compressed and stored-as-is chunks"
+        read = np.full(array.shape, 7, dtype=array.dtype)
+        assert read_into(dataset, read)
+        assert read.tobytes() == array.tobytes()
+
+
+def test_lzf_read_leaves_damage_and_other_pipelines_to_hdf5(tmp_path):
+    rng = np.random.default_rng(6)
+    array = np.repeat(rng.standard_normal((6, 40, 1)), 8, axis=2).astype(np.float32)
+    with h5py.File(tmp_path / "other.h5", "w") as handle:
+        gzip = handle.create_dataset("gzip", data=array, compression="gzip", chunks=(1, 40, 8))
+        big_endian = handle.create_dataset("be", data=array.astype(">f4"), compression="lzf", chunks=(1, 40, 8))
+        damaged = handle.create_dataset("damaged", shape=array.shape, dtype=array.dtype, compression="lzf",
+                                        shuffle=True, chunks=(1, 40, 8))
+        damaged[...] = array
+        mask, data = damaged.id.read_direct_chunk((2, 0, 0))
+        damaged.id.write_direct_chunk((2, 0, 0), data[: len(data) // 2], mask)  # truncated lzf stream
+        unfiltered = handle.create_dataset("unfiltered", shape=array.shape, dtype=array.dtype, compression="lzf",
+                                           shuffle=True, chunks=(1, 40, 8))
+        unfiltered[...] = array
+        unfiltered.id.write_direct_chunk((1, 0, 0), array[1:2].tobytes(), 0b11)  # neither filter applied
+        partial = handle.create_dataset("partial", shape=array.shape, dtype=array.dtype, compression="lzf",
+                                        chunks=(1, 40, 8))
+        partial[:3] = array[:3]  # chunks 3.. never written: HDF5 reads the fill value
+        out = np.empty_like(array)
+        assert not read_into(gzip, out)
+        assert not read_into(big_endian, out)
+        assert not read_into(damaged, out)
+        assert not read_into(unfiltered, out)
+        assert np.array_equal(unfiltered[()], array), "HDF5 itself reads such a chunk"
+        assert not read_into(partial, out)
