@@ -17,6 +17,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from csa_conform.numerics.e8m0 import E8M0_TABLE
+from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
+from csa_conform.numerics.records import FP8_BLOCKS
 from csa_conform.oracle.compile_cache import kernel_cache
 
 KERNEL_OPTIONS = {"cache": kernel_cache(), "nogil": True, "fastmath": False, "error_model": "numpy"}
@@ -32,17 +35,43 @@ VALUE_TILE = 32
 
 
 @njit(**KERNEL_OPTIONS)
-def candidate_row(current, records, b, row):
-    """Row ``row`` (>= 0) of [current_kv | records] of batch b, read where it lies: neither is copied."""
+def decode_fp8_row(record, logical):
+    """records.decode_fp8_record of one record into logical [512]: FP8 codes times their E8M0 block
+    scale (one binary32 product of table values), then the bf16 RoPE tail widened bit for bit."""
+    for block in range(FP8_BLOCKS):
+        at = block * (FP8_BLOCK + 1)
+        scale = E8M0_TABLE[record[at]]
+        for i in range(FP8_BLOCK):
+            logical[block * FP8_BLOCK + i] = E4M3_TABLE[record[at + 1 + i]] * scale
+    lead, at = FP8_BLOCKS * FP8_BLOCK, FP8_BLOCKS * (FP8_BLOCK + 1)
+    bits = logical.view(np.uint32)
+    for d in range(logical.size - lead):
+        bits[lead + d] = (np.uint32(record[at + 2 * d]) | (np.uint32(record[at + 2 * d + 1]) << 8)) << 16
+
+
+@njit(**KERNEL_OPTIONS)
+def decode_packed(current, packed, b, row, decoded, slot):
+    """Decodes row ``row`` of [current_kv | packed] into decoded[slot] when it is a packed FP8 record."""
+    if row >= current.shape[1] and packed.shape[1] > 0:
+        decode_fp8_row(packed[b, row - current.shape[1]], decoded[slot])
+
+
+@njit(**KERNEL_OPTIONS)
+def candidate_row(current, records, packed, decoded, b, row, slot):
+    """Row ``row`` (>= 0) of batch b where it lies: current_kv's row, else the cache's record, read
+    from an f32 ``records`` in place or, when ``packed`` holds FP8 records, from decoded[slot]
+    (decode_packed wrote it): neither cache is copied or decoded whole."""
     if row < current.shape[1]:
         return current[b, row]
+    if packed.shape[1] > 0:
+        return decoded[slot]
     return records[b, row - current.shape[1]]
 
 
 @njit(**KERNEL_OPTIONS)
-def attention_scores(query, current, records, rows, scale, bias, has_bias, begin, end, first, last, scores):
+def attention_scores(query, current, records, packed, rows, scale, bias, has_bias, begin, end, first, last, scores):
     """scores[b, s, h, c] for s in [begin, end) and candidates c in [first, last): dot(q, row) * scale
-    (+ bias); -inf for empty slots (row -1; rows index [current_kv | records], candidate_row).
+    (+ bias); -inf for empty slots (row -1; rows index [current_kv | the cache], candidate_row).
 
     A query's non-empty candidates go SCORE_TILE at a time: their rows are
     gathered transposed into a [d, j] tile that every head reads while it is
@@ -59,6 +88,7 @@ def attention_scores(query, current, records, rows, scale, bias, has_bias, begin
     columns = np.empty(last - first, dtype=np.int64)
     key_tile = np.empty((dim, SCORE_TILE), dtype=np.float32)
     dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
+    decoded = np.empty((1, dim), dtype=np.float32)
     quads = dim - dim % 4
     for b in range(batch):
         for s in range(begin, end):
@@ -74,7 +104,9 @@ def attention_scores(query, current, records, rows, scale, bias, has_bias, begin
             for start in range(0, live, SCORE_TILE):
                 count = min(SCORE_TILE, live - start)
                 for j in range(count):
-                    row = candidate_row(current, records, b, rows[b, s, columns[start + j]])
+                    row_id = rows[b, s, columns[start + j]]
+                    decode_packed(current, packed, b, row_id, decoded, 0)
+                    row = candidate_row(current, records, packed, decoded, b, row_id, 0)
                     for d in range(dim):
                         key_tile[d, j] = row[d]
                 dots[:, :count] = _ZERO
@@ -120,10 +152,11 @@ def attention_scores(query, current, records, rows, scale, bias, has_bias, begin
 
 
 @njit(**KERNEL_OPTIONS)
-def attention_values(probabilities, current, records, rows, begin, end, first_head, last_head, output):
+def attention_values(probabilities, current, records, packed, rows, begin, end, first_head, last_head, output):
     """output[b, s, h] = ascending sum over candidates of p * row, for s in [begin, end), h in [first_head, last_head).
 
-    probabilities are [B, end - begin, N, C]; rows as in attention_scores.
+    probabilities are [B, end - begin, N, C]; rows as in attention_scores (a
+    tile's packed FP8 records are decoded once, before its heads).
     An empty slot's probability is 0, so its term is +0 and is skipped (a
     sum that starts at +0 never becomes -0, so adding +0 changes no bit).
     Candidates go four at a time, (((y + p_c v_c) + p_c' v_c') + ...) + ...,
@@ -136,6 +169,7 @@ def attention_values(probabilities, current, records, rows, begin, end, first_he
     batch, _, heads, dim = output.shape
     count = rows.shape[-1]
     columns = np.empty(count, dtype=np.int64)
+    decoded = np.empty((VALUE_TILE, dim), dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
             live = 0
@@ -149,15 +183,17 @@ def attention_values(probabilities, current, records, rows, begin, end, first_he
             for start in range(0, live, VALUE_TILE):
                 stop = min(live, start + VALUE_TILE)
                 quads = stop - (stop - start) % 4
+                for j in range(start, stop):
+                    decode_packed(current, packed, b, rows[b, s, columns[j]], decoded, j - start)
                 h = first_head
                 while h < last_head:
                     block = HEAD_BLOCK if h + HEAD_BLOCK <= last_head else 1
                     for j in range(start, quads, 4):
                         c0, c1, c2, c3 = columns[j], columns[j + 1], columns[j + 2], columns[j + 3]
-                        v0 = candidate_row(current, records, b, rows[b, s, c0])
-                        v1 = candidate_row(current, records, b, rows[b, s, c1])
-                        v2 = candidate_row(current, records, b, rows[b, s, c2])
-                        v3 = candidate_row(current, records, b, rows[b, s, c3])
+                        v0 = candidate_row(current, records, packed, decoded, b, rows[b, s, c0], j - start)
+                        v1 = candidate_row(current, records, packed, decoded, b, rows[b, s, c1], j + 1 - start)
+                        v2 = candidate_row(current, records, packed, decoded, b, rows[b, s, c2], j + 2 - start)
+                        v3 = candidate_row(current, records, packed, decoded, b, rows[b, s, c3], j + 3 - start)
                         if block == HEAD_BLOCK:
                             out0, out1 = output[b, s, h], output[b, s, h + 1]
                             out2, out3 = output[b, s, h + 2], output[b, s, h + 3]
@@ -181,7 +217,7 @@ def attention_values(probabilities, current, records, rows, begin, end, first_he
                                 total[d] = total[d] + p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d]
                     for j in range(quads, stop):
                         c = columns[j]
-                        values = candidate_row(current, records, b, rows[b, s, c])
+                        values = candidate_row(current, records, packed, decoded, b, rows[b, s, c], j - start)
                         for k in range(block):
                             p = weights[h + k, c]
                             total = output[b, s, h + k]
@@ -264,4 +300,4 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
                     scores[b, s, tile + c] = total[c]
 
 
-KERNELS = (candidate_row, attention_scores, attention_values, packed_index_scores)
+KERNELS = (decode_fp8_row, decode_packed, candidate_row, attention_scores, attention_values, packed_index_scores)

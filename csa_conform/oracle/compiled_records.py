@@ -23,9 +23,9 @@ from csa_conform.numerics.fp4 import AMAX_FLOOR as FP4_AMAX_FLOOR
 from csa_conform.numerics.fp4 import E2M1_MAX, E2M1_TABLE, FP4_BLOCK
 from csa_conform.numerics.fp8 import AMAX_FLOOR as FP8_AMAX_FLOOR
 from csa_conform.numerics.fp8 import E4M3_MAX, E4M3_TABLE, FP8_BLOCK
-from csa_conform.numerics.records import FP4_BLOCKS, FP8_BLOCKS, HEAD_DIM, INDEX_DIM
+from csa_conform.numerics.records import FP4_BLOCKS, HEAD_DIM, INDEX_DIM
 from csa_conform.numerics.rope import rope_frequencies
-from csa_conform.oracle.compiled_kernels import KERNEL_OPTIONS
+from csa_conform.oracle.compiled_kernels import KERNEL_OPTIONS, decode_fp8_row
 from csa_conform.oracle.compiled_libm import cosf, expf, float32_bits, float32_from_bits, log2f, sinf
 from csa_conform.oracle.parallel import even_parts, map_chunks, worker_count
 from csa_conform.oracle.pooling import RMS_EPSILON
@@ -311,18 +311,8 @@ def index_records(candidates, block_starts, norm, frequencies, logical, packed):
 @njit(**KERNEL_OPTIONS)
 def _decode_fp8_records(records, out):
     """decode_fp8_record of records [N, 583] into out [N, 512]."""
-    lead = FP8_BLOCKS * FP8_BLOCK
     for n in range(records.shape[0]):
-        record, logical = records[n], out[n]
-        for block in range(FP8_BLOCKS):
-            at = block * (FP8_BLOCK + 1)
-            scale = E8M0_TABLE[record[at]]
-            for i in range(FP8_BLOCK):
-                logical[block * FP8_BLOCK + i] = E4M3_TABLE[record[at + 1 + i]] * scale
-        at = FP8_BLOCKS * (FP8_BLOCK + 1)
-        for d in range(logical.size - lead):
-            bits = _U64(record[at + 2 * d]) | (_U64(record[at + 2 * d + 1]) << _U64(8))
-            logical[lead + d] = float32_from_bits(bits << _U64(16))
+        decode_fp8_row(records[n], out[n])
 
 
 @njit(**KERNEL_OPTIONS)

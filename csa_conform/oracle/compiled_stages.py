@@ -80,7 +80,10 @@ def sparse_sink_softmax_attention(
     batch, sequence, heads, _ = query.shape
     current = np.ascontiguousarray(current_kv, dtype=np.float32)
     records, rows = candidate_records(geometry, present_compressed_kv, candidates, decode_fp8_record, in_place=True)
-    records = np.ascontiguousarray(records)
+    if records.dtype == np.uint8:  # the kernels decode each record as they read it
+        packed, records = np.ascontiguousarray(records), np.empty((batch, 0, current.shape[-1]), dtype=np.float32)
+    else:
+        packed, records = np.empty((batch, 0, FP8_RECORD_BYTES), dtype=np.uint8), np.ascontiguousarray(records)
     count = candidates.shape[-1]
     scores = np.empty((batch, sequence, heads, count), dtype=np.float32)
     output = np.empty(query.shape, dtype=np.float32)
@@ -90,13 +93,13 @@ def sparse_sink_softmax_attention(
     everything = (slice(0, count), slice(0, heads))
 
     def score(queries: slice, candidates: slice) -> None:
-        attention_scores(query, current, records, rows, geometry.scale, bias_values, has_bias,
+        attention_scores(query, current, records, packed, rows, geometry.scale, bias_values, has_bias,
                          queries.start, queries.stop, candidates.start, candidates.stop, scores)
 
     def weigh(queries: slice, head_range: slice, probabilities: np.ndarray):
         begin, end, first, last = queries.start, queries.stop, head_range.start, head_range.stop
         b, s, h = softmax_with_sink(scores, head_sink, begin, end, first, last, probabilities)
-        attention_values(probabilities, current, records, rows, begin, end, first, last, output)
+        attention_values(probabilities, current, records, packed, rows, begin, end, first, last, output)
         return None if b < 0 else (b, s, h)
 
     def attend(queries: slice):

@@ -90,15 +90,18 @@ def candidate_rows(geometry, current_kv, present_compressed_kv, candidates, deco
 
 
 def candidate_records(geometry, present_compressed_kv, candidates, decode, in_place: bool):
-    """(records, rows): f32 records holding every record some candidate names, and each candidate's
-    row: r < current_kv_len is current_kv's row r, r >= current_kv_len is records' row
+    """(records, rows): f32 (or packed FP8, below) records holding every record some candidate names,
+    and each candidate's row: r < current_kv_len is current_kv's row r, r >= current_kv_len is records' row
     r - current_kv_len, -1 is an empty slot.
 
-    An FP8 cache decodes only the named records. An f32 cache is read
-    ``in_place`` (records is the cache itself, for kernels that index it),
-    otherwise only the named records are copied out. Records are named
-    through a mask over the cache, not a sort: an 8K prefill names
-    4 M slots.
+    An FP8 cache decodes only the named records. Read ``in_place`` (by
+    kernels that index the records and decode FP8 ones as they read them),
+    an f32 cache is the cache itself, and FP8 records that no more slots
+    name than there are records stay packed: a ratio-128 decode names each
+    of its 8,192 records once, and decoding them first would fill 16 MiB of
+    fresh memory. Otherwise only the named records are copied out. Records
+    are named through a mask over the cache, not a sort: an 8K prefill
+    names 4 M slots.
     """
     dense = candidates[..., : geometry.dense_candidates]
     compressed = candidates[..., geometry.dense_candidates :]
@@ -114,9 +117,11 @@ def candidate_records(geometry, present_compressed_kv, candidates, decode, in_pl
             named_before = np.zeros(named.size + 1, dtype=np.int64)
             np.cumsum(named, out=named_before[1:])
             record_rows = named_before[np.maximum(compressed, 0)]
-        if records.dtype == np.uint8:
+        named_once = np.count_nonzero(compressed >= 0) <= records.shape[0] * records.shape[1]
+        if records.dtype == np.uint8 and not (in_place and named_once):
             records = decode(records)
-        records = records.astype(np.float32, copy=False)
+        elif records.dtype != np.uint8:
+            records = records.astype(np.float32, copy=False)
     rows = np.concatenate(
         [
             np.where(dense >= 0, dense - geometry.current_kv_base, -1),
