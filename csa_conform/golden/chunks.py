@@ -35,7 +35,6 @@ from csa_conform.golden import lzf
 from csa_conform.golden.lzf import chunk_offsets
 from csa_conform.golden.digest import array_sha256, little_endian
 from csa_conform.golden.layout import KV_HISTORY, LIBVER, GoldenCase
-from csa_conform.oracle.parallel import worker_count
 
 __all__ = ["Chunk", "ChunkCache", "StoredArray", "StoredCase", "StoredStep", "store_array", "store_case"]
 
@@ -111,8 +110,8 @@ def store_case(case: GoldenCase, compression, filtered: bool = True) -> StoredCa
     arrays = [little_endian(array) for array in objects.values()]
     stored: dict[tuple, StoredArray] = {}
     keys: dict[int, tuple] = {}
-    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, \
-            ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering, _scratch_file() as scratch:
+    filtering = lzf.pool()
+    with ThreadPoolExecutor(1, thread_name_prefix="sha256") as hashing, _scratch_file() as scratch:
         in_scratch, on_threads = [], []
         for identity, array, digest in zip(objects, arrays, hashing.map(array_sha256, arrays)):
             key = keys[identity] = (digest, array.dtype.str, array.shape)
@@ -167,8 +166,7 @@ def store_array(array: np.ndarray, options: dict, sha256: str) -> StoredArray:
     if not options:
         return StoredArray(array.dtype, array.shape, sha256, options, array=array)
     if lzf.threaded_options(options):
-        with ThreadPoolExecutor(worker_count(), thread_name_prefix="lzf") as filtering:
-            chunks = tuple(future.result() for future in lzf_chunks(array, options, filtering))
+        chunks = tuple(future.result() for future in lzf_chunks(array, options, lzf.pool()))
         return StoredArray(array.dtype, array.shape, sha256, options, chunks=chunks)
     with _scratch_file() as scratch:
         dataset = scratch.create_dataset("array", data=array, **options)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,7 +26,7 @@ from h5py import h5z
 
 from csa_conform.oracle.parallel import worker_count
 
-__all__ = ["FILTER_LZF", "available", "chunk_offsets", "compress", "read_into", "shuffle", "threaded_options"]
+__all__ = ["FILTER_LZF", "available", "chunk_offsets", "compress", "pool", "read_into", "shuffle", "threaded_options"]
 
 FILTER_LZF = 32000  # h5py's registered lzf filter id
 
@@ -45,6 +46,19 @@ _COMPRESS = _bound("lzf_compress")
 _DECOMPRESS = _bound("lzf_decompress")
 available = _COMPRESS is not None and _DECOMPRESS is not None
 _BUFFERS = threading.local()  # each thread's chunk-sized scratch buffers, reused chunk after chunk
+
+
+_POOL: dict[tuple[int, int], ThreadPoolExecutor] = {}  # (pid, threads) -> the process's filtering threads
+
+
+def pool() -> ThreadPoolExecutor:
+    """The threads that filter chunks, one per core this process may use, kept for the process's life:
+    their scratch buffers are then reused from dataset to dataset instead of being fresh memory for
+    each (a forked worker makes its own)."""
+    key = (os.getpid(), worker_count())
+    if key not in _POOL:
+        _POOL[key] = ThreadPoolExecutor(key[1], thread_name_prefix="lzf")
+    return _POOL[key]
 
 
 def chunk_offsets(shape: tuple[int, ...], chunks: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -110,13 +124,15 @@ def read_into(dataset: h5py.Dataset, array: np.ndarray) -> bool:
     size = int(np.prod(chunks)) * array.dtype.itemsize
 
     def chunk(offset: tuple[int, ...]) -> None:
-        mask, data = dataset.id.read_direct_chunk(offset)
+        stored = _buffer("stored", size)  # a stored chunk larger than the chunk is refused by h5py: damage
+        mask, data = dataset.id.read_direct_chunk(offset, out=stored)
+        length = len(data)
         if mask == 0:
             shuffled = _buffer("shuffled", size)
-            if _DECOMPRESS(data, len(data), shuffled.ctypes.data, size) != size:
+            if _DECOMPRESS(stored.ctypes.data, length, shuffled.ctypes.data, size) != size:
                 raise _NotReadHere
-        elif mask == lzf_bit and len(data) == size:
-            shuffled = np.frombuffer(data, dtype=np.uint8)
+        elif mask == lzf_bit and length == size:
+            shuffled = stored
         else:
             raise _NotReadHere
         inside = tuple(slice(start, min(start + step, extent)) for start, step, extent in zip(offset, chunks, shape))
@@ -129,9 +145,8 @@ def read_into(dataset: h5py.Dataset, array: np.ndarray) -> bool:
             target[...] = whole.view(array.dtype).reshape(chunks)[tuple(slice(0, n) for n in target.shape)]
 
     try:
-        with ThreadPoolExecutor(min(worker_count(), len(offsets)) or 1, thread_name_prefix="unlzf") as pool:
-            for _ in pool.map(chunk, offsets):
-                pass
+        for _ in pool().map(chunk, offsets):
+            pass
     except (_NotReadHere, OSError, ValueError, KeyError, RuntimeError):
         return False
     return True
