@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -152,8 +153,24 @@ def read_into(dataset: h5py.Dataset, array: np.ndarray) -> bool:
     return True
 
 
+_WORDS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _unshuffle(shuffled: np.ndarray, itemsize: int, out: np.ndarray) -> None:
+    """The shuffle filter undone into ``out``. On a little-endian machine byte k of an element is
+    bits 8k.. of its word, so the elements are assembled by shifts and ors, a few times faster
+    than NumPy's transposing copy with its inner axis of ``itemsize`` bytes."""
     if itemsize <= 1:
         out[...] = shuffled
-    else:
+        return
+    word = _WORDS.get(itemsize)
+    if word is None or sys.byteorder != "little":
         out.reshape(-1, itemsize)[...] = shuffled.reshape(itemsize, -1).T
+        return
+    words, planes = out.view(word), shuffled.reshape(itemsize, -1)
+    part = _buffer(f"word{itemsize}", out.size).view(word)
+    np.copyto(words, planes[0], casting="unsafe")
+    for byte in range(1, itemsize):
+        np.copyto(part, planes[byte], casting="unsafe")
+        np.left_shift(part, 8 * byte, out=part)
+        np.bitwise_or(words, part, out=words)
