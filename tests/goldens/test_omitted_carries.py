@@ -32,7 +32,7 @@ def _without_carries(case_id: str, names: tuple[str, ...], path: Path):
 @pytest.mark.parametrize("case_id, names", [
     ("boundaries.r4-prefill-9", CARRIES),
     ("boundaries.r4-prefill-9", ("past_index_carry",)),
-    ("random.r128-fp8-n3-scale", ("past_compression_carry",)),
+    ("seed-closed-form.r128-full-recompute-257", ("past_compression_carry",)),
 ])
 def test_omitted_carries_read_back_cleared_in_their_place_and_verify(tmp_path, case_id, names):
     path = tmp_path / "omitted.h5"

@@ -74,6 +74,17 @@ MUTANTS = (
         "the carry keeps the finished block instead of resetting to kv 0 / score -inf",
     ),
     Mutant(
+        "carry_not_cleared_at_position_0",
+        "block_quant.cuh",
+        "    if (first_position == 0) csa_clear_slots(state, carry_floats, width);\n",
+        "",
+        "compression_update",
+        frozenset({"compression_update", "index_key_update"}),
+        "boundaries.r4-*",
+        "a step from position 0 keeps the stale carry it was sent instead of clearing it (every compressor): "
+        "only the ci cases sent stale carries there show it",
+    ),
+    Mutant(
         "fp8_scale_rounded_down",
         "block_quant.cuh",
         "const int power = csa_block_power(in, 64, 1.0e-4f, 448.0f);",

@@ -4,7 +4,6 @@ that verifies, still diverges first at the same stage and tensor, and passes wit
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from click.testing import CliRunner
 
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.golden import GoldenFile, write_goldens
+from csa_conform.golden import GoldenFile
 from csa_conform.streams import (
     CARRIES,
     fitted,
@@ -30,7 +29,7 @@ from csa_conform.streams import (
 )
 from csa_conform.verify import verify_case
 from diagnosis_mutants import DIAGNOSED
-from mutants import MUTANTS, Mutant
+from mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"
@@ -151,30 +150,18 @@ def test_a_record_bug_restarts_from_position_0_with_its_block_phase_and_no_carri
     assert int(inputs["total_sequence_length"]) == 4 and inputs["query"].shape == (1, 4, 1, 512)
 
 
-# A kernel that never clears the carry at position 0: only a stored carry that is not cleared shows it.
-NO_CLEAR = Mutant("carry_not_cleared_at_position_0", "block_quant.cuh",
-                  "    if (first_position == 0) csa_clear_slots(state, carry_floats, width);\n", "",
-                  "compression_update", frozenset(), "", "reads the past carry a step from position 0 clears")
-
-
 def test_a_bug_that_reads_the_carry_it_should_clear_keeps_the_carries(tmp_path):
-    """Omitting the carries hands the kernel cleared ones, which hides this bug: reduce keeps them."""
-    with GoldenFile(CI_GOLDENS) as golden:
-        stream = stream_of(golden, "boundaries.r4-prefill-9")
-    rng = np.random.default_rng(17)
-    dirty = replace(stream, steps=({**stream.steps[0], **{
-        name: rng.standard_normal(stream.steps[0][name].shape).astype(np.float32) for name in CARRIES}},))
-    source = tmp_path / "dirty.h5"
-    write_goldens(source, [dirty.case("dirty", "")])
-    kernels = NO_CLEAR.apply(KERNELS, tmp_path / "kernels")
+    """Omitting the carries hands the kernel cleared ones, which hides this bug: reduce keeps the stale
+    ones the ci case stores."""
+    kernels = MUTANT["carry_not_cleared_at_position_0"].apply(KERNELS, tmp_path / "kernels")
     out = tmp_path / "repro.h5"
-    code, stdout, stderr = _reduce(source, "--case", "dirty", "--kernels", kernels, "-o", out)
+    code, stdout, stderr = _reduce(CI_GOLDENS, "--case", "boundaries.r4-prefill-5", "--kernels", kernels, "-o", out)
     assert code == ExitCode.DIVERGED, stdout + stderr
     assert "carries omitted (the contract clears them at position 0): lost the divergence" in stderr
     assert "still diverges first at compression_update/" in stdout and "built-in kernels: pass" in stdout
     with GoldenFile(out) as golden:
-        assert golden.cleared_carries("dirty.reduced", 0) == ()
-        inputs = golden.read_step("dirty.reduced", 0).inputs
+        assert golden.cleared_carries("boundaries.r4-prefill-5.reduced", 0) == ()
+        inputs = golden.read_step("boundaries.r4-prefill-5.reduced", 0).inputs
     assert all(np.isfinite(inputs[name]).all() for name in CARRIES)
 
 
