@@ -4,6 +4,7 @@ the venv has installed)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -38,6 +39,20 @@ def expected_ids(file: str = "goldens.h5") -> list[str]:
 
 def ci_cases(*case_ids: str):
     return [recipe.generate(run_step) for recipe in suite_recipes("ci") if recipe.case_id in case_ids]
+
+
+def first_numba_compile() -> None:
+    """Compile once with numba (where installed) before any inner run.
+
+    An inner run is in-process: pytester then drops every module imported during it. numba imports
+    its lowering and boxing modules at its first compile, into tables that outlive them, and refuses
+    them when a later compile imports them again ("duplicate registration"). Kernels loaded from
+    numba's disk cache compile nothing, so which test compiles first depends on the run's order.
+    """
+    if importlib.util.find_spec("numba") is not None:
+        from numba import njit
+
+        njit(lambda value: value + 1)(1)
 
 
 class InnerPytest:
