@@ -9,6 +9,11 @@ folder; failing that it uses a private folder of this user under the
 temporary directory (owned by this user and writable by no one else, since
 numba's cache holds pickles it loads); failing that the kernels are
 compiled afresh in every process, with one note on stderr saying so.
+
+A cache folder that cannot take a kernel (a full disk, a file-size limit)
+costs a compile next time, not the run: numba lets that OSError out of the
+compile on POSIX (its guard covers Windows only), and a full disk would then
+end `generate` at a cache file instead of at the golden file it reports.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 
 import numba
 from numba import njit
+from numba.core.caching import Cache
 
 __all__ = ["kernel_cache"]
 
@@ -47,6 +53,19 @@ def _private_folder() -> Path | None:
         return None
     private = stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid() and not status.st_mode & 0o022
     return folder if private else None
+
+
+def _save_or_skip(save):
+    def save_overload(self, sig, data):
+        try:
+            save(self, sig, data)
+        except OSError:
+            pass
+
+    return save_overload
+
+
+Cache.save_overload = _save_or_skip(Cache.save_overload)
 
 
 @cache

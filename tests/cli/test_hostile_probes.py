@@ -191,6 +191,22 @@ def test_numba_without_a_writable_cache_folder_compiles_with_a_note(monkeypatch,
     assert "numba has no writable cache folder" in capsys.readouterr().err
 
 
+def test_a_cache_folder_that_cannot_take_a_kernel_costs_a_compile_not_the_run(tmp_path, small):
+    """An empty cache folder under a 64 KiB file-size limit: every kernel numba saves is too large."""
+    if not numba_available():
+        pytest.skip("numba is not installed (the fast extra)")
+
+    def small_file_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    environment = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    done = subprocess.run([sys.executable, "-m", "csa_conform", "verify", str(small), "--engine", "numba"],
+                          capture_output=True, text=True, env=environment, preexec_fn=small_file_limit, timeout=300)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert not list((tmp_path / "numba").rglob("*.tmp.*"))
+
+
 def test_numba_cache_goes_to_a_private_folder_when_the_package_and_home_are_read_only(tmp_path, small):
     """A copy of the package on a read-only bind mount, HOME on it too (a CI image), NUMBA_CACHE_DIR unset."""
     if not numba_available():
