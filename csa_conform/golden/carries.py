@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from csa_conform.oracle.compressor import reset_carry
+
 # Each carry and the step input whose [B, S, width] shape gives its batch and width.
 CARRY_WIDTH_SOURCE = {"past_compression_carry": "compressor_kv", "past_index_carry": "index_compressor_kv"}
 OVERLAP_RATIO = 4
@@ -31,8 +33,8 @@ def carries_of(attrs: dict) -> tuple[str, ...]:
 
 def cleared_carry(shape: tuple[int, ...]) -> np.ndarray:
     """A [B, slots, 2, width] carry as the contract clears it: kv (channel 0) 0, score (channel 1) -inf."""
-    carry = np.zeros(shape, dtype=np.float32)
-    carry[:, :, 1] = -np.inf
+    carry = np.empty(shape, dtype=np.float32)
+    reset_carry(carry)
     return carry
 
 
