@@ -29,6 +29,7 @@ from csa_conform.cli.options import case_selection, engine_option, golden_file, 
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
+from csa_conform.memory import small_pages
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import file_profile
 from csa_conform.results import CaseResult, file_sha256, golden_reference, results_document
@@ -81,6 +82,7 @@ def verify_command(
     """
     engine = chosen_engine(engine)
     jobs = capped_jobs(jobs)
+    small_pages()
     with GoldenFile(file) as golden:
         digest = hashed_ahead(file) if jobs == 1 else None
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
