@@ -7,6 +7,9 @@ stored, requiring bit-identical outputs and stage payloads (only the stages
 the file holds) — or, for a step with ``expect_error``, exactly that
 rejection message. A stream is also required to be one: each step's past_*
 inputs are the previous step's present_* outputs, as a runtime feeds them.
+The passes overlap on threads (a step replays once its inputs are checked,
+while the rest of its case and the next case are read and hashed), and what
+is reported is what running them in turn reports.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from csa_conform.diff import compare_payloads
 from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
 from csa_conform.fixtures.stream import STATE
 from csa_conform.golden import GoldenFile, GoldenStep
-from csa_conform.memory import require
 from csa_conform.oracle import run_step
 from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
@@ -93,13 +95,14 @@ def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
     return None
 
 
-def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None) -> CaseResult:
+def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, then: str | None = None) -> CaseResult:
     """Digests first (a tampered file is reported as such, naming the object), then replay under the
     numerics profile the file names, the oracle run by ``engine`` (None: $CSA_CONFORM_ENGINE, else auto).
 
-    The datasets are read and hashed on threads while the steps whose inputs are checked replay, so
-    both cores work; what is reported is what checking every digest before any replay reports: the
-    first damaged dataset in file order, else what the replays found.
+    The datasets are read and hashed on threads while the steps whose inputs are checked replay,
+    and the case verified ``then`` is read behind them, so both cores work; what is reported is
+    what checking every digest before any replay reports: the first damaged dataset in file
+    order, else what the replays found.
     """
     reproduce = reproduce_command(golden.path, case_id)
     result = CaseResult(case_id, True, reproduce)
@@ -107,8 +110,9 @@ def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None) -> 
     try:
         info = golden.case_info(case_id)
         result.family = info.family
-        require(golden.case_bytes(case_id), f"{golden.path}: case {case_id!r}")
-        with golden.checking_case(case_id) as checks:
+        with golden.checking_case(case_id, what=f"{golden.path}: case {case_id!r}") as checks:
+            if then is not None:
+                golden.read_ahead(then, after=case_id)
             try:
                 result.steps = _replayed_steps(golden, case_id, info, run)
             except Exception:

@@ -46,6 +46,11 @@ def hashed_ahead(path: str) -> Future:
     return digest
 
 
+def verify_in_turn(golden: GoldenFile, following: dict[str, str], engine: str | None, case_id: str) -> CaseResult:
+    """``verify_case`` of one case of a run that verifies ``following[case_id]`` next."""
+    return verify_case(golden, case_id, engine=engine, then=following.get(case_id))
+
+
 def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
     """One case and how long it took (module level so worker processes can receive it)."""
     started = time.perf_counter()
@@ -90,7 +95,8 @@ def verify_command(
         schema_version = golden.schema_version
         # One handle for the whole run; worker processes open the file once each and
         # refuse it unless its manifest digest is the one this handle read.
-        work = (partial(verify_case, golden, engine=engine) if jobs == 1
+        following = dict(zip(case_ids, case_ids[1:]))  # --jobs 1 reads each case while the last one replays
+        work = (partial(verify_in_turn, golden, following, engine) if jobs == 1
                 else partial(verify_case_in, file, golden.manifest, engine=engine))
         results = list(
             progress(

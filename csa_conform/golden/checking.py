@@ -6,17 +6,17 @@ caller waits only for the arrays it asks for. The kv history is read first, sinc
 takes its current_kv from it, but failures keep the order the datasets are listed in (the steps',
 then the history): whatever the caller asks for, the failure it is handed is the first in that
 order, as when each dataset was read and hashed in turn. An unreadable dataset ends the reading of
-those listed after it; a dataset that fails its own read or digest cannot be asked for twice
-differently.
+those listed after it. The threads are the file's (``GoldenFile``), shared by its cases in turn, so
+the next case can be read while the last one replays.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
-from csa_conform.errors import CorruptDataset
+from csa_conform.errors import CorruptDataset, MemoryShortage
 from csa_conform.golden.validation import CheckedFile
 
 __all__ = ["CaseChecks"]
@@ -28,9 +28,10 @@ class _NotRead(Exception):
 
 class CaseChecks:
     """Every distinct dataset of one case, by HDF5 address in the order failures are reported,
-    each read and checked once on this object's threads (``close`` stops them)."""
+    each read on ``reading`` and hashed on ``hashing`` once (``close`` stops what is left)."""
 
-    def __init__(self, file: CheckedFile, datasets: dict[int, list], first: int | None, named):
+    def __init__(self, file: CheckedFile, datasets: dict[int, list], first: int | None, named,
+                 reading: ThreadPoolExecutor, hashing: ThreadPoolExecutor, ahead: bool = False):
         self._file = file
         self._links = datasets
         self._order = list(datasets)
@@ -39,14 +40,12 @@ class CaseChecks:
         self._stopped_at: int | None = None  # position of the first dataset that could not be read
         self._checked = 0  # every dataset before this position passed
         self.arrays: dict[int, np.ndarray] = {}  # checked, read-only
-        self._reading = ThreadPoolExecutor(1, thread_name_prefix="read")
-        self._hashing = ThreadPoolExecutor(1, thread_name_prefix="sha256")
-        reading = self._order if first is None else [first] + [address for address in self._order if address != first]
-        self._read: dict[int, Future] = {address: self._reading.submit(self._read_one, address) for address in reading}
+        self._hashing = hashing
+        self._ahead = ahead  # read while the last case replays: a read short of memory is retried in turn
+        self._digests: list[Future] = []
         self._closed = False
-
-    def __len__(self) -> int:
-        return len(self._order)
+        order = self._order if first is None else [first] + [address for address in self._order if address != first]
+        self._read: dict[int, Future] = {address: reading.submit(self._read_one, address) for address in order}
 
     def _read_one(self, address: int) -> tuple[np.ndarray, Future]:
         position = self._position[address]
@@ -55,10 +54,16 @@ class CaseChecks:
         entry, dataset = self._links[address][0]
         try:
             array = self._file.read_unchecked(entry, dataset)
+        except MemoryShortage:
+            if not self._ahead:
+                self._stopped_at = position if self._stopped_at is None else min(self._stopped_at, position)
+            raise
         except BaseException:
             self._stopped_at = position if self._stopped_at is None else min(self._stopped_at, position)
             raise
-        return array, self._hashing.submit(self._file.check_digest, entry, dataset, array)
+        digest = self._hashing.submit(self._file.check_digest, entry, dataset, array)
+        self._digests.append(digest)
+        return array, digest
 
     def covers(self, address: int) -> bool:
         """Whether ``array(address)`` serves this dataset (checked, or still to be while open)."""
@@ -82,8 +87,13 @@ class CaseChecks:
 
     def _own(self, address: int) -> None:
         try:
-            array, digest = self._read[address].result()
-            digest.result()
+            try:
+                array, digest = self._read[address].result()
+                digest.result()
+            except MemoryShortage:
+                if not self._ahead:
+                    raise
+                array = self._file.read(*self._links[address][0])
         except CorruptDataset as corrupt:
             raise self._named(corrupt, self._links[address]) from None
         array.flags.writeable = False
@@ -100,5 +110,6 @@ class CaseChecks:
         """Stop: the read and the hash running end, none starts (on an error or Ctrl-C as well)."""
         self._closed = True
         self._stopped_at = -1
-        self._reading.shutdown(wait=True, cancel_futures=True)
-        self._hashing.shutdown(wait=True, cancel_futures=True)
+        for future in [*self._read.values(), *self._digests]:
+            future.cancel()
+        wait([*self._read.values(), *self._digests])

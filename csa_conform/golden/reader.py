@@ -9,18 +9,20 @@ verified case however many steps link it.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator
 
 import h5py
 import numpy as np
 
-from csa_conform.errors import CorruptDataset, GoldenFormatError
+from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError
 from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
 from csa_conform.golden.carries import cleared_carry
 from csa_conform.golden.checking import CaseChecks
 from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex, input_rank
 from csa_conform.golden.validation import CheckedFile
+from csa_conform.memory import headroom, require
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
 from csa_conform.spec import DECODED_PAYLOADS
 
@@ -40,6 +42,8 @@ class GoldenFile:
         # The last case whose checksums were verified (or are being): its arrays by HDF5 object,
         # read-only, so replaying it reads and hashes each object once however many steps link it.
         self._checks: CaseChecks | None = None
+        self._ahead: tuple[str, CaseChecks] | None = None  # the case read while the last one replays
+        self._threads: tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None = None  # reading, hashing
         try:
             self._file.traverse()
             with self._file.guard("/"):
@@ -57,6 +61,12 @@ class GoldenFile:
         self.close()
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead[1].close()
+            self._ahead = None
+        if self._threads is not None:
+            for threads in self._threads:
+                threads.shutdown(wait=True, cancel_futures=True)
         self._file.close()
 
     def case_ids(self) -> list[str]:
@@ -170,20 +180,48 @@ class GoldenFile:
             return checks.wait()
 
     @contextmanager
-    def checking_case(self, case_id: str) -> Iterator[CaseChecks]:
+    def checking_case(self, case_id: str, what: str | None = None) -> Iterator[CaseChecks]:
         """Every dataset of a case read and checked on threads while the caller goes on: reading a
         step of the case waits for its datasets only, and whichever the caller waits for, what it is
         handed is the first failure in file order (csa_conform.golden.checking). ``wait()`` on the
-        yielded checks requires all of them; leaving stops the threads."""
-        history, first = self._case(case_id).history, None
-        if history is not None:  # last in file order, read first: the first step's current_kv is a window of it
-            with self._file.guard(history[1].name):
-                first = h5py.h5o.get_info(history[1].id).addr
-        self._checks = CaseChecks(self._file, self._datasets(case_id), first, self._named)
+        yielded checks requires all of them; leaving stops the threads. With ``what``, the memory
+        the case's arrays take is required first under that name (``read_ahead`` required it)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == case_id:
+            self._checks = ahead[1]
+        else:
+            if ahead is not None:
+                ahead[1].close()
+            if what is not None:
+                require(self.case_bytes(case_id), what)
+            self._checks = self._case_checks(case_id)
         try:
             yield self._checks
         finally:
             self._checks.close()
+
+    def read_ahead(self, case_id: str, after: str) -> None:
+        """Start reading ``case_id`` behind the case ``after`` being checked, so that it is read
+        while ``after`` replays, when the memory is there for both twice over (their arrays and what
+        replaying them makes); ``checking_case(case_id)`` takes it over. A case that cannot be
+        indexed is left to its turn, which reports it."""
+        try:
+            needed = 2 * (self.case_bytes(after) + self.case_bytes(case_id))
+        except CsaConformError:
+            return
+        bound = headroom()
+        if bound is None or needed <= bound[0]:
+            self._ahead = (case_id, self._case_checks(case_id, ahead=True))
+
+    def _case_checks(self, case_id: str, ahead: bool = False) -> CaseChecks:
+        history, first = self._case(case_id).history, None
+        if history is not None:  # last in file order, read first: the first step's current_kv is a window of it
+            with self._file.guard(history[1].name):
+                first = h5py.h5o.get_info(history[1].id).addr
+        if self._threads is None:
+            self._threads = (ThreadPoolExecutor(1, thread_name_prefix="read"),
+                             ThreadPoolExecutor(1, thread_name_prefix="sha256"))
+        return CaseChecks(self._file, self._datasets(case_id), first, self._named, *self._threads, ahead=ahead)
 
     def _named(self, corrupt: CorruptDataset, links: list) -> CorruptDataset:
         """``corrupt`` naming every link to the damaged dataset."""
