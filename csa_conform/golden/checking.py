@@ -19,7 +19,23 @@ import numpy as np
 from csa_conform.errors import CorruptDataset, MemoryShortage
 from csa_conform.golden.validation import CheckedFile
 
-__all__ = ["CaseChecks"]
+__all__ = ["IN_TURN", "CaseChecks"]
+
+
+class _InTurn:
+    """Runs each task as it is submitted, in the caller's thread: for a small case, where handing
+    every dataset to a thread and back costs more than reading and hashing it."""
+
+    def submit(self, function, *args) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as error:  # a Ctrl-C is not a dataset's failure: it goes on up
+            future.set_exception(error)
+        return future
+
+
+IN_TURN = _InTurn()
 
 
 class _NotRead(Exception):
@@ -31,7 +47,7 @@ class CaseChecks:
     each read on ``reading`` and hashed on ``hashing`` once (``close`` stops what is left)."""
 
     def __init__(self, file: CheckedFile, datasets: dict[int, list], first: int | None, named,
-                 reading: ThreadPoolExecutor, hashing: ThreadPoolExecutor, ahead: bool = False):
+                 reading: ThreadPoolExecutor | _InTurn, hashing: ThreadPoolExecutor | _InTurn, ahead: bool = False):
         self._file = file
         self._links = datasets
         self._order = list(datasets)

@@ -62,6 +62,13 @@ def copy(stream, tmp_path):
     return path
 
 
+@pytest.fixture(params=["in turn", "on threads"])
+def reading(request, monkeypatch):
+    """Both ways a case is read: a small one in the caller's thread, a large one on threads."""
+    if request.param == "on threads":
+        monkeypatch.setattr("csa_conform.golden.reader.THREADED_CASE_BYTES", 0)
+
+
 def edit(path, change) -> None:
     with h5py.File(path, "r+") as handle:
         change(handle)
@@ -320,7 +327,7 @@ def test_workers_refuse_a_file_that_changed_since_the_run_began(stream):
 
 
 @pytest.mark.parametrize("digest_too", [True, False])
-def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags_reading(copy, digest_too):
+def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags_reading(copy, reading, digest_too):
     """Digests are checked on a thread behind the reads: an earlier digest mismatch still wins over a
     later dataset that cannot be read at all, which is reported when it is the only damage."""
     first = f"/cases/{STREAM}/steps/0000/inputs/compressor_ape"
@@ -339,7 +346,7 @@ def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags
 
 @pytest.mark.parametrize("step_too", [True, False])
 @pytest.mark.parametrize("unreadable", [True, False])
-def test_the_kv_history_read_first_is_still_reported_after_the_steps_damage(copy, unreadable, step_too):
+def test_the_kv_history_read_first_is_still_reported_after_the_steps_damage(copy, reading, unreadable, step_too):
     """The kv history is read before the steps' datasets (the first step's current_kv is a window of
     it) but is last in file order: a damaged step dataset is still the one reported, and the history
     when it is the only damage, unreadable or altered."""
@@ -363,7 +370,7 @@ def test_the_kv_history_read_first_is_still_reported_after_the_steps_damage(copy
     failed(invoke("verify", str(copy)), *expected)
 
 
-def test_a_replay_that_fails_gives_way_to_a_damaged_dataset_read_meanwhile(copy, monkeypatch):
+def test_a_replay_that_fails_gives_way_to_a_damaged_dataset_read_meanwhile(copy, reading, monkeypatch):
     """Steps replay while the datasets after their inputs are still read and hashed: an error of a
     replay itself yields to the damaged dataset that checking every digest first reports."""
     output = f"/cases/{STREAM}/steps/0004/outputs/Y"

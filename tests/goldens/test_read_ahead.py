@@ -19,6 +19,12 @@ from csa_conform.verify import verify_case
 FIRST, SECOND = "boundaries.r4-prefill-3", "boundaries.r4-prefill-4"
 
 
+@pytest.fixture(autouse=True)
+def threaded(monkeypatch):
+    """These cases are small; read them as a large case is read (on threads, the next one ahead)."""
+    monkeypatch.setattr("csa_conform.golden.reader.THREADED_CASE_BYTES", 0)
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     path = tmp_path_factory.mktemp("ahead") / "pair.h5"
@@ -47,8 +53,14 @@ def read_behind(path, monkeypatch) -> list[str]:
 def test_the_next_case_is_read_while_the_first_replays_only_when_memory_allows(pair, monkeypatch):
     assert any(f"/cases/{SECOND}/" in name for name in read_behind(pair, monkeypatch))
     monkeypatch.undo()
+    monkeypatch.setattr("csa_conform.golden.reader.THREADED_CASE_BYTES", 0)
     monkeypatch.setattr("csa_conform.golden.reader.headroom", lambda: (1 << 10, "a test's limit"))
     assert not any(f"/cases/{SECOND}/" in name for name in read_behind(pair, monkeypatch))
+
+
+def test_a_small_case_is_read_in_the_callers_thread_and_not_ahead(pair, monkeypatch):
+    monkeypatch.undo()
+    assert read_behind(pair, monkeypatch) == []
 
 
 def test_a_damaged_case_read_ahead_is_reported_in_its_turn_and_only_there(pair, tmp_path):
