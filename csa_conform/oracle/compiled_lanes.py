@@ -1,0 +1,105 @@
+"""Eight binary32 lanes held in one LLVM vector, for the dot kernels' register accumulators.
+
+numba keeps an accumulator that lives in an array in memory, loaded and
+stored around every few terms, which caps a dot kernel near a third of the
+machine's no-FMA peak. A ``Lanes`` value is an SSA vector, so a block of
+them stays in registers for a whole reduction. Each operation is one IEEE
+binary32 product or sum per lane, emitted without fast-math flags: LLVM may
+neither contract a product and a sum into a fused multiply-add nor
+reassociate, so every lane rounds as the reference's scalar code does.
+Eight lanes fit one AVX2 register (and two SSE registers), so the kernels
+need no AVX-512; only whole vectors are loaded and stored, at element
+offsets of C-contiguous float32 arrays the kernels own.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.datamodel import models, register_default
+from numba.extending import intrinsic
+
+LANES = 8
+
+
+class Lanes(types.Type):
+    def __init__(self):
+        super().__init__(name=f"Lanes{LANES}xfloat32")
+
+
+lanes = Lanes()
+_VECTOR = ir.VectorType(ir.FloatType(), LANES)
+
+
+@register_default(Lanes)
+class LanesModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _VECTOR)
+
+
+def _float32_array(array) -> bool:
+    return isinstance(array, types.Array) and array.dtype == types.float32 and array.layout == "C"
+
+
+def _lane_pointer(context, builder, array_type, array, index_type, index):
+    indices = cgutils.unpack_tuple(builder, index, len(index_type)) if isinstance(index_type, types.BaseTuple) else [index]
+    structure = context.make_array(array_type)(context, builder, array)
+    element = cgutils.get_item_pointer(context, builder, array_type, structure, indices, wraparound=False)
+    return builder.bitcast(element, _VECTOR.as_pointer())
+
+
+def _index_fits(array, index) -> bool:
+    if isinstance(index, types.Integer):
+        return array.ndim == 1
+    return isinstance(index, types.UniTuple) and isinstance(index.dtype, types.Integer) and len(index) == array.ndim
+
+
+@intrinsic
+def zero_lanes(typingctx):
+    """Eight +0.0 lanes."""
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(_VECTOR, [0.0] * LANES)
+
+    return lanes(), codegen
+
+
+@intrinsic
+def load_lanes(typingctx, array, index):
+    """array[index], array[index + 1 in the last axis], ... (eight elements, the last axis contiguous)."""
+    if not (_float32_array(array) and _index_fits(array, index)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer = _lane_pointer(context, builder, array, args[0], index, args[1])
+        return builder.load(pointer, align=4)
+
+    return lanes(array, index), codegen
+
+
+@intrinsic
+def store_lanes(typingctx, array, index, values):
+    """The inverse of load_lanes."""
+    if not (_float32_array(array) and _index_fits(array, index) and isinstance(values, Lanes)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer = _lane_pointer(context, builder, array, args[0], index, args[1])
+        builder.store(args[2], pointer, align=4)
+        return context.get_dummy_value()
+
+    return types.none(array, index, values), codegen
+
+
+@intrinsic
+def add_product(typingctx, total, weight, values):
+    """total + weight * values, lane by lane: one binary32 product, then one binary32 sum, never fused."""
+    if not (isinstance(total, Lanes) and weight == types.float32 and isinstance(values, Lanes)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        splat = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), args[1], ir.Constant(ir.IntType(32), 0))
+        weights = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+        return builder.fadd(args[0], builder.fmul(weights, args[2]))
+
+    return lanes(total, weight, values), codegen
