@@ -21,7 +21,16 @@ from csa_conform.numerics.e8m0 import E8M0_TABLE
 from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
 from csa_conform.numerics.records import FP8_BLOCKS
 from csa_conform.oracle.compile_cache import kernel_cache
-from csa_conform.oracle.compiled_lanes import LANES, add_product, load_lanes, store_lanes, zero_lanes
+from csa_conform.oracle.compiled_lanes import (
+    LANES,
+    add_lanes,
+    add_product,
+    load_lanes,
+    relu_lanes,
+    scale_lanes,
+    store_lanes,
+    zero_lanes,
+)
 
 KERNEL_OPTIONS = {"cache": kernel_cache(), "nogil": True, "fastmath": False, "error_model": "numpy"}
 
@@ -73,46 +82,74 @@ def candidate_row(current, records, packed, decoded, b, row, slot):
 
 
 @njit(**KERNEL_OPTIONS)
-def tile_dots(weights, tile, blocks, dots):
-    """dots[h, j] = the dot of weights[h] and candidate j of ``tile`` ascending in d, for the first
-    ``blocks`` blocks of BLOCK candidates; tile[block, d, lane] holds candidate block * BLOCK + lane.
+def weighted_relu_totals(queries, head_weights, weight_scale, tile, blocks, totals):
+    """totals[j] = the sum over heads, ascending, of fmax(dot, 0) * head_weights[h] * weight_scale, dots
+    of queries[h] and candidate j of ``tile`` ascending in d, for the first ``blocks`` blocks of BLOCK
+    candidates; tile[block, d, lane] holds candidate block * BLOCK + lane.
 
-    HEAD_BLOCK heads by BLOCK candidates are eight vectors of accumulators
+    HEAD_BLOCK heads by BLOCK candidates are eight vectors of dots
     (compiled_lanes.py) that stay in registers over all of d, one product and
     one sum per term, (((0 + q_0 k_0) + q_1 k_1) + ...), the order of one
-    term at a time. Lanes past a tile's last candidate hold whatever the
-    tile holds there; callers read only their candidates' dots.
+    term at a time; the block's two vectors of totals take the heads in
+    ascending order as they finish. Lanes past a tile's last candidate hold
+    whatever the tile holds there; callers read only their candidates.
     """
-    heads, dim = weights.shape
+    heads, dim = queries.shape
     for block in range(blocks):
-        j = block * BLOCK
+        total0 = total1 = zero_lanes()
         h = 0
         while h + HEAD_BLOCK <= heads:
             t00 = t01 = t10 = t11 = t20 = t21 = t30 = t31 = zero_lanes()
             for d in range(dim):
                 k0, k1 = load_lanes(tile, (block, d, 0)), load_lanes(tile, (block, d, LANES))
-                w0, w1, w2, w3 = weights[h, d], weights[h + 1, d], weights[h + 2, d], weights[h + 3, d]
+                w0, w1, w2, w3 = queries[h, d], queries[h + 1, d], queries[h + 2, d], queries[h + 3, d]
                 t00, t01 = add_product(t00, w0, k0), add_product(t01, w0, k1)
                 t10, t11 = add_product(t10, w1, k0), add_product(t11, w1, k1)
                 t20, t21 = add_product(t20, w2, k0), add_product(t21, w2, k1)
                 t30, t31 = add_product(t30, w3, k0), add_product(t31, w3, k1)
-            store_lanes(dots, (h, j), t00)
-            store_lanes(dots, (h, j + LANES), t01)
-            store_lanes(dots, (h + 1, j), t10)
-            store_lanes(dots, (h + 1, j + LANES), t11)
-            store_lanes(dots, (h + 2, j), t20)
-            store_lanes(dots, (h + 2, j + LANES), t21)
-            store_lanes(dots, (h + 3, j), t30)
-            store_lanes(dots, (h + 3, j + LANES), t31)
+            for dot0, dot1, weight in ((t00, t01, head_weights[h]), (t10, t11, head_weights[h + 1]),
+                                       (t20, t21, head_weights[h + 2]), (t30, t31, head_weights[h + 3])):
+                total0 = add_lanes(total0, scale_lanes(scale_lanes(relu_lanes(dot0), weight), weight_scale))
+                total1 = add_lanes(total1, scale_lanes(scale_lanes(relu_lanes(dot1), weight), weight_scale))
             h += HEAD_BLOCK
         while h < heads:
             t0 = t1 = zero_lanes()
             for d in range(dim):
-                t0 = add_product(t0, weights[h, d], load_lanes(tile, (block, d, 0)))
-                t1 = add_product(t1, weights[h, d], load_lanes(tile, (block, d, LANES)))
-            store_lanes(dots, (h, j), t0)
-            store_lanes(dots, (h, j + LANES), t1)
+                t0 = add_product(t0, queries[h, d], load_lanes(tile, (block, d, 0)))
+                t1 = add_product(t1, queries[h, d], load_lanes(tile, (block, d, LANES)))
+            total0 = add_lanes(total0, scale_lanes(scale_lanes(relu_lanes(t0), head_weights[h]), weight_scale))
+            total1 = add_lanes(total1, scale_lanes(scale_lanes(relu_lanes(t1), head_weights[h]), weight_scale))
             h += 1
+        store_lanes(totals, block * BLOCK, total0)
+        store_lanes(totals, block * BLOCK + LANES, total1)
+
+
+@njit(**KERNEL_OPTIONS)
+def head_dots(transposed, h, row0, row1, row2, row3, dots, j):
+    """dots[j + k, h:h + BLOCK] = the dots of rows k = 0..3 with BLOCK heads' queries, ascending in d;
+    transposed[d, h] holds query h's weight d.
+
+    Two vectors of heads by four candidates are eight vectors of sums
+    (compiled_lanes.py) that stay in registers over all of d, one product
+    and one sum per term, (((0 + q_0 k_0) + q_1 k_1) + ...), the order of
+    one term at a time; each key element is read once, in place.
+    """
+    t00 = t01 = t10 = t11 = t20 = t21 = t30 = t31 = zero_lanes()
+    for d in range(transposed.shape[0]):
+        q0, q1 = load_lanes(transposed, (d, h)), load_lanes(transposed, (d, h + LANES))
+        k0, k1, k2, k3 = row0[d], row1[d], row2[d], row3[d]
+        t00, t01 = add_product(t00, k0, q0), add_product(t01, k0, q1)
+        t10, t11 = add_product(t10, k1, q0), add_product(t11, k1, q1)
+        t20, t21 = add_product(t20, k2, q0), add_product(t21, k2, q1)
+        t30, t31 = add_product(t30, k3, q0), add_product(t31, k3, q1)
+    store_lanes(dots, (j, h), t00)
+    store_lanes(dots, (j, h + LANES), t01)
+    store_lanes(dots, (j + 1, h), t10)
+    store_lanes(dots, (j + 1, h + LANES), t11)
+    store_lanes(dots, (j + 2, h), t20)
+    store_lanes(dots, (j + 2, h + LANES), t21)
+    store_lanes(dots, (j + 3, h), t30)
+    store_lanes(dots, (j + 3, h + LANES), t31)
 
 
 @njit(**KERNEL_OPTIONS)
@@ -120,18 +157,21 @@ def attention_scores(query, current, records, packed, rows, scale, bias, has_bia
     """scores[b, s, h, c] for s in [begin, end) and candidates c in [first, last): dot(q, row) * scale
     (+ bias); -inf for empty slots (row -1; rows index [current_kv | the cache], candidate_row).
 
-    A query's non-empty candidates go SCORE_TILE at a time: their rows are
-    gathered transposed into a tile that every head reads while it is in
-    cache (tile_dots), so the vector lanes run over candidates (independent)
-    and d stays sequential. The tile and the dots are this kernel's own
-    arrays. Candidate ranges are independent, so a decode's one query
-    splits over the cores by range.
+    The vector lanes run over heads (independent), d stays sequential
+    (head_dots): each query is transposed once into [d, heads] (zero heads
+    pad it to whole BLOCKs; their dots are never read), and its candidates'
+    rows are read where they lie, four at a time, so no row is copied (a
+    packed FP8 record is decoded once, SCORE_TILE of them at a time). A
+    tile's last group of four repeats its last row. The transposed query,
+    decoded rows and dots are this kernel's own arrays. Candidate ranges are
+    independent, so a decode's one query splits over the cores by range.
     """
     batch, _, heads, dim = query.shape
+    padded = -(-heads // BLOCK) * BLOCK
     columns = np.empty(last - first, dtype=np.int64)
-    key_tile = np.zeros((SCORE_TILE // BLOCK, dim, BLOCK), dtype=np.float32)
-    dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
-    decoded = np.empty((1, dim), dtype=np.float32)
+    transposed = np.zeros((dim, padded), dtype=np.float32)
+    dots = np.empty((SCORE_TILE, padded), dtype=np.float32)
+    decoded = np.empty((SCORE_TILE, dim), dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
             live = 0
@@ -142,22 +182,28 @@ def attention_scores(query, current, records, packed, rows, scale, bias, has_bia
                 else:
                     columns[live] = c
                     live += 1
+            for h in range(heads):
+                for d in range(dim):
+                    transposed[d, h] = query[b, s, h, d]
             for start in range(0, live, SCORE_TILE):
                 count = min(SCORE_TILE, live - start)
                 for j in range(count):
-                    row_id = rows[b, s, columns[start + j]]
-                    decode_packed(current, packed, b, row_id, decoded, 0)
-                    row = candidate_row(current, records, packed, decoded, b, row_id, 0)
-                    for d in range(dim):
-                        key_tile[j // BLOCK, d, j % BLOCK] = row[d]
-                tile_dots(query[b, s], key_tile, -(-count // BLOCK), dots)
+                    decode_packed(current, packed, b, rows[b, s, columns[start + j]], decoded, j)
+                for j in range(0, count, 4):
+                    last_row = min(j + 3, count - 1)
+                    row0 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + j]], j)
+                    row1 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + min(j + 1, last_row)]], min(j + 1, last_row))
+                    row2 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + min(j + 2, last_row)]], min(j + 2, last_row))
+                    row3 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + last_row]], last_row)
+                    for h in range(0, padded, BLOCK):
+                        head_dots(transposed, h, row0, row1, row2, row3, dots, j)
                 for h in range(heads):
                     for j in range(count):
                         c = columns[start + j]
                         if has_bias:
-                            scores[b, s, h, c] = dots[h, j] * scale + bias[b, h, s, c]
+                            scores[b, s, h, c] = dots[j, h] * scale + bias[b, h, s, c]
                         else:
-                            scores[b, s, h, c] = dots[h, j] * scale
+                            scores[b, s, h, c] = dots[j, h] * scale
 
 
 @njit(**KERNEL_OPTIONS)
@@ -169,7 +215,9 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
     sum that starts at +0 never becomes -0, so adding +0 changes no bit).
     VALUE_TILE candidates at a time are gathered (a packed FP8 record
     decoded once) with their probabilities, so their rows are read from
-    memory once for every head. HEAD_BLOCK heads by BLOCK of d are eight
+    memory once for every head; the tile is [d // BLOCK, candidate, lane],
+    so a block of d of every candidate is one contiguous run (rows 2 KiB
+    apart would share a few L1 sets). HEAD_BLOCK heads by BLOCK of d are eight
     vectors of sums (compiled_lanes.py) that stay in registers over the
     tile's candidates, one product and one sum per term, in ascending
     candidate order; d past the last whole BLOCK goes one lane at a time.
@@ -179,10 +227,10 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
     batch, _, heads, dim = output.shape
     count = rows.shape[-1]
     columns = np.empty(count, dtype=np.int64)
-    value_tile = np.empty((VALUE_TILE, dim), dtype=np.float32)
-    weight_tile = np.empty((heads, VALUE_TILE), dtype=np.float32)
+    value_tile = np.empty((-(-dim // BLOCK), VALUE_TILE, BLOCK), dtype=np.float32)
+    weight_tile = np.empty((VALUE_TILE, heads), dtype=np.float32)
     decoded = np.empty((1, dim), dtype=np.float32)
-    whole = dim - dim % BLOCK
+    whole = dim // BLOCK
     for b in range(batch):
         for s in range(begin, end):
             live = 0
@@ -200,10 +248,17 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                     c = columns[start + j]
                     row_id = rows[b, s, c]
                     decode_packed(current, packed, b, row_id, decoded, 0)
-                    value_tile[j] = candidate_row(current, records, packed, decoded, b, row_id, 0)
-                    for h in range(first_head, last_head):
-                        weight_tile[h, j] = weights[h, c]
-                for d in range(0, whole, BLOCK):
+                    row = candidate_row(current, records, packed, decoded, b, row_id, 0)
+                    for block in range(whole):
+                        store_lanes(value_tile, (block, j, 0), load_lanes(row, block * BLOCK))
+                        store_lanes(value_tile, (block, j, LANES), load_lanes(row, block * BLOCK + LANES))
+                    for d in range(whole * BLOCK, dim):
+                        value_tile[whole, j, d - whole * BLOCK] = row[d]
+                for h in range(first_head, last_head):
+                    for j in range(size):
+                        weight_tile[j, h] = weights[h, columns[start + j]]
+                for block in range(whole):
+                    d = block * BLOCK
                     h = first_head
                     while h + HEAD_BLOCK <= last_head:
                         t00, t01 = load_lanes(sums, (h, d)), load_lanes(sums, (h, d + LANES))
@@ -211,9 +266,8 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                         t20, t21 = load_lanes(sums, (h + 2, d)), load_lanes(sums, (h + 2, d + LANES))
                         t30, t31 = load_lanes(sums, (h + 3, d)), load_lanes(sums, (h + 3, d + LANES))
                         for j in range(size):
-                            v0, v1 = load_lanes(value_tile, (j, d)), load_lanes(value_tile, (j, d + LANES))
-                            p0, p1 = weight_tile[h, j], weight_tile[h + 1, j]
-                            p2, p3 = weight_tile[h + 2, j], weight_tile[h + 3, j]
+                            v0, v1 = load_lanes(value_tile, (block, j, 0)), load_lanes(value_tile, (block, j, LANES))
+                            p0, p1, p2, p3 = weight_tile[j, h], weight_tile[j, h + 1], weight_tile[j, h + 2], weight_tile[j, h + 3]
                             t00, t01 = add_product(t00, p0, v0), add_product(t01, p0, v1)
                             t10, t11 = add_product(t10, p1, v0), add_product(t11, p1, v1)
                             t20, t21 = add_product(t20, p2, v0), add_product(t21, p2, v1)
@@ -230,16 +284,15 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                     while h < last_head:
                         t0, t1 = load_lanes(sums, (h, d)), load_lanes(sums, (h, d + LANES))
                         for j in range(size):
-                            t0 = add_product(t0, weight_tile[h, j], load_lanes(value_tile, (j, d)))
-                            t1 = add_product(t1, weight_tile[h, j], load_lanes(value_tile, (j, d + LANES)))
+                            t0 = add_product(t0, weight_tile[j, h], load_lanes(value_tile, (block, j, 0)))
+                            t1 = add_product(t1, weight_tile[j, h], load_lanes(value_tile, (block, j, LANES)))
                         store_lanes(sums, (h, d), t0)
                         store_lanes(sums, (h, d + LANES), t1)
                         h += 1
-                for h in range(first_head, last_head):
-                    for j in range(size):
-                        p = weight_tile[h, j]
-                        for d in range(whole, dim):
-                            sums[h, d] += p * value_tile[j, d]
+                for d in range(whole * BLOCK, dim):
+                    for h in range(first_head, last_head):
+                        for j in range(size):
+                            sums[h, d] += weight_tile[j, h] * value_tile[whole, j, d - whole * BLOCK]
 
 
 @njit(**KERNEL_OPTIONS)
@@ -247,7 +300,7 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
     """scores[b, s, c] for records c in [first, last) with c < causal[s], from packed FP4 keys.
 
     Sum over heads, ascending, of fmax(dot, 0) * weight * weight_scale
-    (fmax: a NaN dot counts as 0), dots ascending in d (tile_dots). Keys
+    (fmax: a NaN dot counts as 0), dots ascending in d (weighted_relu_totals). Keys
     stay packed ([B, records, 68] bytes) and are decoded a tile of records
     at a time (code value times E8M0 scale, one binary32 product, as the
     NumPy decode); the tile is read by every query and every head while it
@@ -256,7 +309,6 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
     """
     batch, sequence, heads, width = queries.shape
     key_tile = np.zeros((SCORE_TILE // BLOCK, width, BLOCK), dtype=np.float32)
-    dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
     total = np.empty(SCORE_TILE, dtype=np.float32)
     blocks = width // FP4_BLOCK
     for b in range(batch):
@@ -275,17 +327,10 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
                 live = min(causal[s] - tile, count)
                 if live <= 0:
                     continue
-                tile_dots(queries[b, s], key_tile, -(-live // BLOCK), dots)
-                total[:live] = _ZERO
-                for h in range(heads):
-                    head_weight = weights[b, s, h]
-                    for c in range(live):
-                        dot = dots[h, c]
-                        relu = dot if dot > _ZERO else _ZERO
-                        total[c] += relu * head_weight * weight_scale
+                weighted_relu_totals(queries[b, s], weights[b, s], weight_scale, key_tile, -(-live // BLOCK), total)
                 for c in range(live):
                     scores[b, s, tile + c] = total[c]
 
 
-KERNELS = (decode_fp8_row, decode_packed, candidate_row, tile_dots, attention_scores, attention_values,
+KERNELS = (decode_fp8_row, decode_packed, candidate_row, weighted_relu_totals, head_dots, attention_scores, attention_values,
            packed_index_scores)

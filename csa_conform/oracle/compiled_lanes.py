@@ -19,7 +19,7 @@ from numba.core import cgutils, types
 from numba.core.datamodel import models, register_default
 from numba.extending import intrinsic
 
-LANES = 8
+LANES = 16
 
 
 class Lanes(types.Type):
@@ -52,6 +52,11 @@ def _index_fits(array, index) -> bool:
     if isinstance(index, types.Integer):
         return array.ndim == 1
     return isinstance(index, types.UniTuple) and isinstance(index.dtype, types.Integer) and len(index) == array.ndim
+
+
+def _splat(builder, scalar):
+    single = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(single, single, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
 
 
 @intrinsic
@@ -98,8 +103,43 @@ def add_product(typingctx, total, weight, values):
         return None
 
     def codegen(context, builder, signature, args):
-        splat = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), args[1], ir.Constant(ir.IntType(32), 0))
-        weights = builder.shuffle_vector(splat, splat, ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-        return builder.fadd(args[0], builder.fmul(weights, args[2]))
+        return builder.fadd(args[0], builder.fmul(_splat(builder, args[1]), args[2]))
 
     return lanes(total, weight, values), codegen
+
+
+@intrinsic
+def scale_lanes(typingctx, values, weight):
+    """values * weight, lane by lane (one binary32 product)."""
+    if not (isinstance(values, Lanes) and weight == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fmul(args[0], _splat(builder, args[1]))
+
+    return lanes(values, weight), codegen
+
+
+@intrinsic
+def add_lanes(typingctx, total, values):
+    """total + values, lane by lane (one binary32 sum)."""
+    if not (isinstance(total, Lanes) and isinstance(values, Lanes)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fadd(args[0], args[1])
+
+    return lanes(total, values), codegen
+
+
+@intrinsic
+def relu_lanes(typingctx, values):
+    """values where values > 0, else +0 (a NaN lane gives +0, as ``x if x > 0 else 0``)."""
+    if not isinstance(values, Lanes):
+        return None
+
+    def codegen(context, builder, signature, args):
+        positive = builder.fcmp_ordered(">", args[0], ir.Constant(_VECTOR, [0.0] * LANES))
+        return builder.select(positive, args[0], ir.Constant(_VECTOR, [0.0] * LANES))
+
+    return lanes(values), codegen
