@@ -1,4 +1,4 @@
-"""Eight binary32 lanes held in one LLVM vector, for the dot kernels' register accumulators.
+"""Binary32 lanes held in one LLVM vector, for the dot kernels' register accumulators.
 
 numba keeps an accumulator that lives in an array in memory, loaded and
 stored around every few terms, which caps a dot kernel near a third of the
@@ -7,19 +7,21 @@ them stays in registers for a whole reduction. Each operation is one IEEE
 binary32 product or sum per lane, emitted without fast-math flags: LLVM may
 neither contract a product and a sum into a fused multiply-add nor
 reassociate, so every lane rounds as the reference's scalar code does.
-Eight lanes fit one AVX2 register (and two SSE registers), so the kernels
-need no AVX-512; only whole vectors are loaded and stored, at element
-offsets of C-contiguous float32 arrays the kernels own.
+A vector is one register: sixteen lanes where the host has AVX-512, else
+eight (one AVX2 register, two SSE ones), so a block of eight vectors and its
+operands fit the register file either way; any width is correct, since
+lanes never mix. Only whole vectors are loaded and stored, at element
+offsets of C-contiguous float32 arrays.
 """
 
 from __future__ import annotations
 
-from llvmlite import ir
+from llvmlite import binding, ir
 from numba.core import cgutils, types
 from numba.core.datamodel import models, register_default
 from numba.extending import intrinsic
 
-LANES = 16
+LANES = 16 if binding.get_host_cpu_features().get("avx512f") else 8
 
 
 class Lanes(types.Type):
