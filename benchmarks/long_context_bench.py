@@ -15,10 +15,14 @@ steps' inputs are built once by this tree and saved under build/long-bench/;
 each tree ("after": this one, "before": a detached worktree of REF) then
 runs every step in a fresh process, the trees interleaved, the median of
 --repeat runs, reporting wall time, the process's peak resident memory (VmHWM)
-and that peak less the resident memory before the step, the process's CPU
-time (all threads: less sensitive than wall time to other load on the
-machine), and each stage's time (and CPU time) with its G mul-add/s (index scoring: S x causal records x I x 128;
-attention: S x N x C x 512, twice: scores and values), and their sum over the
+and that peak less the resident memory before the step, the bytes of the
+step's inputs and returned payloads (what any oracle holds when it returns;
+a view counts as its base, once) and the peak beyond them and the imported
+modules (the working memory this oracle adds), the process's CPU time (all
+threads: less sensitive than wall time to other load on the machine), and
+each stage's time (and CPU time) with its G mul-add/s (index scoring: S x
+causal records x I x 128; attention: S x N x C x 512, twice: scores and
+values), and their sum over the
 no-FMA peak, a lower bound on the step's time. The no-FMA peak is
 measured here: independent binary32 multiply-then-add chains held in
 registers, numba, fastmath off (its assembly checked: no fused op), one
@@ -83,6 +87,7 @@ def child(case: str) -> None:
     from csa_conform.oracle import run_step, stage_functions
     from csa_conform.spec import STAGES
 
+    baseline = _resident_kib("VmRSS")
     data = np.load(DATA / f"{case}.npz")
     header = json.loads(str(data["header"]))
     inputs = {name: data[name] for name in data.files if name != "header"}
@@ -106,10 +111,25 @@ def child(case: str) -> None:
     result = run_step(attrs, inputs, outputs)
     wall, cpu = time.perf_counter() - begin, time.process_time() - begin_cpu
     work = _work(attrs, inputs, result)
+    held = _held_bytes([*inputs.values(), *(t for p in result.stages.values() for t in p.values())])
+    peak = _resident_kib("VmHWM")
     print(json.dumps({
-        "wall": wall, "peak_mib": _resident_kib("VmHWM") / 1024, "step_mib": (_resident_kib("VmHWM") - before) / 1024,
+        "wall": wall, "peak_mib": peak / 1024, "step_mib": (peak - before) / 1024,
+        "held_mib": held / 2**20, "working_mib": (peak - baseline) / 1024 - held / 2**20,
         "cpu": cpu, "stages": stage_seconds, "stage_cpu": stage_cpu, "work": work, "tree": str(Path(stage_functions.__file__).parents[2]),
     }))
+
+
+def _held_bytes(arrays) -> int:
+    """Bytes of the distinct buffers behind the step's inputs and returned payloads (a broadcast or
+    other view counts as its base once): what any oracle must hold when it returns."""
+    buffers = {}
+    for array in arrays:
+        base = np.asarray(array)
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        buffers[id(base)] = base.nbytes
+    return sum(buffers.values())
 
 
 def _work(attrs, inputs, result) -> dict[str, float]:
@@ -224,7 +244,9 @@ def main() -> None:
                 for stage, seconds in run["stages"].items() if seconds >= 5e-4
             )
             print(f"    {label:<6} {run['wall']:7.3f} s (min {fastest:.3f}, cpu {run['cpu']:.3f} s)  "
-                  f"peak {run['peak_mib']:6.0f} MiB (step {run['step_mib']:+6.0f})  {stages}")
+                  f"peak {run['peak_mib']:6.0f} MiB (step {run['step_mib']:+6.0f}; inputs and returned payloads "
+                  f"{run.get('held_mib', float('nan')):.0f}, working memory beyond them "
+                  f"{run.get('working_mib', float('nan')):+.0f})  {stages}")
             print(f"           cpu s by stage: " + ", ".join(
                 f"{stage} {seconds:.3f}" for stage, seconds in run["stage_cpu"].items() if seconds >= 5e-4))
 
