@@ -48,25 +48,28 @@ VALUE_TILE = 64
 
 
 @njit(**KERNEL_OPTIONS)
-def decode_fp8_row(record, logical):
-    """records.decode_fp8_record of one record into logical [512]: FP8 codes times their E8M0 block
-    scale (one binary32 product of table values), then the bf16 RoPE tail widened bit for bit."""
+def decode_fp8_row(record, logical, first, last):
+    """records.decode_fp8_record of one record into logical[first:last] (of 512): FP8 codes times their
+    E8M0 block scale (one binary32 product of table values), then the bf16 RoPE tail widened bit for bit."""
     for block in range(FP8_BLOCKS):
-        at = block * (FP8_BLOCK + 1)
-        scale = E8M0_TABLE[record[at]]
-        for i in range(FP8_BLOCK):
-            logical[block * FP8_BLOCK + i] = E4M3_TABLE[record[at + 1 + i]] * scale
+        at, begin = block * (FP8_BLOCK + 1), block * FP8_BLOCK
+        low, high = max(first, begin), min(last, begin + FP8_BLOCK)
+        if low < high:
+            scale = E8M0_TABLE[record[at]]
+            for d in range(low, high):
+                logical[d] = E4M3_TABLE[record[at + 1 + d - begin]] * scale
     lead, at = FP8_BLOCKS * FP8_BLOCK, FP8_BLOCKS * (FP8_BLOCK + 1)
     bits = logical.view(np.uint32)
-    for d in range(logical.size - lead):
+    for d in range(max(first, lead) - lead, last - lead):
         bits[lead + d] = (np.uint32(record[at + 2 * d]) | (np.uint32(record[at + 2 * d + 1]) << 8)) << 16
 
 
 @njit(**KERNEL_OPTIONS)
-def decode_packed(current, packed, b, row, decoded, slot):
-    """Decodes row ``row`` of [current_kv | packed] into decoded[slot] when it is a packed FP8 record."""
+def decode_packed(current, packed, b, row, decoded, slot, first, last):
+    """Decodes d in [first, last) of row ``row`` of [current_kv | packed] into decoded[slot] when it is
+    a packed FP8 record."""
     if row >= current.shape[1] and packed.shape[1] > 0:
-        decode_fp8_row(packed[b, row - current.shape[1]], decoded[slot])
+        decode_fp8_row(packed[b, row - current.shape[1]], decoded[slot], first, last)
 
 
 @njit(**KERNEL_OPTIONS)
@@ -188,7 +191,7 @@ def attention_scores(query, current, records, packed, rows, scale, bias, has_bia
             for start in range(0, live, SCORE_TILE):
                 count = min(SCORE_TILE, live - start)
                 for j in range(count):
-                    decode_packed(current, packed, b, rows[b, s, columns[start + j]], decoded, j)
+                    decode_packed(current, packed, b, rows[b, s, columns[start + j]], decoded, j, 0, dim)
                 for j in range(0, count, 4):
                     last_row = min(j + 3, count - 1)
                     row0 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + j]], j)
@@ -207,30 +210,31 @@ def attention_scores(query, current, records, packed, rows, scale, bias, has_bia
 
 
 @njit(**KERNEL_OPTIONS)
-def attention_values(probabilities, current, records, packed, rows, begin, end, first_head, last_head, output):
-    """output[b, s, h] = ascending sum over candidates of p * row, for s in [begin, end), h in [first_head, last_head).
+def attention_values(probabilities, current, records, packed, rows, begin, end, first, last, output):
+    """output[b, s, :, first:last] = ascending sum over candidates of p * row[first:last], for s in
+    [begin, end) and every head.
 
     probabilities are [B, end - begin, N, C]; rows as in attention_scores.
     An empty slot's probability is 0, so its term is +0 and is skipped (a
     sum that starts at +0 never becomes -0, so adding +0 changes no bit).
-    VALUE_TILE candidates at a time are gathered (a packed FP8 record
-    decoded once) with their probabilities, so their rows are read from
-    memory once for every head; the tile is [d // BLOCK, candidate, lane],
-    so a block of d of every candidate is one contiguous run (rows 2 KiB
-    apart would share a few L1 sets). HEAD_BLOCK heads by BLOCK of d are eight
-    vectors of sums (compiled_lanes.py) that stay in registers over the
-    tile's candidates, one product and one sum per term, in ascending
-    candidate order; d past the last whole BLOCK goes one lane at a time.
-    Head ranges are independent, so a decode's one query splits over the
-    cores by heads.
+    VALUE_TILE candidates at a time are gathered (a packed FP8 record's
+    span decoded once) with their probabilities, so their rows are read
+    from memory once for every head; the tile is [d // BLOCK, candidate,
+    lane], so a block of d of every candidate is one contiguous run (rows
+    2 KiB apart would share a few L1 sets). HEAD_BLOCK heads by BLOCK of d
+    are eight vectors of sums (compiled_lanes.py) that stay in registers
+    over the tile's candidates, one product and one sum per term, in
+    ascending candidate order; d past the last whole BLOCK goes one lane at
+    a time. Ranges of d are independent, so a decode's one query splits
+    over the cores by d, and each core reads only its span of each row.
     """
     batch, _, heads, dim = output.shape
     count = rows.shape[-1]
+    whole, tail = (last - first) // BLOCK, first + (last - first) // BLOCK * BLOCK
     columns = np.empty(count, dtype=np.int64)
-    value_tile = np.empty((-(-dim // BLOCK), VALUE_TILE, BLOCK), dtype=np.float32)
+    value_tile = np.empty((-(-(last - first) // BLOCK), VALUE_TILE, BLOCK), dtype=np.float32)
     weight_tile = np.empty((VALUE_TILE, heads), dtype=np.float32)
     decoded = np.empty((1, dim), dtype=np.float32)
-    whole = dim // BLOCK
     for b in range(batch):
         for s in range(begin, end):
             live = 0
@@ -238,29 +242,28 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                 if rows[b, s, c] >= 0:
                     columns[live] = c
                     live += 1
-            for h in range(first_head, last_head):
-                output[b, s, h, :] = _ZERO
+            output[b, s, :, first:last] = _ZERO
             weights = probabilities[b, s - begin]
             sums = output[b, s]
             for start in range(0, live, VALUE_TILE):
                 size = min(live, start + VALUE_TILE) - start
                 for j in range(size):
-                    c = columns[start + j]
-                    row_id = rows[b, s, c]
-                    decode_packed(current, packed, b, row_id, decoded, 0)
+                    row_id = rows[b, s, columns[start + j]]
+                    decode_packed(current, packed, b, row_id, decoded, 0, first, last)
                     row = candidate_row(current, records, packed, decoded, b, row_id, 0)
                     for block in range(whole):
-                        store_lanes(value_tile, (block, j, 0), load_lanes(row, block * BLOCK))
-                        store_lanes(value_tile, (block, j, LANES), load_lanes(row, block * BLOCK + LANES))
-                    for d in range(whole * BLOCK, dim):
-                        value_tile[whole, j, d - whole * BLOCK] = row[d]
-                for h in range(first_head, last_head):
+                        d = first + block * BLOCK
+                        store_lanes(value_tile, (block, j, 0), load_lanes(row, d))
+                        store_lanes(value_tile, (block, j, LANES), load_lanes(row, d + LANES))
+                    for d in range(tail, last):
+                        value_tile[whole, j, d - tail] = row[d]
+                for h in range(heads):
                     for j in range(size):
                         weight_tile[j, h] = weights[h, columns[start + j]]
                 for block in range(whole):
-                    d = block * BLOCK
-                    h = first_head
-                    while h + HEAD_BLOCK <= last_head:
+                    d = first + block * BLOCK
+                    h = 0
+                    while h + HEAD_BLOCK <= heads:
                         t00, t01 = load_lanes(sums, (h, d)), load_lanes(sums, (h, d + LANES))
                         t10, t11 = load_lanes(sums, (h + 1, d)), load_lanes(sums, (h + 1, d + LANES))
                         t20, t21 = load_lanes(sums, (h + 2, d)), load_lanes(sums, (h + 2, d + LANES))
@@ -281,7 +284,7 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                         store_lanes(sums, (h + 3, d), t30)
                         store_lanes(sums, (h + 3, d + LANES), t31)
                         h += HEAD_BLOCK
-                    while h < last_head:
+                    while h < heads:
                         t0, t1 = load_lanes(sums, (h, d)), load_lanes(sums, (h, d + LANES))
                         for j in range(size):
                             t0 = add_product(t0, weight_tile[j, h], load_lanes(value_tile, (block, j, 0)))
@@ -289,10 +292,10 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                         store_lanes(sums, (h, d), t0)
                         store_lanes(sums, (h, d + LANES), t1)
                         h += 1
-                for d in range(whole * BLOCK, dim):
-                    for h in range(first_head, last_head):
+                for d in range(tail, last):
+                    for h in range(heads):
                         for j in range(size):
-                            sums[h, d] += weight_tile[j, h] * value_tile[whole, j, d - whole * BLOCK]
+                            sums[h, d] += weight_tile[j, h] * value_tile[whole, j, d - tail]
 
 
 @njit(**KERNEL_OPTIONS)
