@@ -49,19 +49,21 @@ VALUE_TILE = 64
 
 @njit(**KERNEL_OPTIONS)
 def decode_fp8_row(record, logical, first, last):
-    """records.decode_fp8_record of one record into logical[first:last] (of 512): FP8 codes times their
-    E8M0 block scale (one binary32 product of table values), then the bf16 RoPE tail widened bit for bit."""
+    """records.decode_fp8_record of one record into logical [512], of the FP8 blocks and the bf16 tail
+    that meet [first, last): FP8 codes times their E8M0 block scale (one binary32 product of table
+    values), then the RoPE tail widened bit for bit. Whole blocks keep the loops' trip counts fixed."""
     for block in range(FP8_BLOCKS):
-        at, begin = block * (FP8_BLOCK + 1), block * FP8_BLOCK
-        low, high = max(first, begin), min(last, begin + FP8_BLOCK)
-        if low < high:
+        begin = block * FP8_BLOCK
+        if begin < last and first < begin + FP8_BLOCK:
+            at = block * (FP8_BLOCK + 1)
             scale = E8M0_TABLE[record[at]]
-            for d in range(low, high):
-                logical[d] = E4M3_TABLE[record[at + 1 + d - begin]] * scale
+            for i in range(FP8_BLOCK):
+                logical[begin + i] = E4M3_TABLE[record[at + 1 + i]] * scale
     lead, at = FP8_BLOCKS * FP8_BLOCK, FP8_BLOCKS * (FP8_BLOCK + 1)
-    bits = logical.view(np.uint32)
-    for d in range(max(first, lead) - lead, last - lead):
-        bits[lead + d] = (np.uint32(record[at + 2 * d]) | (np.uint32(record[at + 2 * d + 1]) << 8)) << 16
+    if last > lead:
+        bits = logical.view(np.uint32)
+        for d in range(logical.size - lead):
+            bits[lead + d] = (np.uint32(record[at + 2 * d]) | (np.uint32(record[at + 2 * d + 1]) << 8)) << 16
 
 
 @njit(**KERNEL_OPTIONS)
