@@ -2,14 +2,18 @@
 
 Every product and sum is one binary32 operation in the NumPy engine's
 order: dots ascend in d, head sums ascend in head, value sums ascend in
-candidate. Vectorisation runs across independent lanes only (candidates or
-records for the dots, d for the value sums), so no reduction is
-reassociated; blocks of heads share loads, never sums. fastmath is
-off: LLVM then neither reassociates nor contracts a*b+c into a fused
-multiply-add (tests/oracle/test_compiled_kernels.py reads the assembly).
+candidate. Vectorisation runs across independent lanes only (heads for
+attention's dots, records for the index dots, d for the value sums), so
+no reduction is reassociated. The dots and sums of a register block live
+in LLVM vectors (compiled_lanes.py) for a whole reduction: numba keeps an
+accumulator that is an array element in memory, loaded and stored every
+few terms, which held these kernels near a third of the no-FMA peak.
+fastmath is off and the vector operations carry no fast-math flags: LLVM
+then neither reassociates nor contracts a*b+c into a fused multiply-add
+(tests/oracle/test_compiled_kernels.py reads the assembly).
 No kernel calls a math function: glibc's libm comes from compiled_libm.py.
 Kernels release the GIL; the oracle's own thread pool runs query chunks,
-or a decode's record, candidate and head ranges (independent lanes too).
+or a decode's record, candidate, head and d ranges (independent lanes too).
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ KERNEL_OPTIONS = {"cache": kernel_cache(), "nogil": True, "fastmath": False, "er
 
 _ZERO = np.float32(0)
 _MINUS_INFINITY = np.float32(-np.inf)
-# A register block is HEAD_BLOCK heads by BLOCK lanes (candidates, or d for the value sums):
-# eight vectors of sums, with the two vectors and four weights each step reads, fit 16 registers.
+# A register block is eight vectors: HEAD_BLOCK heads by BLOCK lanes (records for the index dots,
+# d for the value sums), or BLOCK heads by four candidates (attention's dots); with the operands
+# each step reads it fits sixteen registers.
 HEAD_BLOCK = 4
 BLOCK = 2 * LANES
-# Candidates per score tile: [64, 512] f32 (128 KiB) stays in L2, a block's [512, 16] slab in L1.
+# Records per index tile ([64, 128] f32 decoded once for every query and head), and candidates whose
+# FP8 records attention decodes at a time.
 SCORE_TILE = 64
 FP4_BLOCK = 32
 # Candidate rows summed per pass over the heads: 64 rows of 512 f32 (128 KiB) stay in L2.
