@@ -45,9 +45,11 @@ _MINUS_INFINITY = np.float32(-np.inf)
 # each step reads it fits sixteen registers.
 HEAD_BLOCK = 4
 BLOCK = 2 * LANES
-# Records per index tile ([64, 128] f32 decoded once for every query and head), and candidates whose
-# FP8 records attention decodes at a time.
+# Candidates whose FP8 records attention decodes at a time.
 SCORE_TILE = 64
+# Records per index tile: [256, 128] f32 (128 KiB) decoded once for every query and head, stays in L2;
+# a prefill streams every query's [heads, 128] once per tile, so larger tiles stream them less.
+INDEX_TILE = 256
 FP4_BLOCK = 32
 # Candidate rows summed per pass over the heads: 64 rows of 512 f32 (128 KiB) stay in L2.
 VALUE_TILE = 64
@@ -319,12 +321,12 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
     causal[s] are left as they are.
     """
     batch, sequence, heads, width = queries.shape
-    key_tile = np.zeros((SCORE_TILE // BLOCK, width, BLOCK), dtype=np.float32)
-    total = np.empty(SCORE_TILE, dtype=np.float32)
+    key_tile = np.zeros((INDEX_TILE // BLOCK, width, BLOCK), dtype=np.float32)
+    total = np.empty(INDEX_TILE, dtype=np.float32)
     blocks = width // FP4_BLOCK
     for b in range(batch):
-        for tile in range(first, last, SCORE_TILE):
-            count = min(SCORE_TILE, last - tile)
+        for tile in range(first, last, INDEX_TILE):
+            count = min(INDEX_TILE, last - tile)
             for c in range(count):
                 for block in range(blocks):
                     base = block * (FP4_BLOCK // 2 + 1)

@@ -20,7 +20,7 @@ from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_RECORD_BYTES, HEA
 from csa_conform.oracle import compression_update as reference_compression
 from csa_conform.oracle import index_key_update as reference_index_keys
 from csa_conform.oracle import index_query_finalize as reference_queries
-from csa_conform.oracle.compiled_kernels import BLOCK, SCORE_TILE, attention_scores, attention_values, packed_index_scores
+from csa_conform.oracle.compiled_kernels import BLOCK, INDEX_TILE, attention_scores, attention_values, packed_index_scores
 from csa_conform.oracle.compiled_records import (
     attention_records,
     decode_fp4_record,
@@ -61,10 +61,10 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
 
 
 def record_chunks(records: int) -> list[slice]:
-    """Whole score tiles, a few chunks per core so that uneven causal rows still balance."""
-    tiles = -(-records // SCORE_TILE)
+    """Whole index tiles, a few chunks per core so that uneven causal rows still balance."""
+    tiles = -(-records // INDEX_TILE)
     per_chunk = max(1, -(-tiles // (4 * worker_count())))
-    size = per_chunk * SCORE_TILE
+    size = per_chunk * INDEX_TILE
     return [slice(begin, min(records, begin + size)) for begin in range(0, records, size)]
 
 

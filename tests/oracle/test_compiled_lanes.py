@@ -88,9 +88,9 @@ def test_attention_scores_and_values_match_one_term_at_a_time(heads, dim, count,
         np.testing.assert_array_equal(_bits(output[0, 0]), _bits(sums), err_msg=f"spans cut at block {cut}")
 
 
-@pytest.mark.parametrize(("heads", "records"), [(1, 7), (6, 64), (64, 97)])
+@pytest.mark.parametrize(("heads", "records"), [(1, 7), (6, 64), (64, 300)])
 def test_index_scores_match_one_head_and_one_term_at_a_time(heads, records):
-    from csa_conform.oracle.compiled_kernels import packed_index_scores
+    from csa_conform.oracle.compiled_kernels import INDEX_TILE, packed_index_scores
 
     rng = np.random.default_rng(heads + records)
     sequence = 3
@@ -111,7 +111,7 @@ def test_index_scores_match_one_head_and_one_term_at_a_time(heads, records):
             total = total + np.where(dots > 0, dots, np.float32(0)) * weights[0, s, h] * weight_scale
         expected[s, : causal[s]] = total
     scores = np.full((1, sequence, records), -np.inf, dtype=np.float32)
-    middle = min(64, records)
-    for first, last in ((0, middle), (middle, records)):
+    middle = min(INDEX_TILE, records)
+    for first, last in ((0, middle), (middle, records)):  # a whole tile, then a partial one
         packed_index_scores(queries, keys, E2M1_TABLE, E8M0_TABLE, weights, weight_scale, causal, first, last, scores)
     np.testing.assert_array_equal(_bits(scores[0]), _bits(expected))
