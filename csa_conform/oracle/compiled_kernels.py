@@ -2,14 +2,18 @@
 
 Every product and sum is one binary32 operation in the NumPy engine's
 order: dots ascend in d, head sums ascend in head, value sums ascend in
-candidate. Vectorisation runs across independent lanes only (candidates or
-records for the dots, d for the value sums), so no reduction is
-reassociated; blocks of heads share loads, never sums. fastmath is
-off: LLVM then neither reassociates nor contracts a*b+c into a fused
-multiply-add (tests/oracle/test_compiled_kernels.py reads the assembly).
+candidate. Vectorisation runs across independent lanes only (heads for
+attention's dots, records for the index dots, d for the value sums), so
+no reduction is reassociated. The dots and sums of a register block live
+in LLVM vectors (compiled_lanes.py) for a whole reduction: numba keeps an
+accumulator that is an array element in memory, loaded and stored every
+few terms, which held these kernels near a third of the no-FMA peak.
+fastmath is off and the vector operations carry no fast-math flags: LLVM
+then neither reassociates nor contracts a*b+c into a fused multiply-add
+(tests/oracle/test_compiled_kernels.py reads the assembly).
 No kernel calls a math function: glibc's libm comes from compiled_libm.py.
 Kernels release the GIL; the oracle's own thread pool runs query chunks,
-or a decode's record, candidate and head ranges (independent lanes too).
+or a decode's record, candidate, head and d ranges (independent lanes too).
 """
 
 from __future__ import annotations
@@ -21,39 +25,61 @@ from csa_conform.numerics.e8m0 import E8M0_TABLE
 from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
 from csa_conform.numerics.records import FP8_BLOCKS
 from csa_conform.oracle.compile_cache import kernel_cache
+from csa_conform.oracle.compiled_lanes import (
+    LANES,
+    add_lanes,
+    add_product,
+    load_lanes,
+    relu_lanes,
+    scale_lanes,
+    store_lanes,
+    zero_lanes,
+)
 
 KERNEL_OPTIONS = {"cache": kernel_cache(), "nogil": True, "fastmath": False, "error_model": "numpy"}
 
 _ZERO = np.float32(0)
 _MINUS_INFINITY = np.float32(-np.inf)
+# A register block is eight vectors: HEAD_BLOCK heads by BLOCK lanes (records for the index dots,
+# d for the value sums), or BLOCK heads by four candidates (attention's dots); with the operands
+# each step reads it fits sixteen registers.
 HEAD_BLOCK = 4
-# Index keys decoded per tile: [128, 64] f32 (32 KiB) and the dots of 64 heads (16 KiB) stay in L1/L2.
+BLOCK = 2 * LANES
+# Candidates whose FP8 records attention decodes at a time.
 SCORE_TILE = 64
+# Records per index tile: [256, 128] f32 (128 KiB) decoded once for every query and head, stays in L2;
+# a prefill streams every query's [heads, 128] once per tile, so larger tiles stream them less.
+INDEX_TILE = 256
 FP4_BLOCK = 32
-# Candidate rows summed per pass over the heads: 32 rows of 512 f32 (64 KiB) stay in L2.
-VALUE_TILE = 32
+# Candidate rows summed per pass over the heads: 64 rows of 512 f32 (128 KiB) stay in L2.
+VALUE_TILE = 64
 
 
 @njit(**KERNEL_OPTIONS)
-def decode_fp8_row(record, logical):
-    """records.decode_fp8_record of one record into logical [512]: FP8 codes times their E8M0 block
-    scale (one binary32 product of table values), then the bf16 RoPE tail widened bit for bit."""
+def decode_fp8_row(record, logical, first, last):
+    """records.decode_fp8_record of one record into logical [512], of the FP8 blocks and the bf16 tail
+    that meet [first, last): FP8 codes times their E8M0 block scale (one binary32 product of table
+    values), then the RoPE tail widened bit for bit. Whole blocks keep the loops' trip counts fixed."""
     for block in range(FP8_BLOCKS):
-        at = block * (FP8_BLOCK + 1)
-        scale = E8M0_TABLE[record[at]]
-        for i in range(FP8_BLOCK):
-            logical[block * FP8_BLOCK + i] = E4M3_TABLE[record[at + 1 + i]] * scale
+        begin = block * FP8_BLOCK
+        if begin < last and first < begin + FP8_BLOCK:
+            at = block * (FP8_BLOCK + 1)
+            scale = E8M0_TABLE[record[at]]
+            for i in range(FP8_BLOCK):
+                logical[begin + i] = E4M3_TABLE[record[at + 1 + i]] * scale
     lead, at = FP8_BLOCKS * FP8_BLOCK, FP8_BLOCKS * (FP8_BLOCK + 1)
-    bits = logical.view(np.uint32)
-    for d in range(logical.size - lead):
-        bits[lead + d] = (np.uint32(record[at + 2 * d]) | (np.uint32(record[at + 2 * d + 1]) << 8)) << 16
+    if last > lead:
+        bits = logical.view(np.uint32)
+        for d in range(logical.size - lead):
+            bits[lead + d] = (np.uint32(record[at + 2 * d]) | (np.uint32(record[at + 2 * d + 1]) << 8)) << 16
 
 
 @njit(**KERNEL_OPTIONS)
-def decode_packed(current, packed, b, row, decoded, slot):
-    """Decodes row ``row`` of [current_kv | packed] into decoded[slot] when it is a packed FP8 record."""
+def decode_packed(current, packed, b, row, decoded, slot, first, last):
+    """Decodes d in [first, last) of row ``row`` of [current_kv | packed] into decoded[slot] when it is
+    a packed FP8 record."""
     if row >= current.shape[1] and packed.shape[1] > 0:
-        decode_fp8_row(packed[b, row - current.shape[1]], decoded[slot])
+        decode_fp8_row(packed[b, row - current.shape[1]], decoded[slot], first, last)
 
 
 @njit(**KERNEL_OPTIONS)
@@ -69,27 +95,96 @@ def candidate_row(current, records, packed, decoded, b, row, slot):
 
 
 @njit(**KERNEL_OPTIONS)
+def weighted_relu_totals(queries, head_weights, weight_scale, tile, blocks, totals):
+    """totals[j] = the sum over heads, ascending, of fmax(dot, 0) * head_weights[h] * weight_scale, dots
+    of queries[h] and candidate j of ``tile`` ascending in d, for the first ``blocks`` blocks of BLOCK
+    candidates; tile[block, d, lane] holds candidate block * BLOCK + lane.
+
+    HEAD_BLOCK heads by BLOCK candidates are eight vectors of dots
+    (compiled_lanes.py) that stay in registers over all of d, one product and
+    one sum per term, (((0 + q_0 k_0) + q_1 k_1) + ...), the order of one
+    term at a time; the block's two vectors of totals take the heads in
+    ascending order as they finish. Lanes past a tile's last candidate hold
+    whatever the tile holds there; callers read only their candidates.
+    """
+    heads, dim = queries.shape
+    for block in range(blocks):
+        total0 = total1 = zero_lanes()
+        h = 0
+        while h + HEAD_BLOCK <= heads:
+            t00 = t01 = t10 = t11 = t20 = t21 = t30 = t31 = zero_lanes()
+            for d in range(dim):
+                k0, k1 = load_lanes(tile, (block, d, 0)), load_lanes(tile, (block, d, LANES))
+                w0, w1, w2, w3 = queries[h, d], queries[h + 1, d], queries[h + 2, d], queries[h + 3, d]
+                t00, t01 = add_product(t00, w0, k0), add_product(t01, w0, k1)
+                t10, t11 = add_product(t10, w1, k0), add_product(t11, w1, k1)
+                t20, t21 = add_product(t20, w2, k0), add_product(t21, w2, k1)
+                t30, t31 = add_product(t30, w3, k0), add_product(t31, w3, k1)
+            for dot0, dot1, weight in ((t00, t01, head_weights[h]), (t10, t11, head_weights[h + 1]),
+                                       (t20, t21, head_weights[h + 2]), (t30, t31, head_weights[h + 3])):
+                total0 = add_lanes(total0, scale_lanes(scale_lanes(relu_lanes(dot0), weight), weight_scale))
+                total1 = add_lanes(total1, scale_lanes(scale_lanes(relu_lanes(dot1), weight), weight_scale))
+            h += HEAD_BLOCK
+        while h < heads:
+            t0 = t1 = zero_lanes()
+            for d in range(dim):
+                t0 = add_product(t0, queries[h, d], load_lanes(tile, (block, d, 0)))
+                t1 = add_product(t1, queries[h, d], load_lanes(tile, (block, d, LANES)))
+            total0 = add_lanes(total0, scale_lanes(scale_lanes(relu_lanes(t0), head_weights[h]), weight_scale))
+            total1 = add_lanes(total1, scale_lanes(scale_lanes(relu_lanes(t1), head_weights[h]), weight_scale))
+            h += 1
+        store_lanes(totals, block * BLOCK, total0)
+        store_lanes(totals, block * BLOCK + LANES, total1)
+
+
+@njit(**KERNEL_OPTIONS)
+def head_dots(transposed, h, row0, row1, row2, row3, dots, j):
+    """dots[j + k, h:h + BLOCK] = the dots of rows k = 0..3 with BLOCK heads' queries, ascending in d;
+    transposed[d, h] holds query h's weight d.
+
+    Two vectors of heads by four candidates are eight vectors of sums
+    (compiled_lanes.py) that stay in registers over all of d, one product
+    and one sum per term, (((0 + q_0 k_0) + q_1 k_1) + ...), the order of
+    one term at a time; each key element is read once, in place.
+    """
+    t00 = t01 = t10 = t11 = t20 = t21 = t30 = t31 = zero_lanes()
+    for d in range(transposed.shape[0]):
+        q0, q1 = load_lanes(transposed, (d, h)), load_lanes(transposed, (d, h + LANES))
+        k0, k1, k2, k3 = row0[d], row1[d], row2[d], row3[d]
+        t00, t01 = add_product(t00, k0, q0), add_product(t01, k0, q1)
+        t10, t11 = add_product(t10, k1, q0), add_product(t11, k1, q1)
+        t20, t21 = add_product(t20, k2, q0), add_product(t21, k2, q1)
+        t30, t31 = add_product(t30, k3, q0), add_product(t31, k3, q1)
+    store_lanes(dots, (j, h), t00)
+    store_lanes(dots, (j, h + LANES), t01)
+    store_lanes(dots, (j + 1, h), t10)
+    store_lanes(dots, (j + 1, h + LANES), t11)
+    store_lanes(dots, (j + 2, h), t20)
+    store_lanes(dots, (j + 2, h + LANES), t21)
+    store_lanes(dots, (j + 3, h), t30)
+    store_lanes(dots, (j + 3, h + LANES), t31)
+
+
+@njit(**KERNEL_OPTIONS)
 def attention_scores(query, current, records, packed, rows, scale, bias, has_bias, begin, end, first, last, scores):
     """scores[b, s, h, c] for s in [begin, end) and candidates c in [first, last): dot(q, row) * scale
     (+ bias); -inf for empty slots (row -1; rows index [current_kv | the cache], candidate_row).
 
-    A query's non-empty candidates go SCORE_TILE at a time: their rows are
-    gathered transposed into a [d, j] tile that every head reads while it is
-    in cache, so the innermost loop runs over candidates (independent
-    lanes) and d stays sequential. As in packed_index_scores, heads go
-    HEAD_BLOCK at a time, here with d four at a time,
-    (((dot + q_d k_d) + q_d+1 k_d+1) + q_d+2 k_d+2) + q_d+3 k_d+3, the order
-    of one term at a time, so each dot is loaded and stored once per four
-    terms; the tile and the dots are this kernel's own arrays (no run-time
-    overlap checks). Candidate ranges are independent, so a decode's one
-    query splits over the cores by range.
+    The vector lanes run over heads (independent), d stays sequential
+    (head_dots): each query is transposed once into [d, heads] (zero heads
+    pad it to whole BLOCKs; their dots are never read), and its candidates'
+    rows are read where they lie, four at a time, so no row is copied (a
+    packed FP8 record is decoded once, SCORE_TILE of them at a time). A
+    tile's last group of four repeats its last row. The transposed query,
+    decoded rows and dots are this kernel's own arrays. Candidate ranges are
+    independent, so a decode's one query splits over the cores by range.
     """
     batch, _, heads, dim = query.shape
+    padded = -(-heads // BLOCK) * BLOCK
     columns = np.empty(last - first, dtype=np.int64)
-    key_tile = np.empty((dim, SCORE_TILE), dtype=np.float32)
-    dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
-    decoded = np.empty((1, dim), dtype=np.float32)
-    quads = dim - dim % 4
+    transposed = np.zeros((dim, padded), dtype=np.float32)
+    dots = np.empty((SCORE_TILE, padded), dtype=np.float32)
+    decoded = np.empty((SCORE_TILE, dim), dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
             live = 0
@@ -100,76 +195,56 @@ def attention_scores(query, current, records, packed, rows, scale, bias, has_bia
                 else:
                     columns[live] = c
                     live += 1
-            weights = query[b, s]
+            for h in range(heads):
+                for d in range(dim):
+                    transposed[d, h] = query[b, s, h, d]
             for start in range(0, live, SCORE_TILE):
                 count = min(SCORE_TILE, live - start)
                 for j in range(count):
-                    row_id = rows[b, s, columns[start + j]]
-                    decode_packed(current, packed, b, row_id, decoded, 0)
-                    row = candidate_row(current, records, packed, decoded, b, row_id, 0)
-                    for d in range(dim):
-                        key_tile[d, j] = row[d]
-                dots[:, :count] = _ZERO
-                for d in range(0, quads, 4):
-                    k0, k1, k2, k3 = key_tile[d], key_tile[d + 1], key_tile[d + 2], key_tile[d + 3]
-                    h = 0
-                    while h + HEAD_BLOCK <= heads:
-                        a0, a1, a2, a3 = weights[h, d], weights[h, d + 1], weights[h, d + 2], weights[h, d + 3]
-                        b0, b1 = weights[h + 1, d], weights[h + 1, d + 1]
-                        b2, b3 = weights[h + 1, d + 2], weights[h + 1, d + 3]
-                        c0, c1 = weights[h + 2, d], weights[h + 2, d + 1]
-                        c2, c3 = weights[h + 2, d + 2], weights[h + 2, d + 3]
-                        e0, e1 = weights[h + 3, d], weights[h + 3, d + 1]
-                        e2, e3 = weights[h + 3, d + 2], weights[h + 3, d + 3]
-                        row0, row1, row2, row3 = dots[h], dots[h + 1], dots[h + 2], dots[h + 3]
-                        for j in range(count):
-                            x0, x1, x2, x3 = k0[j], k1[j], k2[j], k3[j]
-                            row0[j] = row0[j] + a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
-                            row1[j] = row1[j] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
-                            row2[j] = row2[j] + c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
-                            row3[j] = row3[j] + e0 * x0 + e1 * x1 + e2 * x2 + e3 * x3
-                        h += HEAD_BLOCK
-                    while h < heads:
-                        a0, a1, a2, a3 = weights[h, d], weights[h, d + 1], weights[h, d + 2], weights[h, d + 3]
-                        row_dots = dots[h]
-                        for j in range(count):
-                            row_dots[j] = row_dots[j] + a0 * k0[j] + a1 * k1[j] + a2 * k2[j] + a3 * k3[j]
-                        h += 1
-                for d in range(quads, dim):
-                    column = key_tile[d]
-                    for h in range(heads):
-                        weight = weights[h, d]
-                        row_dots = dots[h]
-                        for j in range(count):
-                            row_dots[j] += weight * column[j]
+                    decode_packed(current, packed, b, rows[b, s, columns[start + j]], decoded, j, 0, dim)
+                for j in range(0, count, 4):
+                    last_row = min(j + 3, count - 1)
+                    row0 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + j]], j)
+                    row1 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + min(j + 1, last_row)]], min(j + 1, last_row))
+                    row2 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + min(j + 2, last_row)]], min(j + 2, last_row))
+                    row3 = candidate_row(current, records, packed, decoded, b, rows[b, s, columns[start + last_row]], last_row)
+                    for h in range(0, padded, BLOCK):
+                        head_dots(transposed, h, row0, row1, row2, row3, dots, j)
                 for h in range(heads):
                     for j in range(count):
                         c = columns[start + j]
                         if has_bias:
-                            scores[b, s, h, c] = dots[h, j] * scale + bias[b, h, s, c]
+                            scores[b, s, h, c] = dots[j, h] * scale + bias[b, h, s, c]
                         else:
-                            scores[b, s, h, c] = dots[h, j] * scale
+                            scores[b, s, h, c] = dots[j, h] * scale
 
 
 @njit(**KERNEL_OPTIONS)
-def attention_values(probabilities, current, records, packed, rows, begin, end, first_head, last_head, output):
-    """output[b, s, h] = ascending sum over candidates of p * row, for s in [begin, end), h in [first_head, last_head).
+def attention_values(probabilities, current, records, packed, rows, begin, end, first, last, output):
+    """output[b, s, :, first:last] = ascending sum over candidates of p * row[first:last], for s in
+    [begin, end) and every head.
 
-    probabilities are [B, end - begin, N, C]; rows as in attention_scores (a
-    tile's packed FP8 records are decoded once, before its heads).
+    probabilities are [B, end - begin, N, C]; rows as in attention_scores.
     An empty slot's probability is 0, so its term is +0 and is skipped (a
     sum that starts at +0 never becomes -0, so adding +0 changes no bit).
-    Candidates go four at a time, (((y + p_c v_c) + p_c' v_c') + ...) + ...,
-    the order of one at a time, so each output is loaded and stored once
-    per four terms, and VALUE_TILE candidates at a time for all heads, so
-    their rows are read from memory once and stay in cache for every head.
-    Head ranges are independent, so a decode's one query splits over the
-    cores by heads.
+    VALUE_TILE candidates at a time are gathered (a packed FP8 record's
+    span decoded once) with their probabilities, so their rows are read
+    from memory once for every head; the tile is [d // BLOCK, candidate,
+    lane], so a block of d of every candidate is one contiguous run (rows
+    2 KiB apart would share a few L1 sets). HEAD_BLOCK heads by BLOCK of d
+    are eight vectors of sums (compiled_lanes.py) that stay in registers
+    over the tile's candidates, one product and one sum per term, in
+    ascending candidate order; d past the last whole BLOCK goes one lane at
+    a time. Ranges of d are independent, so a decode's one query splits
+    over the cores by d, and each core reads only its span of each row.
     """
     batch, _, heads, dim = output.shape
     count = rows.shape[-1]
+    whole, tail = (last - first) // BLOCK, first + (last - first) // BLOCK * BLOCK
     columns = np.empty(count, dtype=np.int64)
-    decoded = np.empty((VALUE_TILE, dim), dtype=np.float32)
+    value_tile = np.empty((-(-(last - first) // BLOCK), VALUE_TILE, BLOCK), dtype=np.float32)
+    weight_tile = np.empty((VALUE_TILE, heads), dtype=np.float32)
+    decoded = np.empty((1, dim), dtype=np.float32)
     for b in range(batch):
         for s in range(begin, end):
             live = 0
@@ -177,53 +252,60 @@ def attention_values(probabilities, current, records, packed, rows, begin, end, 
                 if rows[b, s, c] >= 0:
                     columns[live] = c
                     live += 1
-            for h in range(first_head, last_head):
-                output[b, s, h, :] = _ZERO
+            output[b, s, :, first:last] = _ZERO
             weights = probabilities[b, s - begin]
+            sums = output[b, s]
             for start in range(0, live, VALUE_TILE):
-                stop = min(live, start + VALUE_TILE)
-                quads = stop - (stop - start) % 4
-                for j in range(start, stop):
-                    decode_packed(current, packed, b, rows[b, s, columns[j]], decoded, j - start)
-                h = first_head
-                while h < last_head:
-                    block = HEAD_BLOCK if h + HEAD_BLOCK <= last_head else 1
-                    for j in range(start, quads, 4):
-                        c0, c1, c2, c3 = columns[j], columns[j + 1], columns[j + 2], columns[j + 3]
-                        v0 = candidate_row(current, records, packed, decoded, b, rows[b, s, c0], j - start)
-                        v1 = candidate_row(current, records, packed, decoded, b, rows[b, s, c1], j + 1 - start)
-                        v2 = candidate_row(current, records, packed, decoded, b, rows[b, s, c2], j + 2 - start)
-                        v3 = candidate_row(current, records, packed, decoded, b, rows[b, s, c3], j + 3 - start)
-                        if block == HEAD_BLOCK:
-                            out0, out1 = output[b, s, h], output[b, s, h + 1]
-                            out2, out3 = output[b, s, h + 2], output[b, s, h + 3]
-                            p00, p01, p02, p03 = weights[h, c0], weights[h, c1], weights[h, c2], weights[h, c3]
-                            p10, p11 = weights[h + 1, c0], weights[h + 1, c1]
-                            p12, p13 = weights[h + 1, c2], weights[h + 1, c3]
-                            p20, p21 = weights[h + 2, c0], weights[h + 2, c1]
-                            p22, p23 = weights[h + 2, c2], weights[h + 2, c3]
-                            p30, p31 = weights[h + 3, c0], weights[h + 3, c1]
-                            p32, p33 = weights[h + 3, c2], weights[h + 3, c3]
-                            for d in range(dim):
-                                x0, x1, x2, x3 = v0[d], v1[d], v2[d], v3[d]
-                                out0[d] = out0[d] + p00 * x0 + p01 * x1 + p02 * x2 + p03 * x3
-                                out1[d] = out1[d] + p10 * x0 + p11 * x1 + p12 * x2 + p13 * x3
-                                out2[d] = out2[d] + p20 * x0 + p21 * x1 + p22 * x2 + p23 * x3
-                                out3[d] = out3[d] + p30 * x0 + p31 * x1 + p32 * x2 + p33 * x3
-                        else:
-                            total = output[b, s, h]
-                            p0, p1, p2, p3 = weights[h, c0], weights[h, c1], weights[h, c2], weights[h, c3]
-                            for d in range(dim):
-                                total[d] = total[d] + p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d]
-                    for j in range(quads, stop):
-                        c = columns[j]
-                        values = candidate_row(current, records, packed, decoded, b, rows[b, s, c], j - start)
-                        for k in range(block):
-                            p = weights[h + k, c]
-                            total = output[b, s, h + k]
-                            for d in range(dim):
-                                total[d] += p * values[d]
-                    h += block
+                size = min(live, start + VALUE_TILE) - start
+                for j in range(size):
+                    row_id = rows[b, s, columns[start + j]]
+                    decode_packed(current, packed, b, row_id, decoded, 0, first, last)
+                    row = candidate_row(current, records, packed, decoded, b, row_id, 0)
+                    for block in range(whole):
+                        d = first + block * BLOCK
+                        store_lanes(value_tile, (block, j, 0), load_lanes(row, d))
+                        store_lanes(value_tile, (block, j, LANES), load_lanes(row, d + LANES))
+                    for d in range(tail, last):
+                        value_tile[whole, j, d - tail] = row[d]
+                for h in range(heads):
+                    for j in range(size):
+                        weight_tile[j, h] = weights[h, columns[start + j]]
+                for block in range(whole):
+                    d = first + block * BLOCK
+                    h = 0
+                    while h + HEAD_BLOCK <= heads:
+                        t00, t01 = load_lanes(sums, (h, d)), load_lanes(sums, (h, d + LANES))
+                        t10, t11 = load_lanes(sums, (h + 1, d)), load_lanes(sums, (h + 1, d + LANES))
+                        t20, t21 = load_lanes(sums, (h + 2, d)), load_lanes(sums, (h + 2, d + LANES))
+                        t30, t31 = load_lanes(sums, (h + 3, d)), load_lanes(sums, (h + 3, d + LANES))
+                        for j in range(size):
+                            v0, v1 = load_lanes(value_tile, (block, j, 0)), load_lanes(value_tile, (block, j, LANES))
+                            p0, p1, p2, p3 = weight_tile[j, h], weight_tile[j, h + 1], weight_tile[j, h + 2], weight_tile[j, h + 3]
+                            t00, t01 = add_product(t00, p0, v0), add_product(t01, p0, v1)
+                            t10, t11 = add_product(t10, p1, v0), add_product(t11, p1, v1)
+                            t20, t21 = add_product(t20, p2, v0), add_product(t21, p2, v1)
+                            t30, t31 = add_product(t30, p3, v0), add_product(t31, p3, v1)
+                        store_lanes(sums, (h, d), t00)
+                        store_lanes(sums, (h, d + LANES), t01)
+                        store_lanes(sums, (h + 1, d), t10)
+                        store_lanes(sums, (h + 1, d + LANES), t11)
+                        store_lanes(sums, (h + 2, d), t20)
+                        store_lanes(sums, (h + 2, d + LANES), t21)
+                        store_lanes(sums, (h + 3, d), t30)
+                        store_lanes(sums, (h + 3, d + LANES), t31)
+                        h += HEAD_BLOCK
+                    while h < heads:
+                        t0, t1 = load_lanes(sums, (h, d)), load_lanes(sums, (h, d + LANES))
+                        for j in range(size):
+                            t0 = add_product(t0, weight_tile[j, h], load_lanes(value_tile, (block, j, 0)))
+                            t1 = add_product(t1, weight_tile[j, h], load_lanes(value_tile, (block, j, LANES)))
+                        store_lanes(sums, (h, d), t0)
+                        store_lanes(sums, (h, d + LANES), t1)
+                        h += 1
+                for d in range(tail, last):
+                    for h in range(heads):
+                        for j in range(size):
+                            sums[h, d] += weight_tile[j, h] * value_tile[whole, j, d - tail]
 
 
 @njit(**KERNEL_OPTIONS)
@@ -231,28 +313,20 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
     """scores[b, s, c] for records c in [first, last) with c < causal[s], from packed FP4 keys.
 
     Sum over heads, ascending, of fmax(dot, 0) * weight * weight_scale
-    (fmax: a NaN dot counts as 0), dots ascending in d. Keys stay packed
-    ([B, records, 68] bytes) and are decoded a tile of records at a time
-    (code value times E8M0 scale, one binary32 product, as the NumPy
-    decode); the tile, [d, records], is read by every query and every head
-    while it is in cache, so each key byte is read once per call. Heads go
-    HEAD_BLOCK at a time and d two at a time: each key load serves four
-    heads, and each dot is loaded and stored once per two terms, added in
-    ascending d as (dot + q_d k_d) + q_d+1 k_d+1, the order of one term at a
-    time (the record width, 128, is even). The tile and the dots are this
-    kernel's own arrays, never arguments: LLVM then knows they do not
-    overlap and the record loop needs no run-time overlap check. Measured on
-    one thread at 2^20: 0.15 s -> 0.074 s. Entries past causal[s] are left
-    as they are.
+    (fmax: a NaN dot counts as 0), dots ascending in d (weighted_relu_totals). Keys
+    stay packed ([B, records, 68] bytes) and are decoded a tile of records
+    at a time (code value times E8M0 scale, one binary32 product, as the
+    NumPy decode); the tile is read by every query and every head while it
+    is in cache, so each key byte is read once per call. Entries past
+    causal[s] are left as they are.
     """
     batch, sequence, heads, width = queries.shape
-    key_tile = np.empty((width, SCORE_TILE), dtype=np.float32)
-    dots = np.empty((heads, SCORE_TILE), dtype=np.float32)
-    total = np.empty(SCORE_TILE, dtype=np.float32)
+    key_tile = np.zeros((INDEX_TILE // BLOCK, width, BLOCK), dtype=np.float32)
+    total = np.empty(INDEX_TILE, dtype=np.float32)
     blocks = width // FP4_BLOCK
     for b in range(batch):
-        for tile in range(first, last, SCORE_TILE):
-            count = min(SCORE_TILE, last - tile)
+        for tile in range(first, last, INDEX_TILE):
+            count = min(INDEX_TILE, last - tile)
             for c in range(count):
                 for block in range(blocks):
                     base = block * (FP4_BLOCK // 2 + 1)
@@ -260,44 +334,16 @@ def packed_index_scores(queries, keys, e2m1, e8m0, weights, weight_scale, causal
                     for pair in range(FP4_BLOCK // 2):
                         byte = keys[b, tile + c, base + 1 + pair]
                         d = block * FP4_BLOCK + 2 * pair
-                        key_tile[d, c] = e2m1[byte & 15] * scale
-                        key_tile[d + 1, c] = e2m1[byte >> 4] * scale
+                        key_tile[c // BLOCK, d, c % BLOCK] = e2m1[byte & 15] * scale
+                        key_tile[c // BLOCK, d + 1, c % BLOCK] = e2m1[byte >> 4] * scale
             for s in range(sequence):
                 live = min(causal[s] - tile, count)
                 if live <= 0:
                     continue
-                dots[:, :live] = _ZERO
-                for d in range(0, width, 2):
-                    column, next_column = key_tile[d], key_tile[d + 1]
-                    h = 0
-                    while h + HEAD_BLOCK <= heads:
-                        w0, w1 = queries[b, s, h, d], queries[b, s, h + 1, d]
-                        w2, w3 = queries[b, s, h + 2, d], queries[b, s, h + 3, d]
-                        v0, v1 = queries[b, s, h, d + 1], queries[b, s, h + 1, d + 1]
-                        v2, v3 = queries[b, s, h + 2, d + 1], queries[b, s, h + 3, d + 1]
-                        row0, row1, row2, row3 = dots[h], dots[h + 1], dots[h + 2], dots[h + 3]
-                        for c in range(live):
-                            key, next_key = column[c], next_column[c]
-                            row0[c] = row0[c] + w0 * key + v0 * next_key
-                            row1[c] = row1[c] + w1 * key + v1 * next_key
-                            row2[c] = row2[c] + w2 * key + v2 * next_key
-                            row3[c] = row3[c] + w3 * key + v3 * next_key
-                        h += HEAD_BLOCK
-                    while h < heads:
-                        weight, next_weight = queries[b, s, h, d], queries[b, s, h, d + 1]
-                        row = dots[h]
-                        for c in range(live):
-                            row[c] = row[c] + weight * column[c] + next_weight * next_column[c]
-                        h += 1
-                total[:live] = _ZERO
-                for h in range(heads):
-                    head_weight = weights[b, s, h]
-                    for c in range(live):
-                        dot = dots[h, c]
-                        relu = dot if dot > _ZERO else _ZERO
-                        total[c] += relu * head_weight * weight_scale
+                weighted_relu_totals(queries[b, s], weights[b, s], weight_scale, key_tile, -(-live // BLOCK), total)
                 for c in range(live):
                     scores[b, s, tile + c] = total[c]
 
 
-KERNELS = (decode_fp8_row, decode_packed, candidate_row, attention_scores, attention_values, packed_index_scores)
+KERNELS = (decode_fp8_row, decode_packed, candidate_row, weighted_relu_totals, head_dots, attention_scores, attention_values,
+           packed_index_scores)

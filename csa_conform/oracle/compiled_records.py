@@ -312,7 +312,7 @@ def index_records(candidates, block_starts, norm, frequencies, logical, packed):
 def _decode_fp8_records(records, out):
     """decode_fp8_record of records [N, 583] into out [N, 512]."""
     for n in range(records.shape[0]):
-        decode_fp8_row(records[n], out[n])
+        decode_fp8_row(records[n], out[n], 0, out.shape[-1])
 
 
 @njit(**KERNEL_OPTIONS)

@@ -20,7 +20,7 @@ from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_RECORD_BYTES, HEA
 from csa_conform.oracle import compression_update as reference_compression
 from csa_conform.oracle import index_key_update as reference_index_keys
 from csa_conform.oracle import index_query_finalize as reference_queries
-from csa_conform.oracle.compiled_kernels import SCORE_TILE, attention_scores, attention_values, packed_index_scores
+from csa_conform.oracle.compiled_kernels import BLOCK, INDEX_TILE, attention_scores, attention_values, packed_index_scores
 from csa_conform.oracle.compiled_records import (
     attention_records,
     decode_fp4_record,
@@ -61,10 +61,10 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
 
 
 def record_chunks(records: int) -> list[slice]:
-    """Whole score tiles, a few chunks per core so that uneven causal rows still balance."""
-    tiles = -(-records // SCORE_TILE)
+    """Whole index tiles, a few chunks per core so that uneven causal rows still balance."""
+    tiles = -(-records // INDEX_TILE)
     per_chunk = max(1, -(-tiles // (4 * worker_count())))
-    size = per_chunk * SCORE_TILE
+    size = per_chunk * INDEX_TILE
     return [slice(begin, min(records, begin + size)) for begin in range(0, records, size)]
 
 
@@ -77,7 +77,7 @@ def sparse_sink_softmax_attention(
     head_sink: np.ndarray,
     bias: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
-    batch, sequence, heads, _ = query.shape
+    batch, sequence, heads, dim = query.shape
     current = np.ascontiguousarray(current_kv, dtype=np.float32)
     records, rows = candidate_records(geometry, present_compressed_kv, candidates, decode_fp8_record, in_place=True)
     if records.dtype == np.uint8:  # the kernels decode each record as they read it
@@ -90,34 +90,40 @@ def sparse_sink_softmax_attention(
     has_bias = bias is not None
     bias_values = bias if has_bias else np.zeros((1, 1, 1, 1), dtype=np.float32)
 
-    everything = (slice(0, count), slice(0, heads))
-
     def score(queries: slice, candidates: slice) -> None:
         attention_scores(query, current, records, packed, rows, geometry.scale, bias_values, has_bias,
                          queries.start, queries.stop, candidates.start, candidates.stop, scores)
 
-    def weigh(queries: slice, head_range: slice, probabilities: np.ndarray):
+    def normalize(queries: slice, head_range: slice, probabilities: np.ndarray):
         begin, end, first, last = queries.start, queries.stop, head_range.start, head_range.stop
         b, s, h = softmax_with_sink(scores, head_sink, begin, end, first, last, probabilities)
-        attention_values(probabilities, current, records, packed, rows, begin, end, first, last, output)
         return None if b < 0 else (b, s, h)
+
+    def weigh(queries: slice, span: slice, probabilities: np.ndarray) -> None:
+        attention_values(probabilities, current, records, packed, rows, queries.start, queries.stop,
+                         span.start, span.stop, output)
 
     def attend(queries: slice):
         probabilities = np.empty((batch, queries.stop - queries.start, heads, count), dtype=np.float32)
-        score(queries, everything[0])
-        return weigh(queries, everything[1], probabilities)
+        score(queries, slice(0, count))
+        failure = normalize(queries, slice(0, heads), probabilities)
+        weigh(queries, slice(0, dim), probabilities)
+        return failure
 
     query_parts = query_chunks(sequence, count * batch * heads, SOFTMAX_CHUNK_ELEMENTS)
     if len(query_parts) > 1 or worker_count() == 1:
         failures = map_chunks(attend, query_parts)
     else:
-        # One chunk of queries (a decode): its candidates split over the cores for the scores,
-        # then its heads for the softmax and the values.
+        # One chunk of queries (a decode): its candidates split over the cores for the scores, its
+        # heads for the softmax, then whole BLOCKs of d for the values (each core reads its span of each row).
         (queries,) = query_parts
         probabilities = np.empty((batch, sequence, heads, count), dtype=np.float32)
         map_chunks(lambda candidates: score(queries, candidates), even_parts(count, worker_count()))
-        failures = map_chunks(lambda head_range: weigh(queries, head_range, probabilities),
+        failures = map_chunks(lambda head_range: normalize(queries, head_range, probabilities),
                               even_parts(heads, worker_count()))
+        spans = [slice(part.start * BLOCK, min(dim, part.stop * BLOCK))
+                 for part in even_parts(-(-dim // BLOCK), worker_count())]
+        map_chunks(lambda span: weigh(queries, span, probabilities), spans)
     raise_first_invalid(geometry, failures)
     return {"scores": scores, "Y": output}
 
