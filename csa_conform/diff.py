@@ -10,7 +10,8 @@ CI artefacts come for free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from copy import deepcopy
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -185,8 +186,13 @@ def compare_payloads(
     *,
     ulp: int = 0,
 ) -> list[TensorDiff]:
-    """Compare stage -> tensor -> array maps; a tensor present on one side only diverges."""
+    """Compare stage -> tensor -> array maps; a tensor present on one side only diverges.
+
+    A stage payload is often the very array of a later stage and of an output on both sides (Y is
+    attention's, writeback's and the output's): a pair of arrays found identical is compared once.
+    """
     diffs = []
+    identical: dict[tuple[int, int], TensorDiff] = {}
     stages = list(expected) + [stage for stage in actual if stage not in expected]
     for stage in stages:
         left, right = expected.get(stage, {}), actual.get(stage, {})
@@ -195,7 +201,17 @@ def compare_payloads(
             if name not in right or name not in left:
                 diffs.append(_missing(stage, name, left.get(name), right.get(name)))
                 continue
-            diffs.append(compare_tensor(left[name], right[name], stage=stage, tensor=name, ulp=ulp))
+            pair = (id(left[name]), id(right[name]))
+            earlier = identical.get(pair)
+            axes = default_axes(stage, name, np.shape(left[name]), np.asarray(left[name]).dtype)
+            if earlier is not None and earlier.axes == axes:
+                diffs.append(replace(earlier, stage=stage, tensor=name, specials=deepcopy(earlier.specials),
+                                     ulp=deepcopy(earlier.ulp)))
+                continue
+            diff = compare_tensor(left[name], right[name], stage=stage, tensor=name, ulp=ulp)
+            if diff.passed and not diff.mismatches:
+                identical[pair] = diff
+            diffs.append(diff)
     return diffs
 
 

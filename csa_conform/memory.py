@@ -18,7 +18,7 @@ import numpy as np
 
 from csa_conform.errors import MemoryShortage
 
-__all__ = ["address_space_left", "allocate", "headroom", "human", "require", "shared_headroom"]
+__all__ = ["address_space_left", "allocate", "headroom", "human", "require", "shared_headroom", "small_pages"]
 
 _CGROUP = Path("/sys/fs/cgroup")
 
@@ -99,3 +99,18 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
         bound = headroom()
         limit = f"the {bound[1]}" if bound is not None else "the memory limit"
         raise MemoryShortage(f"{what} needs {human(nbytes)}, more than {limit} allows") from None
+
+
+def small_pages() -> None:
+    """Large arrays in ordinary pages from here on (in this process and the workers it forks).
+
+    NumPy asks for transparent huge pages for every array of 4 MiB or more. Where the kernel
+    compacts memory to find them (THP defrag "madvise", as on the CI machines), each fresh array
+    costs far more system time than zeroing its pages, and erratically: verify of the prod
+    suite spent 1.4-3.7 s of system time with them, 1.4-1.6 s without. generate and verify pass
+    over each of their arrays a few times, too few to gain from fewer TLB misses.
+    """
+    multiarray = getattr(np, "_core", None) or np.core
+    toggle = getattr(getattr(multiarray, "multiarray", None), "_set_madvise_hugepage", None)
+    if toggle is not None:
+        toggle(False)

@@ -7,6 +7,9 @@ stored, requiring bit-identical outputs and stage payloads (only the stages
 the file holds) — or, for a step with ``expect_error``, exactly that
 rejection message. A stream is also required to be one: each step's past_*
 inputs are the previous step's present_* outputs, as a runtime feeds them.
+The passes overlap on threads (a step replays once its inputs are checked,
+while the rest of its case and the next case are read and hashed), and what
+is reported is what running them in turn reports.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from csa_conform.diff import compare_payloads
 from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
 from csa_conform.fixtures.stream import STATE
 from csa_conform.golden import GoldenFile, GoldenStep
-from csa_conform.memory import require
 from csa_conform.oracle import run_step
 from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
@@ -34,10 +36,21 @@ def reproduce_command(path: str, case_id: str) -> str:
 
 def verify_step(index: int, attrs: dict, output_names, step: GoldenStep, run=run_step) -> StepResult:
     """One stored step re-run by ``run`` (the file's numerics profile; the reference by default)."""
+    return judge_step(index, step, replay(attrs, output_names, step.inputs, run))
+
+
+def replay(attrs: dict, output_names, inputs: dict, run=run_step):
+    """What ``run`` makes of a step's inputs: its result, or the ContractError it rejects them with."""
     try:
-        result = run(attrs, step.inputs, list(output_names))
+        return run(attrs, inputs, list(output_names))
     except ContractError as rejection:
-        message = str(rejection)
+        return rejection
+
+
+def judge_step(index: int, step: GoldenStep, replayed) -> StepResult:
+    """The stored step against its replay (``replay``'s result or rejection)."""
+    if isinstance(replayed, ContractError):
+        message = str(replayed)
         if step.expect_error is None:
             return StepResult(index, False, problem=f"oracle rejected the stored step: {message}")
         if message != step.expect_error:
@@ -58,8 +71,8 @@ def verify_step(index: int, attrs: dict, output_names, step: GoldenStep, run=run
             problem_type=REJECTION_MISMATCH,
         )
     expected = {"outputs": step.outputs, **step.stages}
-    actual = {"outputs": result.outputs}
-    actual.update({stage: result.stages[stage] for stage in step.stages if stage in result.stages})
+    actual = {"outputs": replayed.outputs}
+    actual.update({stage: replayed.stages[stage] for stage in step.stages if stage in replayed.stages})
     diffs = compare_payloads(expected, actual)
     failing = [diff for diff in diffs if not diff.passed]
     return StepResult(index, not failing, compared=len(diffs), diffs=failing)
@@ -82,30 +95,51 @@ def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
     return None
 
 
-def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None) -> CaseResult:
+def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, then: str | None = None) -> CaseResult:
     """Digests first (a tampered file is reported as such, naming the object), then replay under the
-    numerics profile the file names, the oracle run by ``engine`` (None: $CSA_CONFORM_ENGINE, else auto)."""
+    numerics profile the file names, the oracle run by ``engine`` (None: $CSA_CONFORM_ENGINE, else auto).
+
+    The datasets are read and hashed on threads while the steps whose inputs are checked replay,
+    and the case verified ``then`` is read behind them, so both cores work; what is reported is
+    what checking every digest before any replay reports: the first damaged dataset in file
+    order, else what the replays found.
+    """
     reproduce = reproduce_command(golden.path, case_id)
     result = CaseResult(case_id, True, reproduce)
     run = runner(file_profile(golden.provenance, golden.path), engine)
     try:
         info = golden.case_info(case_id)
         result.family = info.family
-        require(golden.case_bytes(case_id), f"{golden.path}: case {case_id!r}")
-        golden.verify_case_checksums(case_id)
-        previous = None
-        for index in range(info.step_count):
-            step = golden.read_step(case_id, index)
-            broken = None if previous is None else stream_break(previous, step)
-            if broken is not None:
-                result.steps.append(StepResult(index, False, problem=f"not a stream: {broken}"))
-            else:
-                result.steps.append(verify_step(index, info.attrs, info.output_names, step, run))
-            previous = step
+        with golden.checking_case(case_id, what=f"{golden.path}: case {case_id!r}") as checks:
+            if then is not None:
+                golden.read_ahead(then, after=case_id)
+            try:
+                result.steps = _replayed_steps(golden, case_id, info, run)
+            except Exception:
+                checks.wait()  # a damaged dataset is what checking the digests first would have reported
+                raise
+            checks.wait()
     except GoldenIntegrityError as corrupt:
+        result.steps = []
         result.problem = f"corrupt {corrupt.obj}: {corrupt.reason}"
     result.passed = result.problem is None and all(step.passed for step in result.steps)
     return result
+
+
+def _replayed_steps(golden: GoldenFile, case_id: str, info, run) -> list[StepResult]:
+    """Each step replayed once its inputs are checked (its outputs and stages may still be read meanwhile)."""
+    steps, previous = [], None
+    for index in range(info.step_count):
+        inputs = golden.read_inputs(case_id, index)
+        broken = None if previous is None else stream_break(previous, GoldenStep(inputs=inputs))
+        replayed = None if broken is not None else replay(info.attrs, info.output_names, inputs, run)
+        step = golden.read_step(case_id, index)
+        if broken is not None:
+            steps.append(StepResult(index, False, problem=f"not a stream: {broken}"))
+        else:
+            steps.append(judge_step(index, step, replayed))
+        previous = step
+    return steps
 
 
 def verify_case_in(path: str, manifest: str, case_id: str, engine: str | None = None) -> CaseResult:

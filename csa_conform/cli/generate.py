@@ -20,6 +20,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.golden import Compression, GoldenCase, write_goldens
 from csa_conform.golden.chunks import StoredCase, store_case
+from csa_conform.memory import small_pages
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
 from csa_conform.terminal import shell_join
@@ -95,6 +96,7 @@ def generate_command(
       csa-conform generate --suite full --profile official -o build/full-official.h5
     """
     engine = chosen_engine(engine)
+    small_pages()
     output = output or Path(f"{suite}.h5")
     jobs = capped_jobs(jobs)
     recipes = suite_recipes(suite, seed, case_glob)

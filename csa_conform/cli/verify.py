@@ -29,6 +29,7 @@ from csa_conform.cli.options import case_selection, engine_option, golden_file, 
 from csa_conform.errors import GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
+from csa_conform.memory import small_pages
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profile import file_profile
 from csa_conform.results import CaseResult, file_sha256, golden_reference, results_document
@@ -43,6 +44,11 @@ def hashed_ahead(path: str) -> Future:
     digest: Future = Future()
     threading.Thread(target=lambda: digest.set_result(file_sha256(path)), name="file-sha256", daemon=True).start()
     return digest
+
+
+def verify_in_turn(golden: GoldenFile, following: dict[str, str], engine: str | None, case_id: str) -> CaseResult:
+    """``verify_case`` of one case of a run that verifies ``following[case_id]`` next."""
+    return verify_case(golden, case_id, engine=engine, then=following.get(case_id))
 
 
 def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
@@ -81,6 +87,7 @@ def verify_command(
     """
     engine = chosen_engine(engine)
     jobs = capped_jobs(jobs)
+    small_pages()
     with GoldenFile(file) as golden:
         digest = hashed_ahead(file) if jobs == 1 else None
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
@@ -88,7 +95,8 @@ def verify_command(
         schema_version = golden.schema_version
         # One handle for the whole run; worker processes open the file once each and
         # refuse it unless its manifest digest is the one this handle read.
-        work = (partial(verify_case, golden, engine=engine) if jobs == 1
+        following = dict(zip(case_ids, case_ids[1:]))  # --jobs 1 reads each case while the last one replays
+        work = (partial(verify_in_turn, golden, following, engine) if jobs == 1
                 else partial(verify_case_in, file, golden.manifest, engine=engine))
         results = list(
             progress(

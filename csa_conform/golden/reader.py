@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Iterator
 
 import h5py
 import numpy as np
 
-from csa_conform.errors import CorruptDataset, GoldenFormatError
+from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError
 from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
 from csa_conform.golden.carries import cleared_carry
+from csa_conform.golden.checking import IN_TURN, CaseChecks
 from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex, input_rank
 from csa_conform.golden.validation import CheckedFile
+from csa_conform.memory import headroom, require
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
 from csa_conform.spec import DECODED_PAYLOADS
+
+
+# A case smaller than this is read and hashed in the caller's thread, and never read ahead: the
+# ci suite's cases (at most about 1 MB each) verified 15% slower on threads.
+THREADED_CASE_BYTES = 16 << 20
 
 
 class GoldenFile:
@@ -35,9 +44,11 @@ class GoldenFile:
         self.path = str(path)
         self._file = CheckedFile(self.path)
         self._cases: dict[str, CaseIndex] = {}
-        # The last case whose checksums were verified: its arrays by HDF5 object, read-only, so
-        # replaying it reads and hashes each object once however many steps link it.
-        self._verified: dict[int, np.ndarray] = {}
+        # The last case whose checksums were verified (or are being): its arrays by HDF5 object,
+        # read-only, so replaying it reads and hashes each object once however many steps link it.
+        self._checks: CaseChecks | None = None
+        self._ahead: tuple[str, CaseChecks] | None = None  # the case read while the last one replays
+        self._threads: tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None = None  # reading, hashing
         try:
             self._file.traverse()
             with self._file.guard("/"):
@@ -55,6 +66,12 @@ class GoldenFile:
         self.close()
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead[1].close()
+            self._ahead = None
+        if self._threads is not None:
+            for threads in self._threads:
+                threads.shutdown(wait=True, cancel_futures=True)
         self._file.close()
 
     def case_ids(self) -> list[str]:
@@ -93,26 +110,37 @@ class GoldenFile:
         with self._file.guard("/"):
             return self._file.root_attrs()
 
+    def read_inputs(self, case_id: str, index: int) -> dict[str, np.ndarray]:
+        """A step's inputs as ``read_step`` hands them out, its outputs and stages unread (a replay
+        can start while ``checking_case`` still reads them)."""
+        step = self._step(case_id, index)
+        inputs = {path.rpartition("/")[2]: self._read_tensor(case_id, step, entry, dataset)
+                  for path, (entry, dataset) in step.tensors.items() if path.startswith("inputs/")}
+        if step.cleared:
+            cleared = {name: cleared_carry(shape) for name, shape in step.cleared.items()}
+            inputs = dict(sorted({**inputs, **cleared}.items(), key=input_rank))
+        return inputs
+
     def read_step(self, case_id: str, index: int) -> GoldenStep:
         step = self._step(case_id, index)
-        read = GoldenStep(inputs={}, expect_error=step.expect_error)
+        read = GoldenStep(inputs=self.read_inputs(case_id, index), expect_error=step.expect_error)
         for path, (entry, dataset) in step.tensors.items():
-            array = self._read_window(case_id, step) if dataset is None else self._read_verified(entry, dataset)
             group, _, name = path.rpartition("/")
             if group == "inputs":
-                read.inputs[name] = array
-            elif group == "outputs":
+                continue
+            array = self._read_tensor(case_id, step, entry, dataset)
+            if group == "outputs":
                 read.outputs[name] = array
             else:
                 read.stages.setdefault(group.split("/", 1)[1], {})[name] = array
-        if step.cleared:
-            cleared = {name: cleared_carry(shape) for name, shape in step.cleared.items()}
-            read.inputs = dict(sorted({**read.inputs, **cleared}.items(), key=input_rank))
         for (stage, tensor), cache in DECODED_PAYLOADS.items():
             payload = read.stages.get(stage, {})
             if tensor not in payload and cache in payload:
                 payload[tensor] = decoded_payload(stage, payload[cache])
         return read
+
+    def _read_tensor(self, case_id: str, step: StepIndex, entry: TensorEntry, dataset: h5py.Dataset | None):
+        return self._read_window(case_id, step) if dataset is None else self._read_verified(entry, dataset)
 
     def _read_window(self, case_id: str, step: StepIndex) -> np.ndarray:
         case = self._case(case_id)
@@ -136,55 +164,71 @@ class GoldenFile:
 
     def case_bytes(self, case_id: str) -> int:
         """Bytes of the case's distinct datasets as declared (what verifying it holds in memory), unread."""
-        case = self._case(case_id)
-        pairs = [pair for step in case.steps for pair in step.tensors.values() if pair[1] is not None]
-        if case.history is not None:
-            pairs.append(case.history)
-        sizes = {}
-        for entry, dataset in pairs:
-            with self._file.guard(dataset.name):
-                sizes[h5py.h5o.get_info(dataset.id).addr] = entry.nbytes
-        return sum(sizes.values())
+        return sum(links[0][0].nbytes for links in self._datasets(case_id).values())
 
-    def verify_case_checksums(self, case_id: str) -> int:
-        """Check every dataset of a case once (kv history and hard links included); returns the count."""
+    def _datasets(self, case_id: str) -> dict[int, list[tuple[TensorEntry, h5py.Dataset]]]:
+        """The case's distinct datasets by HDF5 address, each with every link to it, in file order
+        (the steps' tensors, then the kv history)."""
         case = self._case(case_id)
-        datasets: dict[int, list] = {}
         pairs = [pair for step in case.steps for pair in step.tensors.values() if pair[1] is not None]
         if case.history is not None:
             pairs.append(case.history)
+        datasets: dict[int, list] = {}
         for entry, dataset in pairs:
             with self._file.guard(dataset.name):
                 datasets.setdefault(h5py.h5o.get_info(dataset.id).addr, []).append((entry, dataset))
-        self._verified = {}
-        # Each array is hashed on a thread while the next one is read. What stops the reading (a
-        # damaged dataset, a memory limit) is raised once the datasets before it passed their digests,
-        # so the first failure in file order is the one reported, as when each was hashed in turn.
-        read, stopped = [], None
-        hashing = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+        return datasets
+
+    def verify_case_checksums(self, case_id: str) -> int:
+        """Check every dataset of a case once (kv history and hard links included); returns the count."""
+        with self.checking_case(case_id) as checks:
+            return checks.wait()
+
+    @contextmanager
+    def checking_case(self, case_id: str, what: str | None = None) -> Iterator[CaseChecks]:
+        """Every dataset of a case read and checked on threads while the caller goes on: reading a
+        step of the case waits for its datasets only, and whichever the caller waits for, what it is
+        handed is the first failure in file order (csa_conform.golden.checking). ``wait()`` on the
+        yielded checks requires all of them; leaving stops the threads. With ``what``, the memory
+        the case's arrays take is required first under that name (``read_ahead`` required it)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == case_id:
+            self._checks = ahead[1]
+        else:
+            if ahead is not None:
+                ahead[1].close()
+            if what is not None:
+                require(self.case_bytes(case_id), what)
+            self._checks = self._case_checks(case_id)
         try:
-            for address, links in datasets.items():
-                try:
-                    array = self._file.read_unchecked(*links[0])
-                except CorruptDataset as corrupt:
-                    stopped = self._named(corrupt, links)
-                    break
-                except Exception as error:  # raised below, once the digests before it passed
-                    stopped = error
-                    break
-                read.append((address, links, array, hashing.submit(self._file.check_digest, *links[0], array)))
-            for address, links, array, checked in read:
-                try:
-                    checked.result()
-                except CorruptDataset as corrupt:
-                    raise self._named(corrupt, links) from None
-                array.flags.writeable = False
-                self._verified[address] = array
+            yield self._checks
         finally:
-            hashing.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: the hash running ends, none starts
-        if stopped is not None:
-            raise stopped
-        return len(datasets)
+            self._checks.close()
+
+    def read_ahead(self, case_id: str, after: str) -> None:
+        """Start reading ``case_id`` behind the case ``after`` being checked, so that it is read
+        while ``after`` replays, when the memory is there for both twice over (their arrays and what
+        replaying them makes); ``checking_case(case_id)`` takes it over. A case that cannot be
+        indexed is left to its turn, which reports it."""
+        try:
+            size, needed = self.case_bytes(case_id), 2 * (self.case_bytes(after) + self.case_bytes(case_id))
+        except CsaConformError:
+            return
+        bound = headroom()
+        if size >= THREADED_CASE_BYTES and (bound is None or needed <= bound[0]):
+            self._ahead = (case_id, self._case_checks(case_id, ahead=True))
+
+    def _case_checks(self, case_id: str, ahead: bool = False) -> CaseChecks:
+        history, first = self._case(case_id).history, None
+        if history is not None:  # last in file order, read first: the first step's current_kv is a window of it
+            with self._file.guard(history[1].name):
+                first = h5py.h5o.get_info(history[1].id).addr
+        if self.case_bytes(case_id) < THREADED_CASE_BYTES:
+            return CaseChecks(self._file, self._datasets(case_id), first, self._named, IN_TURN, IN_TURN)
+        if self._threads is None:
+            self._threads = (ThreadPoolExecutor(1, thread_name_prefix="read"),
+                             ThreadPoolExecutor(1, thread_name_prefix="sha256"))
+        return CaseChecks(self._file, self._datasets(case_id), first, self._named, *self._threads, ahead=ahead)
 
     def _named(self, corrupt: CorruptDataset, links: list) -> CorruptDataset:
         """``corrupt`` naming every link to the damaged dataset."""
@@ -215,11 +259,11 @@ class GoldenFile:
         return self._read_window(case_id, step) if dataset is None else self._file.read(entry, dataset)
 
     def _read_verified(self, entry: TensorEntry, dataset: h5py.Dataset) -> np.ndarray:
-        """The array verify_case_checksums already read and checked, else read and check it now."""
+        """The array checking_case read and checked (waiting for it), else read and check it now."""
         with self._file.guard(dataset.name):
             address = h5py.h5o.get_info(dataset.id).addr
-        verified = self._verified.get(address)
-        return verified if verified is not None else self._file.read(entry, dataset)
+        checks = self._checks
+        return checks.array(address) if checks is not None and checks.covers(address) else self._file.read(entry, dataset)
 
 
 def decoded_payload(stage: str, cache: np.ndarray) -> np.ndarray:

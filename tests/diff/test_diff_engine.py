@@ -176,6 +176,29 @@ def test_payloads_report_missing_shape_and_dtype_divergences():
     assert not any(d.passed for d in diffs.values())
 
 
+def test_an_array_shared_by_stages_and_outputs_on_both_sides_is_compared_once(monkeypatch):
+    """Y is attention's, writeback's and the output's on both sides: one scan, the same diffs as one
+    comparison per tensor; a pair that differs, or arrays not shared, are compared each time."""
+    import csa_conform.diff as diff
+
+    y = np.array([1.0, np.nan, -0.0, np.inf], dtype=np.float32)
+    mine, differing = y.copy(), y.copy()
+    differing[0] = 2.0
+    expected = {"outputs": {"Y": y, "Z": y}, "sparse_sink_softmax_attention": {"Y": y}, "writeback": {"Y": y}}
+    actual = {"outputs": {"Y": mine, "Z": differing}, "sparse_sink_softmax_attention": {"Y": mine},
+              "writeback": {"Y": mine}}
+    scans, original = [], diff.scan
+    monkeypatch.setattr(diff, "scan", lambda *arrays: scans.append(len(arrays)) or original(*arrays))
+    diffs = compare_payloads(expected, actual)
+    assert scans.count(2) == 2  # the pairs' scans: Y once, Z (which differs) once
+    each = [compare_tensor(expected[stage][name], actual[stage][name], stage=stage, tensor=name)
+            for stage in expected for name in expected[stage]]
+    assert [d.to_dict() for d in diffs] == [d.to_dict() for d in each]
+    assert [d.passed for d in diffs] == [True, False, True, True]
+    diffs[2].specials["expected"]["nan"] = 7
+    assert diffs[3].specials["expected"]["nan"] == 1
+
+
 def test_to_dict_is_strict_json():
     expected = np.array([1.0, np.nan, -np.inf, 0.0], dtype=np.float32)
     actual = np.array([1.5, 2.0, -np.inf, -0.0], dtype=np.float32)

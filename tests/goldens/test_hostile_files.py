@@ -15,7 +15,7 @@ from csa_conform.cli import main
 from csa_conform.errors import GoldenChanged
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenCase, GoldenFile, GoldenStep, write_goldens
-from csa_conform.verify import stream_break, verify_case_in
+from csa_conform.verify import stream_break, verify_case, verify_case_in
 
 STREAM = "boundaries.r4-decode-1-to-5"
 STEP = f"/cases/{STREAM}/steps/0001"
@@ -60,6 +60,13 @@ def copy(stream, tmp_path):
     path = tmp_path / "copy.h5"
     path.write_bytes(stream.read_bytes())
     return path
+
+
+@pytest.fixture(params=["in turn", "on threads"])
+def reading(request, monkeypatch):
+    """Both ways a case is read: a small one in the caller's thread, a large one on threads."""
+    if request.param == "on threads":
+        monkeypatch.setattr("csa_conform.golden.reader.THREADED_CASE_BYTES", 0)
 
 
 def edit(path, change) -> None:
@@ -320,7 +327,7 @@ def test_workers_refuse_a_file_that_changed_since_the_run_began(stream):
 
 
 @pytest.mark.parametrize("digest_too", [True, False])
-def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags_reading(copy, digest_too):
+def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags_reading(copy, reading, digest_too):
     """Digests are checked on a thread behind the reads: an earlier digest mismatch still wins over a
     later dataset that cannot be read at all, which is reported when it is the only damage."""
     first = f"/cases/{STREAM}/steps/0000/inputs/compressor_ape"
@@ -335,6 +342,50 @@ def test_the_first_damaged_dataset_in_file_order_is_reported_though_hashing_lags
     edit(copy, change)
     expected = [f"corrupt dataset {first}: sha256 mismatch"] if digest_too else [": unreadable (", later]
     failed(invoke("verify", str(copy)), *expected)
+
+
+@pytest.mark.parametrize("step_too", [True, False])
+@pytest.mark.parametrize("unreadable", [True, False])
+def test_the_kv_history_read_first_is_still_reported_after_the_steps_damage(copy, reading, unreadable, step_too):
+    """The kv history is read before the steps' datasets (the first step's current_kv is a window of
+    it) but is last in file order: a damaged step dataset is still the one reported, and the history
+    when it is the only damage, unreadable or altered."""
+    history = f"/cases/{STREAM}/kv_history"
+    query = f"{STEP}/inputs/query"
+
+    def change(handle):
+        if unreadable:
+            dataset = handle[history]
+            dataset.id.write_direct_chunk((0,) * dataset.ndim, b"not a deflate stream", 0)
+        else:
+            handle[history][0, 0, 0] = 9.0
+        if step_too:
+            handle[query][0, 0, 0, 0] = 9.0
+
+    edit(copy, change)
+    if step_too:
+        expected = [f"corrupt dataset {query}: sha256 mismatch"]
+    else:
+        expected = [history, ": unreadable (" if unreadable else ": sha256 mismatch"]
+    failed(invoke("verify", str(copy)), *expected)
+
+
+def test_a_replay_that_fails_gives_way_to_a_damaged_dataset_read_meanwhile(copy, reading, monkeypatch):
+    """Steps replay while the datasets after their inputs are still read and hashed: an error of a
+    replay itself yields to the damaged dataset that checking every digest first reports."""
+    output = f"/cases/{STREAM}/steps/0004/outputs/Y"
+
+    def broken(*_):
+        raise RuntimeError("a replay that fails")
+
+    monkeypatch.setattr("csa_conform.verify.replay", broken)
+    with GoldenFile(copy) as golden, pytest.raises(RuntimeError, match="a replay that fails"):
+        verify_case(golden, STREAM)
+    edit(copy, lambda handle: handle[output].__setitem__((0, 0, 0, 0), 9.0))
+    with GoldenFile(copy) as golden:
+        result = verify_case(golden, STREAM)
+    assert result.problem.startswith(f"corrupt dataset /cases/{STREAM}/steps/0004/"), result.problem
+    assert "sha256 mismatch" in result.problem and not result.steps
 
 
 @pytest.mark.parametrize("name", ["past_compression_carry", "past_index_carry"])
