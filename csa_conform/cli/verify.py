@@ -26,7 +26,7 @@ from csa_conform.cli.common import (
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, golden_file, jobs_option, output_options
-from csa_conform.errors import GoldenChanged, UsageError
+from csa_conform.errors import CsaConformError, GoldenChanged, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.memory import small_pages
@@ -49,6 +49,15 @@ def hashed_ahead(path: str) -> Future:
 def verify_in_turn(golden: GoldenFile, following: dict[str, str], engine: str | None, case_id: str) -> CaseResult:
     """``verify_case`` of one case of a run that verifies ``following[case_id]`` next."""
     return verify_case(golden, case_id, engine=engine, then=following.get(case_id))
+
+
+def case_weight(golden: GoldenFile, case_id: str) -> int:
+    """The bytes a case holds, so --jobs workers start the heaviest first (prod's r4 case came last);
+    0 for a case that cannot be indexed, which its worker then reports."""
+    try:
+        return golden.case_bytes(case_id)
+    except CsaConformError:
+        return 0
 
 
 def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
@@ -100,7 +109,8 @@ def verify_command(
                 else partial(verify_case_in, file, golden.manifest, engine=engine))
         results = list(
             progress(
-                fan_out(partial(timed_case, work), case_ids, jobs),
+                fan_out(partial(timed_case, work), case_ids, jobs,
+                        [case_weight(golden, case_id) for case_id in case_ids] if jobs > 1 else None),
                 len(case_ids),
                 "verify",
                 lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
