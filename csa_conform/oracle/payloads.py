@@ -36,3 +36,7 @@ class StagePayload(Mapping):
 
     def __len__(self) -> int:
         return len(self._order)
+
+    def built(self) -> dict[str, np.ndarray]:
+        """The tensors held now: the eager ones and the deferred ones something has read."""
+        return dict(self._tensors)

@@ -54,8 +54,10 @@ def test_decoded_records_are_built_on_first_read_only_and_keep_the_payload_order
     payload = present_compression(Geometry(), past, None, packed, np.zeros(1), counting_decode)
     assert list(payload) == ["present_compressed_kv", "present_compression_carry", "logical_records"]
     assert decodes == [] and payload["present_compressed_kv"].shape == (1, 4, 583)
+    assert list(payload.built()) == ["present_compressed_kv", "present_compression_carry"] and decodes == []
     first = payload["logical_records"]
     assert payload["logical_records"] is first and decodes == [(1, 4, 583)]
+    assert payload.built()["logical_records"] is first
     assert first.tobytes() == decode_fp8_record(payload["present_compressed_kv"]).tobytes()
 
 
