@@ -10,6 +10,14 @@ temporary directory (owned by this user and writable by no one else, since
 numba's cache holds pickles it loads); failing that the kernels are
 compiled afresh in every process, with one note on stderr saying so.
 
+numba stamps a cached kernel with its own source file only, yet the
+kernels inline the lane intrinsics, libm ports and record helpers of their
+neighbours and freeze the numerics tables as constants: a change there
+alone would leave stale machine code that still loads, an oracle silently
+not the one on disk. So every kernel of this package is stamped with a
+digest of the sources of the package's kernels (oracle, numerics, explain)
+as well.
+
 A cache folder that cannot take a kernel (a full disk, a file-size limit)
 costs a compile next time, not the run: numba lets that OSError out of the
 compile on POSIX (its guard covers Windows only), and a full disk would then
@@ -18,6 +26,7 @@ end `generate` at a cache file instead of at the golden file it reports.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
@@ -27,7 +36,7 @@ from pathlib import Path
 
 import numba
 from numba import njit
-from numba.core.caching import Cache
+from numba.core.caching import Cache, CacheImpl
 
 __all__ = ["kernel_cache"]
 
@@ -66,6 +75,38 @@ def _save_or_skip(save):
 
 
 Cache.save_overload = _save_or_skip(Cache.save_overload)
+
+PACKAGE = Path(__file__).resolve().parents[1]
+KERNEL_SOURCES = ("oracle", "numerics", "explain")
+
+
+@cache
+def sources_digest(package: Path = PACKAGE) -> str:
+    """sha256 over the Python sources that compiled kernels can reach, in a fixed order."""
+    digest = hashlib.sha256()
+    for folder in KERNEL_SOURCES:
+        for source in sorted((package / folder).glob("*.py")):
+            digest.update(f"{folder}/{source.name}\0".encode())
+            digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def _stamped(locator_class):
+    class PackageStamped(locator_class):
+        """numba's own locator, with the package digest in the stamp of this package's kernels."""
+
+        def get_source_stamp(self):
+            stamp = super().get_source_stamp()
+            source = getattr(self, "_py_file", None)
+            if source is not None and Path(source).resolve().is_relative_to(PACKAGE):
+                return stamp, sources_digest()
+            return stamp
+
+    PackageStamped.__name__ = PackageStamped.__qualname__ = f"PackageStamped{locator_class.__name__}"
+    return PackageStamped
+
+
+CacheImpl._locator_classes = [_stamped(locator) for locator in CacheImpl._locator_classes]
 
 
 @cache

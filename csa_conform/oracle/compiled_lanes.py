@@ -11,9 +11,8 @@ A vector is one register: sixteen lanes where the host has AVX-512, else
 eight (one AVX2 register, two SSE ones), so a block of eight vectors and its
 operands fit the register file either way; any width is correct, since
 lanes never mix. Only whole vectors are loaded and stored, at element
-offsets of C-contiguous float32 arrays. numba's cache keys a kernel on its
-own source file, so a change here reaches cached kernels only once
-compiled_kernels.py changes too.
+offsets of C-contiguous float32 arrays. A change here reaches the cached
+kernels through compile_cache's digest of the package's kernel sources.
 """
 
 from __future__ import annotations
