@@ -64,7 +64,7 @@ def _splat(builder, scalar):
 
 @intrinsic
 def zero_lanes(typingctx):
-    """Eight +0.0 lanes."""
+    """LANES lanes of +0.0."""
 
     def codegen(context, builder, signature, args):
         return ir.Constant(_VECTOR, [0.0] * LANES)
@@ -74,7 +74,7 @@ def zero_lanes(typingctx):
 
 @intrinsic
 def load_lanes(typingctx, array, index):
-    """array[index], array[index + 1 in the last axis], ... (eight elements, the last axis contiguous)."""
+    """array[index], array[index + 1 in the last axis], ... (LANES elements, the last axis contiguous)."""
     if not (_float32_array(array) and _index_fits(array, index)):
         return None
 
