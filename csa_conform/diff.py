@@ -203,8 +203,8 @@ def compare_payloads(
                 continue
             pair = (id(left[name]), id(right[name]))
             earlier = identical.get(pair)
-            axes = default_axes(stage, name, np.shape(left[name]), np.asarray(left[name]).dtype)
-            if earlier is not None and earlier.axes == axes:
+            if earlier is not None and earlier.axes == default_axes(stage, name, np.shape(left[name]),
+                                                                   np.asarray(left[name]).dtype):
                 diffs.append(replace(earlier, stage=stage, tensor=name, specials=deepcopy(earlier.specials),
                                      ulp=deepcopy(earlier.ulp)))
                 continue

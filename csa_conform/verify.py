@@ -26,7 +26,7 @@ from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
 from csa_conform.terminal import shell_join
 
-__all__ = ["reproduce_command", "stream_break", "verify_case", "verify_case_in", "verify_step"]
+__all__ = ["reproduce_command", "stream_break", "verify_case", "verify_case_in"]
 
 
 def reproduce_command(path: str, case_id: str) -> str:
@@ -34,13 +34,9 @@ def reproduce_command(path: str, case_id: str) -> str:
     return shell_join(["csa-conform", "verify", path, "--case", exact_glob(case_id)])
 
 
-def verify_step(index: int, attrs: dict, output_names, step: GoldenStep, run=run_step) -> StepResult:
-    """One stored step re-run by ``run`` (the file's numerics profile; the reference by default)."""
-    return judge_step(index, step, replay(attrs, output_names, step.inputs, run))
-
-
 def replay(attrs: dict, output_names, inputs: dict, run=run_step):
-    """What ``run`` makes of a step's inputs: its result, or the ContractError it rejects them with."""
+    """What ``run`` (the file's numerics profile; the reference by default) makes of a step's inputs:
+    its result, or the ContractError it rejects them with."""
     try:
         return run(attrs, inputs, list(output_names))
     except ContractError as rejection:

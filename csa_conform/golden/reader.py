@@ -164,7 +164,7 @@ class GoldenFile:
 
     def case_bytes(self, case_id: str) -> int:
         """Bytes of the case's distinct datasets as declared (what verifying it holds in memory), unread."""
-        return sum(links[0][0].nbytes for links in self._datasets(case_id).values())
+        return _declared_bytes(self._datasets(case_id))
 
     def _datasets(self, case_id: str) -> dict[int, list[tuple[TensorEntry, h5py.Dataset]]]:
         """The case's distinct datasets by HDF5 address, each with every link to it, in file order
@@ -211,11 +211,11 @@ class GoldenFile:
         replaying them makes); ``checking_case(case_id)`` takes it over. A case that cannot be
         indexed is left to its turn, which reports it."""
         try:
-            size, needed = self.case_bytes(case_id), 2 * (self.case_bytes(after) + self.case_bytes(case_id))
+            size, current = self.case_bytes(case_id), self.case_bytes(after)
         except CsaConformError:
             return
         bound = headroom()
-        if size >= THREADED_CASE_BYTES and (bound is None or needed <= bound[0]):
+        if size >= THREADED_CASE_BYTES and (bound is None or 2 * (current + size) <= bound[0]):
             self._ahead = (case_id, self._case_checks(case_id, ahead=True))
 
     def _case_checks(self, case_id: str, ahead: bool = False) -> CaseChecks:
@@ -223,12 +223,13 @@ class GoldenFile:
         if history is not None:  # last in file order, read first: the first step's current_kv is a window of it
             with self._file.guard(history[1].name):
                 first = h5py.h5o.get_info(history[1].id).addr
-        if self.case_bytes(case_id) < THREADED_CASE_BYTES:
-            return CaseChecks(self._file, self._datasets(case_id), first, self._named, IN_TURN, IN_TURN)
+        datasets = self._datasets(case_id)
+        if _declared_bytes(datasets) < THREADED_CASE_BYTES:
+            return CaseChecks(self._file, datasets, first, self._named, IN_TURN, IN_TURN)
         if self._threads is None:
             self._threads = (ThreadPoolExecutor(1, thread_name_prefix="read"),
                              ThreadPoolExecutor(1, thread_name_prefix="sha256"))
-        return CaseChecks(self._file, self._datasets(case_id), first, self._named, *self._threads, ahead=ahead)
+        return CaseChecks(self._file, datasets, first, self._named, *self._threads, ahead=ahead)
 
     def _named(self, corrupt: CorruptDataset, links: list) -> CorruptDataset:
         """``corrupt`` naming every link to the damaged dataset."""
@@ -264,6 +265,10 @@ class GoldenFile:
             address = h5py.h5o.get_info(dataset.id).addr
         checks = self._checks
         return checks.array(address) if checks is not None and checks.covers(address) else self._file.read(entry, dataset)
+
+
+def _declared_bytes(datasets: dict[int, list[tuple[TensorEntry, h5py.Dataset]]]) -> int:
+    return sum(links[0][0].nbytes for links in datasets.values())
 
 
 def decoded_payload(stage: str, cache: np.ndarray) -> np.ndarray:
