@@ -132,7 +132,7 @@ def _create(folder: Path) -> tuple[_Output, Path | None]:
             if error.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
     named = _temporary_name(folder)
-    return _Output(os.open(named, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o666)), named
+    return _Output(os.open(named, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o666)), named
 
 
 def _commit(handle: _Output, named: Path | None, path: Path, replace: bool) -> None:

@@ -246,6 +246,12 @@ class ChunkCache:
     the order they were opened, oldest entry first. Hash-slot collisions
     (8191 slots against the 16 chunks of 0.5-1 MiB a default cache holds at
     most) cannot occur with the writer's chunk shapes and are not replayed.
+    Nor is the moment a dataset's chunk index is made: HDF5 makes it at the
+    first write of the array, this at the first chunk written. Under the
+    writer's file-object driver, which aggregates no metadata, that moves the
+    index of a dataset of several chunks that all stay cached until the
+    flush; the writer makes none (one chunk up to 8 MiB, beyond that chunks
+    of at most 1 MiB against h5py's 1 MiB cache).
     """
 
     def __init__(self) -> None:

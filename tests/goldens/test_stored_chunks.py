@@ -5,6 +5,7 @@ in the middle of the chunk order, chunks left cached until the flush, an incompr
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import h5py
 from csa_conform.golden.chunks import ChunkCache, chunk_offsets, lzf_chunks, store_array
 from csa_conform.golden.lzf import read_into, threaded_options
 from csa_conform.golden.layout import LIBVER
+from csa_conform.golden.writer import FileSink
 
 CACHE_BYTES = 64 << 10  # a small cache, so small arrays exercise every path of it
 
@@ -27,24 +29,25 @@ def arrays() -> list[tuple[np.ndarray, dict]]:
         (rng.standard_normal((3, 1000, 16)).astype(np.float32), {**lzf, "chunks": (1, 300, 16)}),  # edge chunks inside
         (rng.standard_normal((50, 1000)).astype(np.float32), {**gzip, "chunks": (25, 1000)}),  # larger than the cache
         (rng.integers(0, 256, (40, 4096), dtype=np.uint8), {**lzf, "chunks": (5, 4096)}),  # incompressible
-        (np.zeros((7, 333), dtype=np.int32), {**gzip, "chunks": (2, 333)}),  # 4 chunks, the last an edge
+        (np.zeros((71, 333), dtype=np.int32), {**gzip, "chunks": (2, 333)}),  # 36 chunks, the last an edge
         (rng.standard_normal(10).astype(np.float64), {**gzip, "chunks": (10,)}),
     ]
 
 
-def image(write) -> bytes:
-    with h5py.File(f"chunks-test-{write.__name__}.h5", "w", driver="core", backing_store=False, libver=LIBVER,
-                   rdcc_nbytes=CACHE_BYTES) as handle:
-        cache = ChunkCache()
-        datasets = []
-        for index, (array, options) in enumerate(arrays()):
-            dataset = write(handle, f"a{index}", array, options, cache)
-            dataset.attrs["sha256"] = "0" * 64
-            datasets.append(dataset)  # kept open, as the writer keeps them
-        handle.attrs["done"] = 1
-        cache.flush()
-        handle.flush()
-        return handle.id.get_file_image()
+def image(write, folder: Path) -> bytes:
+    """The file ``write`` makes of every array, written as the writer writes (its FileSink)."""
+    path = folder / f"{write.__name__}.h5"
+    with open(path, "w+b") as output:
+        with h5py.File(FileSink(output), "w", libver=LIBVER, rdcc_nbytes=CACHE_BYTES) as handle:
+            cache = ChunkCache()
+            datasets = []
+            for index, (array, options) in enumerate(arrays()):
+                dataset = write(handle, f"a{index}", array, options, cache)
+                dataset.attrs["sha256"] = "0" * 64
+                datasets.append(dataset)  # kept open, as the writer keeps them
+            handle.attrs["done"] = 1
+            cache.flush()
+    return path.read_bytes()
 
 
 def hdf5_itself(handle, name, array, options, _cache):
@@ -58,8 +61,8 @@ def copied_in(handle, name, array, options, cache):
     return dataset
 
 
-def test_copied_chunks_make_the_file_hdf5_makes():
-    assert image(copied_in) == image(hdf5_itself)
+def test_copied_chunks_make_the_file_hdf5_makes(tmp_path):
+    assert image(copied_in, tmp_path) == image(hdf5_itself, tmp_path)
 
 
 def test_the_arrays_cover_every_path_of_the_cache():
