@@ -11,6 +11,8 @@ whole, so the two engines share every decision about errors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from csa_conform.contract import StepGeometry
@@ -33,7 +35,8 @@ from csa_conform.oracle.compiled_softmax import softmax_with_sink
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.index_scoring import causal_records, head_weight_scale, masked_scores
 from csa_conform.oracle.parallel import even_parts, map_chunks, query_chunks, worker_count
-from csa_conform.oracle.sparse_sink_softmax_attention import candidate_records, raise_first_invalid
+from csa_conform.oracle.payloads import StagePayload
+from csa_conform.oracle.sparse_sink_softmax_attention import candidate_records, held_scores, raise_first_invalid
 
 # Query chunks hold this many softmax elements: each chunk's probabilities
 # stay in cache while per-chunk Python overhead stays small.
@@ -76,7 +79,7 @@ def sparse_sink_softmax_attention(
     candidates: np.ndarray,
     head_sink: np.ndarray,
     bias: np.ndarray | None,
-) -> dict[str, np.ndarray]:
+) -> Mapping[str, np.ndarray]:
     batch, sequence, heads, dim = query.shape
     current = np.ascontiguousarray(current_kv, dtype=np.float32)
     records, rows = candidate_records(geometry, present_compressed_kv, candidates, decode_fp8_record, in_place=True)
@@ -85,19 +88,31 @@ def sparse_sink_softmax_attention(
     else:
         packed, records = np.empty((batch, 0, FP8_RECORD_BYTES), dtype=np.uint8), np.ascontiguousarray(records)
     count = candidates.shape[-1]
-    scores = np.empty((batch, sequence, heads, count), dtype=np.float32)
+    shape = (batch, sequence, heads, count)
     output = np.empty(query.shape, dtype=np.float32)
     has_bias = bias is not None
     bias_values = bias if has_bias else np.zeros((1, 1, 1, 1), dtype=np.float32)
+    query_parts = query_chunks(sequence, count * batch * heads, SOFTMAX_CHUNK_ELEMENTS)
+    scores = np.empty(shape, dtype=np.float32) if held_scores(shape) or len(query_parts) == 1 else None
 
-    def score(queries: slice, candidates: slice) -> None:
+    def score(queries: slice, candidates: slice, target: np.ndarray) -> None:
         attention_scores(query, current, records, packed, rows, geometry.scale, bias_values, has_bias,
-                         queries.start, queries.stop, candidates.start, candidates.stop, scores)
+                         queries.start, queries.stop, candidates.start, candidates.stop, target)
 
-    def normalize(queries: slice, head_range: slice, probabilities: np.ndarray):
-        begin, end, first, last = queries.start, queries.stop, head_range.start, head_range.stop
-        b, s, h = softmax_with_sink(scores, head_sink, begin, end, first, last, probabilities)
-        return None if b < 0 else (b, s, h)
+    def score_chunk(queries: slice) -> np.ndarray:
+        """The chunk's scores on their own, [B, chunk, N, C]: the kernel sees the chunk's queries."""
+        tile = np.empty((batch, queries.stop - queries.start) + shape[2:], dtype=np.float32)
+        chunk_bias = np.ascontiguousarray(bias_values[:, :, queries]) if has_bias else bias_values
+        attention_scores(np.ascontiguousarray(query[:, queries]), current, records, packed,
+                         np.ascontiguousarray(rows[:, queries]), geometry.scale, chunk_bias, has_bias,
+                         0, queries.stop - queries.start, 0, count, tile)
+        return tile
+
+    def normalize(queries: slice, head_range: slice, probabilities: np.ndarray, source: np.ndarray, first: int):
+        """Softmax of ``source``'s rows for ``queries``; ``source`` holds query ``first`` as its row 0."""
+        begin, end = queries.start - first, queries.stop - first
+        b, s, h = softmax_with_sink(source, head_sink, begin, end, head_range.start, head_range.stop, probabilities)
+        return None if b < 0 else (b, s + first, h)
 
     def weigh(queries: slice, span: slice, probabilities: np.ndarray) -> None:
         attention_values(probabilities, current, records, packed, rows, queries.start, queries.stop,
@@ -105,27 +120,37 @@ def sparse_sink_softmax_attention(
 
     def attend(queries: slice):
         probabilities = np.empty((batch, queries.stop - queries.start, heads, count), dtype=np.float32)
-        score(queries, slice(0, count))
-        failure = normalize(queries, slice(0, heads), probabilities)
+        if scores is None:
+            failure = normalize(queries, slice(0, heads), probabilities, score_chunk(queries), queries.start)
+        else:
+            score(queries, slice(0, count), scores)
+            failure = normalize(queries, slice(0, heads), probabilities, scores, 0)
         weigh(queries, slice(0, dim), probabilities)
         return failure
 
-    query_parts = query_chunks(sequence, count * batch * heads, SOFTMAX_CHUNK_ELEMENTS)
     if len(query_parts) > 1 or worker_count() == 1:
         failures = map_chunks(attend, query_parts)
     else:
         # One chunk of queries (a decode): its candidates split over the cores for the scores, its
         # heads for the softmax, then whole BLOCKs of d for the values (each core reads its span of each row).
         (queries,) = query_parts
-        probabilities = np.empty((batch, sequence, heads, count), dtype=np.float32)
-        map_chunks(lambda candidates: score(queries, candidates), even_parts(count, worker_count()))
-        failures = map_chunks(lambda head_range: normalize(queries, head_range, probabilities),
+        probabilities = np.empty(shape, dtype=np.float32)
+        map_chunks(lambda candidates: score(queries, candidates, scores), even_parts(count, worker_count()))
+        failures = map_chunks(lambda head_range: normalize(queries, head_range, probabilities, scores, 0),
                               even_parts(heads, worker_count()))
         spans = [slice(part.start * BLOCK, min(dim, part.stop * BLOCK))
                  for part in even_parts(-(-dim // BLOCK), worker_count())]
         map_chunks(lambda span: weigh(queries, span, probabilities), spans)
     raise_first_invalid(geometry, failures)
-    return {"scores": scores, "Y": output}
+    if scores is not None:
+        return {"scores": scores, "Y": output}
+
+    def every_score() -> np.ndarray:
+        recomputed = np.empty(shape, dtype=np.float32)
+        map_chunks(lambda queries: score(queries, slice(0, count), recomputed), query_parts)
+        return recomputed
+
+    return StagePayload({"Y": output}, {"scores": every_score}, order=("scores", "Y"))
 
 
 def compression_update(

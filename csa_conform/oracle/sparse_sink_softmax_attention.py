@@ -12,6 +12,8 @@ skipped: they would add exactly +0 to Z and to Y.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from csa_conform.contract import StepGeometry
@@ -19,6 +21,20 @@ from csa_conform.errors import invalid
 from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.parallel import map_chunks, query_chunks
+from csa_conform.oracle.payloads import StagePayload
+
+
+# Attention's scores are held in the payload up to this size. Beyond it (a long prefill: 1.25 GiB at
+# S = 8192, N = 64, more than Y's 1 GiB) each query chunk's scores are used and dropped, and the
+# payload recomputes them all, bit for bit, only when something reads them (StagePayload). Held
+# scores cost a step that reads them nothing more: generate and verify of the prod suite (160 MiB
+# at S = 1024) store and compare every one.
+HELD_SCORES_BYTES = 256 << 20
+
+
+def held_scores(shape: tuple[int, ...]) -> bool:
+    """Whether scores of ``shape`` [B, S, N, C] are held, not recomputed on first read."""
+    return int(np.prod(shape)) * np.dtype(np.float32).itemsize <= HELD_SCORES_BYTES
 
 
 def sparse_sink_softmax_attention(
@@ -30,18 +46,21 @@ def sparse_sink_softmax_attention(
     head_sink: np.ndarray,
     bias: np.ndarray | None,
     numerics: Numerics = REFERENCE,
-) -> dict[str, np.ndarray]:
+) -> Mapping[str, np.ndarray]:
     batch, sequence, heads, dim = query.shape
     source, rows = candidate_rows(geometry, current_kv, present_compressed_kv, candidates)
     source_by_dim = np.ascontiguousarray(np.moveaxis(source, -1, 0)).reshape(dim, -1)
     flat_rows = rows + (np.arange(batch) * source.shape[1])[:, None, None]
     empty_row = source.shape[1] - 1
     count = candidates.shape[-1]
-    scores = np.empty((batch, sequence, heads, count), dtype=np.float32)
+    shape = (batch, sequence, heads, count)
+    scores = np.empty(shape, dtype=np.float32) if held_scores(shape) else None
     output = np.empty(query.shape, dtype=np.float32)
     batch_index = np.arange(batch)[:, None, None]
+    chunks = query_chunks(sequence, _per_query(count, batch, heads, dim))
 
-    def attend(chunk: slice):
+    def chunk_scores(chunk: slice):
+        """(candidate columns live in the chunk, their rows, their scores)."""
         live = np.flatnonzero((rows[:, chunk] != empty_row).any(axis=(0, 1)))
         row_ids = rows[:, chunk][:, :, live]
         keys = np.take(source_by_dim, flat_rows[:, chunk][:, :, live], axis=1)
@@ -50,15 +69,36 @@ def sparse_sink_softmax_attention(
         if bias is not None:
             live_scores += bias[:, :, chunk][..., live].transpose(0, 2, 1, 3)
         live_scores[np.broadcast_to((row_ids == empty_row)[:, :, None, :], live_scores.shape)] = -np.inf
+        return live, row_ids, live_scores
+
+    def keep(target: np.ndarray, chunk: slice, live: np.ndarray, live_scores: np.ndarray) -> None:
+        target[:, chunk] = -np.inf
+        target[:, chunk, :, live] = live_scores
+
+    def attend(chunk: slice):
+        live, row_ids, live_scores = chunk_scores(chunk)
         probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values, numerics)
-        scores[:, chunk] = -np.inf
-        scores[:, chunk, :, live] = live_scores
+        if scores is not None:
+            keep(scores, chunk, live, live_scores)
         return failure
 
-    raise_first_invalid(geometry, map_chunks(attend, query_chunks(sequence, _per_query(count, batch, heads, dim))))
-    return {"scores": scores, "Y": output}
+    raise_first_invalid(geometry, map_chunks(attend, chunks))
+    if scores is not None:
+        return {"scores": scores, "Y": output}
+
+    def every_score() -> np.ndarray:
+        recomputed = np.empty(shape, dtype=np.float32)
+
+        def score(chunk: slice) -> None:
+            live, _, live_scores = chunk_scores(chunk)
+            keep(recomputed, chunk, live, live_scores)
+
+        map_chunks(score, chunks)
+        return recomputed
+
+    return StagePayload({"Y": output}, {"scores": every_score}, order=("scores", "Y"))
 
 
 def raise_first_invalid(geometry: StepGeometry, chunk_failures) -> None:
