@@ -18,7 +18,8 @@ runs every step in a fresh process, the trees interleaved, the median of
 and that peak less the resident memory before the step, the bytes of the
 step's inputs and returned payloads (what any oracle holds when it returns;
 a view counts as its base, once) and the peak beyond them and the imported
-modules (the working memory this oracle adds), the process's CPU time (all
+modules (the working memory this oracle adds), and their sum less the
+inputs (the oracle's own: what the step adds to what it was given), the process's CPU time (all
 threads: less sensitive than wall time to other load on the machine), and
 each stage's time (and CPU time) with its G mul-add/s (index scoring: S x
 causal records x I x 128; attention: S x N x C x 512, twice: scores and
@@ -27,7 +28,9 @@ no-FMA peak, a lower bound on the step's time. The no-FMA peak is
 measured here: independent binary32 multiply-then-add chains held in
 registers, numba, fastmath off (its assembly checked: no fused op), one
 thread per core, the best of five runs. Targets on 2 cores: (a) <= 0.15 s and
-<= 0.5 GB, (b) and (c) <= 30 ms, (d) <= 10 s and <= 2 GB.
+<= 0.5 GB, (b) and (c) <= 30 ms, (d) <= 10 s and <= 2 GB of the oracle's own
+(no oracle of the contract can hold (d) in 2 GB whole: its inputs and its
+output Y alone are 2.35 GiB).
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ def child(case: str) -> None:
     print(json.dumps({
         "wall": wall, "peak_mib": peak / 1024, "step_mib": (peak - before) / 1024,
         "held_mib": held / 2**20, "working_mib": (peak - baseline) / 1024 - held / 2**20,
+        "inputs_mib": _held_bytes(inputs.values()) / 2**20,
         "cpu": cpu, "stages": stage_seconds, "stage_cpu": stage_cpu, "work": work, "tree": str(Path(stage_functions.__file__).parents[2]),
     }))
 
@@ -215,6 +219,12 @@ def no_fma_peak(seconds: float = 0.5) -> float:
     return best
 
 
+def _own_mib(run: dict) -> float:
+    """What the step adds to its inputs: the payloads it returns and the working memory beyond them
+    (target (d)'s 2 GB; the inputs and Y alone are 2.35 GiB at S = 8192, N = 64)."""
+    return run.get("held_mib", float("nan")) - run.get("inputs_mib", float("nan")) + run.get("working_mib", float("nan"))
+
+
 def run_child(tree: Path, case: str) -> dict:
     environment = dict(os.environ, PYTHONPATH=str(tree), CSA_CONFORM_ENGINE="numba")
     result = subprocess.run([sys.executable, __file__, CHILD, case], capture_output=True, text=True, env=environment)
@@ -257,7 +267,8 @@ def main() -> None:
             print(f"    {label:<6} {run['wall']:7.3f} s (min {fastest:.3f}, cpu {run['cpu']:.3f} s)  "
                   f"peak {run['peak_mib']:6.0f} MiB (step {run['step_mib']:+6.0f}; inputs and returned payloads "
                   f"{run.get('held_mib', float('nan')):.0f}, working memory beyond them "
-                  f"{run.get('working_mib', float('nan')):+.0f})  {stages}")
+                  f"{run.get('working_mib', float('nan')):+.0f}; the oracle's own, payloads and working memory: "
+                  f"{_own_mib(run):.0f})  {stages}")
             print(f"           cpu s by stage: " + ", ".join(
                 f"{stage} {seconds:.3f}" for stage, seconds in run["stage_cpu"].items() if seconds >= 5e-4))
 
