@@ -185,10 +185,12 @@ class FileSink:
         return size
 
     def readinto(self, buffer) -> int:
+        """Bytes past the end, and any a failed write left unwritten, read as zeros (as HDF5's own
+        drivers read past the end of a file)."""
         view = memoryview(buffer).cast("B")
         size = min(len(view), max(0, self._end - self._position))
         got = os.preadv(self._descriptor, [view[:size]], self._position) if size else 0
-        view[got:size] = bytes(size - got)  # what a failed write left unwritten reads as zeros
+        view[got:] = bytes(len(view) - got)
         self._position += size
         return size
 

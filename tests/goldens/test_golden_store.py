@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from reference_corpus import expected_error, reference_file, step_inputs, step_prefixes
 
-from csa_conform.errors import GoldenFormatError, UsageError
+from csa_conform.errors import GoldenFormatError, GoldenWriteError, UsageError
 from csa_conform.golden import (
     SCHEMA_VERSION,
     Compression,
@@ -21,6 +22,7 @@ from csa_conform.golden import (
     array_sha256,
     write_goldens,
 )
+from csa_conform.golden import writer
 from csa_conform.golden.validation import CheckedFile
 from csa_conform.verify import verify_case
 
@@ -217,6 +219,25 @@ def test_an_interrupted_write_leaves_nothing_behind(tmp_path, interruption):
     path = tmp_path / "g.h5"
     with pytest.raises(type(interruption)):
         write_goldens(path, cases())
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("writes_before_failing", [0, 3, 40])
+def test_a_write_that_fails_midway_is_one_error_and_leaves_nothing(tmp_path, monkeypatch, writes_before_failing):
+    """HDF5 never sees the failure (its close would crash after one): the writer stops at the next
+    case and reports it, and the unnamed file is never linked."""
+    written = []
+
+    def full_disk(descriptor, data, offset):
+        if len(written) >= writes_before_failing:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(offset)
+        return os.pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(writer.os, "pwrite", full_disk)
+    path = tmp_path / "g.h5"
+    with pytest.raises(GoldenWriteError, match=r"g\.h5: cannot write \(\[Errno 28\] No space left on device\); nothing written$"):
+        write_goldens(path, [sample_case("first"), sample_case("second")])
     assert list(tmp_path.iterdir()) == []
 
 
