@@ -152,6 +152,23 @@ class WorkerCrashed(CsaConformError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class InternalError(CsaConformError):
+    """csa-conform itself failed (an exception no code path expects): its bug, reported as such, never a
+    verdict on the kernels; ``of(error)`` names the error and where it was raised in one line."""
+
+    exit_code = ExitCode.INTERNAL
+
+    @classmethod
+    def of(cls, error: BaseException) -> InternalError:
+        traceback = error.__traceback__
+        while traceback is not None and traceback.tb_next is not None:
+            traceback = traceback.tb_next
+        where = "" if traceback is None else (
+            f" at {traceback.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{traceback.tb_lineno}")
+        message = " ".join(str(error).split())
+        return cls(f"internal error in csa-conform: {type(error).__name__}: {message}{where}; please report it")
+
+
 class SanitizedRunFailed(CsaConformError):
     """The diff run under compute-sanitizer stopped with an error of its own; its exit code is kept."""
 
@@ -163,6 +180,6 @@ class SanitizedRunFailed(CsaConformError):
 def exit_code_of(error: BaseException, *, git_bisect: bool = False) -> ExitCode:
     """The exit code a command ends with for ``error`` (an OSError is invalid input)."""
     code = ExitCode(getattr(error, "exit_code", ExitCode.USAGE))
-    if git_bisect and (code is ExitCode.ENVIRONMENT or isinstance(error, GoldenFormatError)):
+    if git_bisect and (code in (ExitCode.ENVIRONMENT, ExitCode.INTERNAL) or isinstance(error, GoldenFormatError)):
         return ExitCode.BISECT_SKIP
     return code

@@ -4,8 +4,9 @@ The boundary turns the failures a user can cause (bad arguments, a missing,
 malformed or tampered file, no device) into one line on stderr and the exit
 code the error carries (csa_conform.errors.exit_code_of, --git-bisect
 included), never a traceback; with --json the checking commands also print
-the results document of the failed run. Anything else is a bug and keeps its
-traceback.
+the results document of the failed run. Anything else is a bug of csa-conform:
+one line naming it as such ("internal error in csa-conform: ...; please
+report it") and its own exit code (70), never the divergence code.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import click
 from rich.console import Console
 
 from csa_conform.cli.output import final_exit_code, guard_streams, say_error
-from csa_conform.errors import CsaConformError, MemoryShortage, WorkerCrashed, exit_code_of
+from csa_conform.errors import CsaConformError, InternalError, MemoryShortage, WorkerCrashed, exit_code_of
 from csa_conform.memory import headroom as memory_headroom
 from csa_conform.memory import human, shared_headroom
 from csa_conform.exitcodes import ExitCode
@@ -84,7 +85,8 @@ def boundary(command: Callable) -> Callable:
         except (MemoryError, RuntimeError) as error:
             # A thread whose stack cannot be mapped is memory too (ulimit -v): "can't start new thread".
             if isinstance(error, RuntimeError) and "can't start new thread" not in str(error):
-                raise
+                _error_exit(InternalError.of(error), click.get_current_context().info_name,
+                            kwargs.get("as_json", False), kwargs.get("git_bisect", False), kwargs.get("file"))
             shortage = MemoryShortage(f"out of memory{memory_bound()}; rerun with more memory (or fewer --jobs)")
             _error_exit(shortage, click.get_current_context().info_name, kwargs.get("as_json", False),
                         kwargs.get("git_bisect", False), kwargs.get("file"))
@@ -92,6 +94,11 @@ def boundary(command: Callable) -> Callable:
             name = click.get_current_context().info_name
             _error_exit(error, name, kwargs.get("as_json", False), kwargs.get("git_bisect", False),
                         kwargs.get("file"))
+        except (click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - a bug of csa-conform: its own exit code, never a verdict
+            _error_exit(InternalError.of(error), click.get_current_context().info_name,
+                        kwargs.get("as_json", False), kwargs.get("git_bisect", False), kwargs.get("file"))
         sys.exit(int(code if code is not None else ExitCode.OK))
 
     return run

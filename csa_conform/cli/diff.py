@@ -20,7 +20,7 @@ import click
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
+from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section, failed_code
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
@@ -388,6 +388,7 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
     if judged is not None:
         sound = all(report.failure is None and not report.findings for report in reports)
         code = ExitCode.OK if judged["within"] and sound else ExitCode.DIVERGED
+    code = failed_code(explanations, code, git_bisect)
     control = control_run(provenance)
     if control and reports:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)

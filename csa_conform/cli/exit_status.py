@@ -12,6 +12,7 @@ from csa_conform.exitcodes import ExitCode
 COMMON = {
     ExitCode.USAGE: "usage or invalid input",
     ExitCode.ENVIRONMENT: "environment (no device, an output that cannot be written)",
+    ExitCode.INTERNAL: "internal error in csa-conform (its bug, not a verdict: please report it)",
     ExitCode.BISECT_SKIP: "with --git-bisect, where this commit cannot be judged",
     ExitCode.INTERRUPTED: "interrupted",
     ExitCode.TERMINATED: "terminated",

@@ -13,7 +13,7 @@ from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import control_banner, run_header
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.explanations import explanation_lines, explanations_section
+from csa_conform.cli.explanations import explanation_lines, explanations_section, failed_code
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
@@ -66,7 +66,8 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
                 explanations += explain_report(golden, report, isolated, stages, ulp)
             entries.append(device_case_entry(report, lambda stage, case=case: options.command(case, stage),
                                              time.perf_counter() - started))
-    code = ExitCode.OK if all(entry["passed"] for entry in entries) else ExitCode.DIVERGED
+    code = failed_code(explanations, ExitCode.OK if all(entry["passed"] for entry in entries) else ExitCode.DIVERGED,
+                       git_bisect)
     control = control_run(chained.provenance)
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from csa_conform.cli.output import say_error
 from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.modes import Mode
-from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, Explanation, explain_report
+from csa_conform.exitcodes import ExitCode
+from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, VERDICTS, Explanation, explain_report
 from csa_conform.golden import GoldenFile
 from csa_conform.run import RunOptions
 
@@ -31,15 +33,27 @@ def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
 
 def tally(explanations: list[Explanation]) -> dict[str, int]:
     """How many divergences each verdict got."""
-    counts = {verdict: sum(e.verdict == verdict for e in explanations) for verdict in (EXPLAINED, INHERITED,
-                                                                                        UNEXPLAINED)}
+    counts = {verdict: sum(e.verdict == verdict for e in explanations) for verdict in VERDICTS}
     return {"divergences": len(explanations), **counts}
 
 
 def tally_line(explanations: list[Explanation]) -> str:
     counts = tally(explanations)
-    return (f"{counts['divergences']} divergences: {counts[EXPLAINED]} explained, {counts[INHERITED]} inherited, "
-            f"{counts[UNEXPLAINED]} unexplained")
+    line = (f"{counts['divergences']} divergences: {counts[EXPLAINED]} explained, {counts[AMBIGUOUS]} ambiguous, "
+            f"{counts[INHERITED]} inherited, {counts[UNEXPLAINED]} unexplained")
+    return line + (f", {counts[FAILED]} whose explanation failed" if counts[FAILED] else "")
+
+
+def failed_code(explanations: list[Explanation] | None, code: ExitCode, git_bisect: bool) -> ExitCode:
+    """The run's exit code once its explanations are in: an explanation that failed is csa-conform's own
+    internal error (exit 70; 125 with --git-bisect), said on stderr, whatever the divergences were."""
+    failed = [explanation for explanation in explanations or () if explanation.verdict == FAILED]
+    for explanation in failed:
+        say_error(f"csa-conform: error: explaining {explanation.case} step {explanation.step} "
+                  f"{explanation.stage}: {explanation.note}")
+    if not failed:
+        return code
+    return ExitCode.BISECT_SKIP if git_bisect else ExitCode.INTERNAL
 
 
 def explanations_section(explanations: list[Explanation]) -> dict:

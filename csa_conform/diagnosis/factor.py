@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from csa_conform.diagnosis.findings import CONSTANT_FACTOR, Context, Finding
+from csa_conform.diagnosis.findings import CONSTANT_FACTOR, MIN_SUPPORT, Context, Finding
 
 SPREAD = 2.0**-16  # relative spread of the ratios still called one constant
 NOISE = 2.0**-10  # a factor this close to 1 without a simple form is rounding noise, not a scale
@@ -51,7 +51,7 @@ def constant_factor(stage: str, tensor: str, expected, actual, differ, axes, con
         return None
     differing = int(np.count_nonzero(differ))
     form = simple_form(c, context)
-    if form is None and (abs(c - 1) <= NOISE or count < 2):  # one element is a constant only in a simple form
+    if form is None and (abs(c - 1) <= NOISE or count < MIN_SUPPORT):  # a few elements: a constant only in a simple form
         return None
     spread = float(np.max(np.abs(ratios / c - 1)))
     named = f" ({form})" if form else ""

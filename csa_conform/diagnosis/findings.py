@@ -27,6 +27,17 @@ STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EX
                         ROUNDING_CONVENTION})
 # A finding accounts for its tensor when it covers at least this share of the differing elements.
 DECISIVE = 0.9
+# A pattern (a permutation, an index shift, row aliasing, a constant factor of no simple form) is claimed
+# only on at least this many differing elements it matches: on fewer, a coincidence is too likely.
+MIN_SUPPORT = 8
+# The confidence word of a claim from its support: independent elements (or changed arguments) matched.
+STRONG = 8  # at least this many: "strong"
+MODERATE = 2  # at least this many: "moderate"; fewer: "weak"
+
+
+def confidence_of(support: int) -> str:
+    """The documented word for a claim resting on ``support`` independent arguments or elements."""
+    return "strong" if support >= STRONG else "moderate" if support >= MODERATE else "weak"
 
 
 @dataclass
@@ -45,9 +56,19 @@ class Finding:
     def decisive(self) -> bool:
         return self.differing > 0 and self.covered >= DECISIVE * self.differing
 
+    @property
+    def support(self) -> int:
+        """The independent elements (or changed arguments, for a re-run) the finding rests on."""
+        return int(self.evidence.get("support", self.covered))
+
+    @property
+    def confidence(self) -> str:
+        return confidence_of(self.support)
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "stage": self.stage, "tensor": self.tensor, "headline": self.headline,
-                "covered": self.covered, "differing": self.differing, "evidence": self.evidence}
+                "covered": self.covered, "differing": self.differing, "support": self.support,
+                "confidence": self.confidence, "evidence": self.evidence}
 
 
 @dataclass

@@ -4,14 +4,24 @@ Pack-order and layout bugs move values without changing them: the nibbles of
 an FP4 byte swapped, the two bytes of a bf16 swapped, the two halves of a
 RoPE pair exchanged (interleaved vs split halves), a row written back to
 front, or any reordering of a row's values.
+
+A pattern is claimed only on positive evidence: at least MIN_SUPPORT
+identifying differing elements fit it, and in the rows that differ the
+device holds the pattern's value in most places where the pattern moves a
+value (PREDICTED), not only where the device happened to change: a reversed
+row that fits one changed slot but none of the 127 others it would move is
+a coincidence.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis.findings import PERMUTATION, Context, Finding, coordinates, same_bits
+from csa_conform.diagnosis.findings import MIN_SUPPORT, PERMUTATION, Context, Finding, coordinates, same_bits
 from csa_conform.diagnosis.shift import meaningful
+
+
+PREDICTED = 0.75  # share of the elements a pattern moves (in the differing rows) the device must hold
 
 
 def _rows(array: np.ndarray) -> np.ndarray:
@@ -49,6 +59,8 @@ def _candidates(expected: np.ndarray):
 
 
 def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
+    if expected.ndim == 0:
+        return None
     differing = int(np.count_nonzero(differ))
     rows = _rows(differ).any(axis=1)
     identifying = differ & meaningful(actual)
@@ -57,13 +69,19 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
         fits = same_bits(moved, actual) & differ
         covered = int(np.count_nonzero(fits))
         # fillers (0, -1, -inf) moving onto fillers prove nothing: most identifying elements must fit too
-        if covered >= 0.9 * differing and int(np.count_nonzero(fits & identifying)) >= max(1, considered // 2):
+        identified = int(np.count_nonzero(fits & identifying))
+        in_rows = np.broadcast_to(rows.reshape(differ.shape[:-1] + (1,)) if differ.ndim else rows, differ.shape)
+        moves = ~same_bits(moved, expected) & in_rows
+        predicted = int(np.count_nonzero(same_bits(moved, actual) & moves))
+        if (covered >= 0.9 * differing and identified >= max(MIN_SUPPORT, considered // 2)
+                and predicted >= PREDICTED * int(np.count_nonzero(moves))):
             fitting_rows = int(np.count_nonzero(_rows(fits).any(axis=1)))
             first = int(np.flatnonzero(fits)[0])
             headline = (f"{tensor} is the reference's with {what}: {covered:,} of {differing:,} differing elements "
                         f"match, in {fitting_rows:,} rows; first at {coordinates(first, actual.shape, axes)}")
             return Finding(PERMUTATION, stage, tensor, headline, covered, differing,
-                           {"pattern": pattern, "rows": fitting_rows, "first": coordinates(first, actual.shape, axes)})
+                           {"pattern": pattern, "rows": fitting_rows, "first": coordinates(first, actual.shape, axes),
+                            "support": identified, "predicted": predicted, "moved": int(np.count_nonzero(moves))})
     if expected.ndim == 0 or expected.shape[-1] < 2:
         return None
     expected_rows, actual_rows = _rows(expected)[rows], _rows(actual)[rows]
@@ -73,10 +91,10 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     if expected.dtype.kind == "f":
         same_values &= np.isfinite(expected_rows).all(axis=1)
     same_values &= meaningful(actual_rows).any(axis=1)
-    if same_values.all():
+    if same_values.all() and considered >= MIN_SUPPORT:
         count = int(rows.sum())
         headline = (f"{tensor} holds the reference's values in another order: each of the {count:,} differing rows "
                     "is a reordering of the reference row")
         return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
-                       {"pattern": "reordered", "rows": count})
+                       {"pattern": "reordered", "rows": count, "support": considered})
     return None

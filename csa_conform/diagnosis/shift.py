@@ -2,14 +2,15 @@
 
 Window starts, causal counts, record and byte offsets that are off by a few
 show as a shift along one axis: most differing elements equal the
-reference's neighbour d places before them on that axis.
+reference's neighbour d places before them on that axis. A shift is claimed
+only on at least MIN_SUPPORT identifying elements (not fillers) that fit it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis.findings import INDEX_SHIFT, Context, Finding, same_bits
+from csa_conform.diagnosis.findings import INDEX_SHIFT, MIN_SUPPORT, Context, Finding, same_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
 FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id
@@ -51,7 +52,7 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     differing = int(np.count_nonzero(differ))
     identifying = differ & meaningful(actual)
     considered = int(np.count_nonzero(identifying))
-    if considered < 2:
+    if considered < MIN_SUPPORT:
         return None
     per_axis = {}
     for axis in range(expected.ndim):
@@ -71,7 +72,7 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     last = per_axis.get(expected.ndim - 1)
     if last is not None and last[0] >= 0.9 * considered:
         best = last  # a shift within the row (slots, bytes) says more than one across rows
-    if best[0] < 0.75 * considered:
+    if best[0] < max(0.75 * considered, MIN_SUPPORT):
         return None
     count, axis, d, fits = best
     name = axes[axis] if axis < len(axes) else f"a{axis}"
@@ -82,4 +83,5 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
                 f"in {count:,} of {considered:,} differing elements (not counting fillers: -inf, -1, 0), across "
                 f"{rows:,} row{'s' if rows != 1 else ''}")
     return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
-                   {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows})
+                   {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows,
+                    "support": count})

@@ -22,7 +22,14 @@ the device's output is still consistent with, latest first:
   Hadamard of it, so the Hadamard differs;
 - the RMSNorm's input (records): the device's values are the reference's
   RoPE output times one constant per record, so only the normalization differs;
-- otherwise the first sub-step (pool for a record, bf16 for a query).
+- the pool (records): undone back to RMSNorm's output (inverse Hadamard, the
+  reference's rotation reversed, divided by the norm weight) the device's
+  values have RMS 1 within the quantization error but are not the reference's:
+  RMSNorm, RoPE and the quantizer ran on another pooled vector (a row whose
+  values also keep the Hadamard's energy is ambiguous and names nothing);
+- otherwise nothing: "no sub-step's output could be matched" (rule ``none``,
+  ``sub_step`` null). A sub-step is named only on positive evidence that its
+  output is what differs, never for want of a match.
 
 The quantization error is bounded from the device's own codes (half the
 grid spacing around each code at its block's scale), the bf16 roundings by
@@ -48,7 +55,7 @@ from csa_conform.numerics.fp4 import E2M1_TABLE, FP4_BLOCK
 from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
 from csa_conform.numerics.hadamard import hadamard_bf16
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
-from csa_conform.numerics.rope import compressed_rope
+from csa_conform.numerics.rope import compressed_rope, rope_frequencies
 from csa_conform.oracle.compressor import stream
 from csa_conform.oracle.pooling import rms_normalize, softmax_pool
 from csa_conform.spec import BY_NAME
@@ -76,7 +83,9 @@ REASONS = {
                   "it: another orthogonal transform",
     "scale": "its values are the reference's RoPE output times one constant per record: the normalization "
              "differs",
-    "first": "no later sub-step's input is the reference's",
+    "normalized": "undone back to RMSNorm's output its values have RMS 1 but are not the reference's "
+                  "normalization: RMSNorm and what follows ran on another pooled vector",
+    "none": "no later sub-step's input is the reference's, and no sub-step's output shows what differs",
 }
 
 
@@ -138,19 +147,50 @@ def _norm(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.square(np.asarray(x, dtype=np.float64)).sum(axis=-1))
 
 
-def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fit: bool) -> np.ndarray:
-    """(rule, fitted constant) of each FP4 row [rows, W]: quantizer, hadamard-inverse, rope, orthogonal, scale or
-    first."""
+def _unroped(values: np.ndarray, positions: np.ndarray, rope_dim: int) -> np.ndarray:
+    """The values with the reference's (2i, 2i+1) rotation of the tail at ``positions`` reversed, in binary64."""
+    out = np.array(values, dtype=np.float64)
+    if rope_dim == 0:
+        return out
+    angle = np.asarray(positions, dtype=np.float64)[..., None] * rope_frequencies(rope_dim).astype(np.float64)
+    tail = out[..., out.shape[-1] - rope_dim:]
+    x, y = tail[..., 0::2].copy(), tail[..., 1::2].copy()
+    tail[..., 0::2], tail[..., 1::2] = x * np.cos(angle) + y * np.sin(angle), y * np.cos(angle) - x * np.sin(angle)
+    return out
+
+
+def _normalized(unroped: np.ndarray, weight: np.ndarray | None, gaps: np.ndarray) -> np.ndarray:
+    """Per row: divided by the norm weight the values have RMS 1 within their error bound ``gaps``."""
+    if weight is None:
+        return np.zeros(unroped.shape[:-1], dtype=bool)
+    w = np.abs(np.asarray(weight, dtype=np.float64))
+    if not (w > 0).all():
+        return np.zeros(unroped.shape[:-1], dtype=bool)
+    n = unroped.shape[-1]
+    bound = _norm(gaps / w) + BF16_SLACK * np.sqrt(n)
+    return np.abs(_norm(unroped / w) - np.sqrt(n)) <= bound
+
+
+def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fit: bool, weight=None,
+              positions=None) -> np.ndarray:
+    """(rule, fitted constant) of each FP4 row [rows, W]: quantizer, hadamard-inverse, rope, orthogonal, scale,
+    normalized or none."""
     head = device.shape[-1] - rope_dim
-    error = _norm(_half_gaps(device, FP4)) + BF16_SLACK * _norm(after_rope)
+    gaps = _half_gaps(device, FP4)
+    error = _norm(gaps) + BF16_SLACK * _norm(after_rope)
     inverse = _inverse_hadamard(device)
-    rule = np.full(device.shape[:-1], "first", dtype=object)
+    rule = np.full(device.shape[:-1], "none", dtype=object)
     c = np.full(device.shape[:-1], np.nan)
+    normalized = (_normalized(_unroped(inverse, positions, rope_dim), weight, gaps) if positions is not None
+                  else np.zeros(rule.shape, dtype=bool))
+    rule[normalized] = "normalized"
     if scale_fit:
         x = after_rope.astype(np.float64)
         c = (inverse * x).sum(axis=-1) / np.maximum((x * x).sum(axis=-1), 1e-300)
         rule[_norm(inverse - c[..., None] * x) <= error] = "scale"
-    rule[np.abs(_norm(device) - _norm(after_rope)) <= error] = "orthogonal"
+    energy_kept = np.abs(_norm(device) - _norm(after_rope)) <= error
+    rule[energy_kept & ~normalized] = "orthogonal"
+    rule[energy_kept & normalized] = "none"  # another pool or another transform: nothing tells them apart
     head_matches = _norm(inverse[..., :head] - before_rope[..., :head]) <= error
     energy = np.abs(_norm(inverse[..., head:]) - _norm(before_rope[..., head:])) <= error
     rule[head_matches & energy] = "rope"
@@ -159,8 +199,8 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
     return rule, c
 
 
-def _fp8_rows(device, normalized, rotated, rope_dim: int) -> np.ndarray:
-    """(rule, fitted constant) of each FP8 record [rows, W]: quantizer, rope, scale or first."""
+def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions=None) -> np.ndarray:
+    """(rule, fitted constant) of each FP8 record [rows, W]: quantizer, rope, scale, normalized or none."""
     head = device.shape[-1] - rope_dim
     brackets = _brackets(device[..., :head], normalized[..., :head], FP8).all(axis=-1)
     tail_same = (device[..., head:].view(np.uint32) == rotated[..., head:].view(np.uint32)).all(axis=-1)
@@ -173,26 +213,31 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int) -> np.ndarray:
     floor = np.repeat(blocks * 2.0**-10, FP8_BLOCK, axis=-1)
     scaled = (np.abs(d[..., :head] - fitted[..., :head]) <= 2.0**-3 * np.abs(fitted[..., :head]) + floor).all(-1)
     scaled &= np.abs(_norm(d[..., head:]) - np.abs(c) * tail) <= BF16_SLACK * np.abs(c) * tail + 1e-30
-    rule = np.full(device.shape[:-1], "first", dtype=object)
+    rule = np.full(device.shape[:-1], "none", dtype=object)
+    if positions is not None:
+        gaps = np.concatenate([_half_gaps(device[..., :head], FP8), np.zeros(device.shape[:-1] + (rope_dim,))], -1)
+        rule[_normalized(_unroped(device, positions, rope_dim), weight, gaps)] = "normalized"
     rule[scaled] = "scale"
     rule[brackets & energy] = "rope"
     rule[brackets & tail_same] = "quantizer"
     return rule, c
 
 
-NAMED = {  # rule -> index of the sub-step it names, counted back from the stage's last sub-step
-    "quantizer": -1, "hadamard-inverse": -2, "orthogonal": -2, "rope": "RoPE", "scale": "RMSNorm", "first": 0,
+NAMED = {  # rule -> index of the sub-step it names, counted back from the stage's last sub-step (none: nothing)
+    "quantizer": -1, "hadamard-inverse": -2, "orthogonal": -2, "rope": "RoPE", "scale": "RMSNorm", "normalized": 0,
+    "none": None,
 }
 
 
-def _named(stage: str, rule: str) -> str:
+def _named(stage: str, rule: str) -> str | None:
     steps = SUB_STEPS[stage]
     where = NAMED[rule]
-    return where if isinstance(where, str) else steps[where]
+    return where if where is None or isinstance(where, str) else steps[where]
 
 
 def _record_chain(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray]):
-    """(normalized, rotated, hadamard or None) of every record the step emits, the reference's sub-steps."""
+    """(normalized, rotated, hadamard or None, block starts, norm weight) of every record the step emits, the
+    reference's sub-steps."""
     kv, gate, ape, norm, _, past_carry = (inputs[name] for name in BY_NAME[stage].inputs)
     candidates, block_starts, _ = stream(g, kv, gate, ape, past_carry)
     if candidates.shape[1] == 0:
@@ -205,7 +250,7 @@ def _record_chain(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray])
     width = rotated.shape[-1]
     rotated[..., width - g.rope_dim:] = compressed_rope(normalized[..., width - g.rope_dim:], block_starts[None, :])
     hadamard = hadamard_bf16(rotated) if stage == "index_key_update" else None
-    return normalized, rotated, hadamard
+    return normalized, rotated, hadamard, np.asarray(block_starts), norm
 
 
 def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Mapping):
@@ -223,15 +268,18 @@ def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Ma
     chain = _record_chain(stage, g, inputs)
     if chain is None:
         return None
-    normalized, rotated, hadamard = chain
+    normalized, rotated, hadamard, block_starts, weight = chain
     picked = actual[:, past:][rows[:, 0], rows[:, 1]]
+    positions = block_starts[rows[:, 1]]
     if stage == "index_key_update":
         values = decode_fp4_record(picked)
         judged = _fp4_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]],
-                         hadamard[rows[:, 0], rows[:, 1]], g.rope_dim, scale_fit=True)
+                           hadamard[rows[:, 0], rows[:, 1]], g.rope_dim, scale_fit=True, weight=weight,
+                           positions=positions)
     else:
         values = decode_fp8_record(picked) if actual.dtype == np.uint8 else np.asarray(picked, dtype=np.float32)
-        judged = _fp8_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]], g.rope_dim)
+        judged = _fp8_rows(values, normalized[rows[:, 0], rows[:, 1]], rotated[rows[:, 0], rows[:, 1]], g.rope_dim,
+                           weight, positions)
     counts = new[rows[:, 0], rows[:, 1]].sum(axis=-1)
     return tensor, judged, counts, int(differ.sum()), [tuple(int(i) for i in (b, past + r)) for b, r in rows]
 
@@ -278,19 +326,28 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
     steps = SUB_STEPS[stage]
     named = np.array([_named(stage, rule) for rule in rules], dtype=object)
     tally = {step: int((named == step).sum()) for step in steps if (named == step).any()}
-    sub_step = max(tally, key=lambda step: (tally[step], -steps.index(step)))
-    chosen = named == sub_step
+    unmatched = int(sum(step is None for step in named))
+    best = max(tally, key=lambda step: (tally[step], -steps.index(step))) if tally else None
+    sub_step = best if best is not None and tally[best] >= unmatched else None
+    chosen = np.array([step == sub_step for step in named], dtype=bool)
     rule = max({r for r, n in zip(rules, named) if n == sub_step}, key=lambda r: int(((rules == r) & chosen).sum()))
     unit = "query rows" if stage == "index_query_finalize" else "records"
-    position = steps.index(sub_step)
-    previous = steps[position - 1] if position else "input"
-    reason = REASONS[rule].format(previous=previous, sub_step=sub_step)
-    matched = list(steps[:position])
-    headline = (f"the first sub-step whose output the device's bytes cannot be matched to is {sub_step} "
-                f"({' → '.join(steps)}): in {int(chosen.sum()):,} of {len(rules):,} differing {unit} {reason}")
+    order = " → ".join(steps)
+    if sub_step is None:
+        matched: list[str] = []
+        headline = (f"no sub-step's output could be matched ({order}): in {int(chosen.sum()):,} of {len(rules):,} "
+                    f"differing {unit} {REASONS[rule]}")
+    else:
+        position = steps.index(sub_step)
+        previous = steps[position - 1] if position else "input"
+        reason = REASONS[rule].format(previous=previous, sub_step=sub_step)
+        matched = list(steps[:position])
+        headline = (f"the first sub-step whose output the device's bytes cannot be matched to is {sub_step} "
+                    f"({order}): in {int(chosen.sum()):,} of {len(rules):,} differing {unit} {reason}")
     evidence = {"sub_step": sub_step, "sub_steps": list(steps), "method": "intermediates", "rule": rule,
-                "matched": matched, unit.replace(" ", "_"): len(rules), "verdicts": tally,
-                "first": list(where[int(np.argmax(chosen))])}
+                "matched": matched, unit.replace(" ", "_"): len(rules),
+                "verdicts": dict(tally, **({"none": unmatched} if unmatched else {})),
+                "first": list(where[int(np.argmax(chosen))]), "support": int(chosen.sum())}
     if rule == "scale":
         evidence["factor"] = float(np.median(factors[chosen & (rules == "scale")]))
         headline += f" (× {evidence['factor']:.4g})"

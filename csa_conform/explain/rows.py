@@ -40,6 +40,21 @@ def differing_rows(target: Mapping[str, np.ndarray], reference: Mapping[str, np.
     return np.flatnonzero(rows) if rows is not None else np.zeros(0, dtype=np.int64)
 
 
+def _reproduced(payload: Mapping, target: Mapping, reference: Mapping | None) -> int:
+    """Elements where the device differs from the reference and the re-run's payload is the device's."""
+    if reference is None:
+        return 0
+    found = 0
+    for name, array in target.items():
+        theirs, mine, ours = np.asarray(array), np.asarray(payload[name]), np.asarray(reference.get(name))
+        if mine.shape != theirs.shape or ours.shape != theirs.shape or mine.dtype != theirs.dtype:
+            continue
+        width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[theirs.dtype.itemsize]
+        device, run, expected = theirs.view(width), mine.view(width), ours.view(width)
+        found += int(np.count_nonzero((device != expected) & (run == device)))
+    return found
+
+
 class Rerun:
     """One stage's re-runs under hypotheses: screened on the differing rows when that is sound and smaller."""
 
@@ -50,6 +65,7 @@ class Rerun:
         self._hypotheses: dict[str, Hypothesis] = {}
         self._subset = None
         reference = reference if reference is not None else upstream.get(stage)
+        self.reference = reference
         if stage in ROW_STAGES and reference is not None and g.sequence > 1:
             rows = differing_rows(target, reference)
             if 0 < rows.size <= SCREENED_SHARE * g.sequence:
@@ -67,9 +83,10 @@ class Rerun:
         assembly["candidates"] = np.ascontiguousarray(assembly["candidates"][:, rows])
         upstream = dict(self.upstream, candidate_assembly=assembly)
         target = {name: np.asarray(array)[:, rows] for name, array in self.target.items()}
-        return replace(g, sequence=int(rows.size)), inputs, upstream, target
+        reference = {name: np.asarray(self.reference[name])[:, rows] for name in self.target}
+        return replace(g, sequence=int(rows.size)), inputs, upstream, target, reference
 
-    def _run(self, hypothesis: Hypothesis, g, inputs, upstream, target) -> Trial:
+    def _run(self, hypothesis: Hypothesis, g, inputs, upstream, target, reference=None) -> Trial:
         tallies: dict = {}
         try:
             payload = run_stage(self.stage, g, inputs, upstream, hypothesis.numerics(tallies))
@@ -80,13 +97,14 @@ class Rerun:
         digest = hashlib.sha1()
         for name in target:
             digest.update(np.ascontiguousarray(payload[name]).view(np.uint8).tobytes())
-        return Trial(hypothesis.key, hypothesis.name, differing, total, changed, digest=digest.hexdigest())
+        return Trial(hypothesis.key, hypothesis.name, differing, total, changed, digest=digest.hexdigest(),
+                     reproduced=_reproduced(payload, target, reference))
 
     def trial(self, hypothesis: Hypothesis) -> Trial:
         """The hypothesis's trial on the screened rows (or on the whole stage when nothing is screened)."""
         self._hypotheses[hypothesis.key] = hypothesis
         if self._subset is None:
-            return self._run(hypothesis, self.g, self.inputs, self.upstream, self.target)
+            return self._run(hypothesis, self.g, self.inputs, self.upstream, self.target, self.reference)
         return self._run(hypothesis, *self._subset)
 
     def whole(self, trial: Trial) -> Trial:
@@ -95,7 +113,7 @@ class Rerun:
             return trial
         if trial.key not in self._whole:
             self._whole[trial.key] = self._run(self._hypotheses[trial.key], self.g, self.inputs, self.upstream,
-                                               self.target)
+                                               self.target, self.reference)
         return self._whole[trial.key]
 
     def confirmed(self, hypothesis: Hypothesis, trial: Trial) -> Trial:

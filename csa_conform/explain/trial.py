@@ -1,8 +1,11 @@
-"""One hypothesis re-run and what it showed: how far its payload is from the device's, what it changed."""
+"""One hypothesis re-run and what it showed: how far its payload is from the device's, what it changed,
+and how much evidence a reproduction stands on (specs/diagnosis.md, "Evidence strength")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from csa_conform.diagnosis.findings import confidence_of
 
 
 @dataclass
@@ -16,10 +19,28 @@ class Trial:
     changed: dict[str, tuple[int, int]] = field(default_factory=dict)
     rejected: str | None = None
     digest: str = ""  # of the re-run's payload bytes: two trials with one digest computed the same payload
+    reproduced: int = 0  # the device's differing elements (from the reference) this re-run's payload matches
+
+    # A reproduction's support: the independent arguments its swap changed (or, for a re-run whose swap
+    # counts none, the device's differing elements it reproduces); the confidence word follows from it.
 
     @property
     def reproduces(self) -> bool:
         return self.rejected is None and self.mismatches == 0
+
+    @property
+    def support(self) -> int:
+        """Independent evidence: the arguments (operations) the swap changed, else the elements it reproduced."""
+        changed = sum(count for count, _ in self.changed.values())
+        return changed if changed else self.reproduced
+
+    @property
+    def confidence(self) -> str:
+        return confidence_of(self.support)
+
+    def strength(self) -> str:
+        unit = "changed argument" if any(count for count, _ in self.changed.values()) else "reproduced element"
+        return f"{self.confidence}: {self.support:,} {unit}{'s' if self.support != 1 else ''}"
 
     def effect(self) -> str:
         """'15 of 39,168 expf arguments round differently' and the like."""
@@ -35,4 +56,5 @@ class Trial:
     def to_dict(self) -> dict:
         return {"key": self.key, "name": self.name, "mismatches": self.mismatches, "elements": self.elements,
                 "reproduces": self.reproduces, "rejected": self.rejected,
-                "changed": {what: {"changed": c, "seen": s} for what, (c, s) in self.changed.items()}}
+                "changed": {what: {"changed": c, "seen": s} for what, (c, s) in self.changed.items()},
+                "support": self.support, "confidence": self.confidence}

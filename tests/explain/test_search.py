@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 
-import csa_conform.explain as explain
+import csa_conform.explain.search as explain_search
 from csa_conform.contract import validate_step
 from csa_conform.diff import compare_payloads
 from csa_conform.explain import EXPLAINED, UNEXPLAINED, explain_step
@@ -80,7 +80,7 @@ def test_the_combination_search_stops_at_its_cap_and_says_so(monkeypatch):
     stage = "compression_update"
     payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
     payload["present_compressed_kv"][0, -1, -1] ^= 0x01  # the last bf16 byte of the RoPE tail
-    monkeypatch.setattr(explain, "STALLED_CAP", 3)
+    monkeypatch.setattr(explain_search, "STALLED_CAP", 3)
     explanation = _explain(stage, g, inputs, expected, payload)
     search = explanation.search
     assert explanation.verdict == UNEXPLAINED and explanation.closest is None
@@ -98,7 +98,7 @@ def test_without_the_cap_every_combination_runs(monkeypatch):
     stage = "compression_update"
     payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
     payload["present_compressed_kv"][0, -1, -1] ^= 0x01
-    monkeypatch.setattr(explain, "STALLED_CAP", 1000)
+    monkeypatch.setattr(explain_search, "STALLED_CAP", 1000)
     search = _explain(stage, g, inputs, expected, payload).search
     assert not search["capped"] and search["untried"] == 0 and search["combinations"] > 3
 
@@ -111,4 +111,4 @@ def test_a_single_that_comes_closer_lifts_the_cap_to_the_full_one():
         payload["Y"].reshape(-1).view(np.uint32) != expected[ATTENTION]["Y"].reshape(-1).view(np.uint32))[0]] *= 2
     explanation = _explain(ATTENTION, g, inputs, expected, payload)
     assert explanation.verdict == UNEXPLAINED and explanation.closest.key == "expf:correctly-rounded"
-    assert explanation.search["cap"] == explain.COMBINATION_CAP
+    assert explanation.search["cap"] == explain_search.COMBINATION_CAP

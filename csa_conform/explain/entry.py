@@ -1,0 +1,205 @@
+"""explain's entry points: one divergence (explain_step), one case's chained report (explain_report), one
+case from scratch (explain_case).
+
+Each divergent (case, step, stage) is first localized: the case is replayed
+isolated, so a stage is judged on the oracle's inputs and upstream noise is
+excluded (a stage that diverges only chained inherits it). Its pattern is
+diagnosed first (csa_conform.explain.structural); a decisive structural
+pattern no numeric ingredient can produce ends there. Otherwise every
+sub-step re-run and every numeric single is tried (csa_conform.explain.search)
+and all that reproduce the device bit for bit are kept: one ingredient
+(perhaps in several variants that computed the same values) is the cause;
+rivals of different ingredients make the verdict ``ambiguous``, naming all.
+An explanation that fails inside csa-conform is ``failed``: the divergence
+stays reported, the other verdicts are kept.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from csa_conform.contract import validate_step
+from csa_conform.device.conformance import CaseReport, check_case, compare_step, replay
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.launches import kernel_of
+from csa_conform.device.modes import STAGES, Mode
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.diagnosis import STRUCTURAL
+from csa_conform.diagnosis.substeps import localize
+from csa_conform.errors import ContractError, InternalError
+from csa_conform.explain.device_libm import device_libm as probe_device_libm
+from csa_conform.explain.element import element_provenance
+from csa_conform.explain.hypotheses import Hypothesis
+from csa_conform.explain.rows import Rerun
+from csa_conform.explain.search import ingredient, search
+from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
+from csa_conform.explain.structural import diagnose_stage, sub_step_finding, sub_step_trials, unwritten_state
+from csa_conform.explain.verdict import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, Explanation
+from csa_conform.golden import GoldenFile
+from csa_conform.numerics.variant import Numerics
+from csa_conform.spec import BY_NAME
+
+# stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
+TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
+
+
+def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
+    first = next((diff for diff in diffs if diff.first is not None), None)
+    if first is None:
+        return None
+    coords = tuple(int(i) for i in np.unravel_index(first.first["index"], first.shape))
+    trace: dict = {}
+    if stage in TRACED_PROVENANCE:  # the block inputs of a record or query; other stages need no re-run
+        try:
+            run_stage(stage, g, inputs, expected, Numerics(trace=trace))
+        except ContractError:
+            trace = {}
+    return {"tensor": first.tensor, "coords": first.first["coords"],
+            **element_provenance(stage, first.tensor, coords, g, inputs, expected, trace)}
+
+
+def _decide(explanation: Explanation, reproducing, localized) -> None:
+    """The verdict from every reproducing (hypothesis, trial): one ingredient explains (its variants listed
+    as equals), rivals of several ingredients are ambiguous; a reproducing sub-step re-run adds its finding."""
+    if not reproducing:
+        return
+    groups: dict[str, list] = {}
+    for hypothesis, trial in reproducing:
+        groups.setdefault(ingredient(hypothesis), []).append((hypothesis, trial))
+    if len(groups) > 1:
+        explanation.verdict = AMBIGUOUS
+        explanation.rivals = [min(group, key=lambda pair: pair[1].support)[1] for group in groups.values()]
+        return
+    (group,) = groups.values()
+    hypothesis, cause = min(group, key=lambda pair: sum(changed for changed, _ in pair[1].changed.values()))
+    explanation.verdict, explanation.cause = EXPLAINED, cause
+    explanation.rivals = [trial for _, trial in group]
+    if hypothesis.sub_step:
+        explanation.diagnosis.insert(0, sub_step_finding(explanation.stage, explanation.tensors(),
+                                                         explanation.baseline, hypothesis, cause, localized))
+
+
+def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, diffs,
+                 device_libm: Callable[[str], Callable] | None, skipped: dict[str, str]) -> Explanation:
+    """Explain one isolated divergence of `stage` (its failing `diffs`)."""
+    explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
+                              skipped=dict(skipped) if BY_NAME[stage].libm else {},
+                              kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs]))
+    target = actual[stage]
+    upstream = consumed_upstream(stage, expected, actual)
+    own = UPSTREAM_IN_LAUNCH.get(stage)
+    if own in actual and mismatches(actual[own], expected[own])[0]:
+        hypothesis = Hypothesis("reference", "the reference's arithmetic")
+        inherited = Rerun(stage, g, inputs, upstream, target).trial(hypothesis)
+        if inherited.reproduces:
+            explanation.verdict = INHERITED
+            explanation.note = (f"the same launch computed {own} itself and it diverged; from the device's {own} "
+                                "the reference's arithmetic reproduces this stage bit for bit")
+            explanation.trials = [inherited]
+            return explanation
+    explanation.baseline = mismatches(expected[stage], target)[0]
+    explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
+    explanation.first = _first_element(stage, diffs, g, inputs, expected)
+    if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
+        return explanation
+    carry = unwritten_state(stage, explanation.tensors(), explanation.baseline, g, inputs, upstream, target)
+    if carry is not None:
+        explanation.diagnosis.insert(0, carry)
+        return explanation
+    localized = localize(stage, g, inputs, expected[stage], target)
+    gross = False
+    if localized is not None:  # where it starts; the re-runs and the numeric search below may still name why
+        explanation.diagnosis.insert(0, localized)
+        if localized.decisive and localized.evidence["structural"]:
+            return explanation
+        # no later sub-step's input is the reference's: no rounding convention or RoPE position moves values so far
+        gross = localized.decisive and localized.evidence["rule"] == "none"
+    rope_exact = localized is not None and localized.evidence["rope_exact"]
+    if rope_exact:
+        explanation.skipped["RoPE ingredients"] = ("every differing record keeps the reference's RoPE tail bit for bit: "
+                                                  "powf, sinf, cosf and the a*b±c*d contractions act only there")
+    reruns = [] if gross else sub_step_trials(stage, g, inputs, upstream, target,
+                                              skip=("RoPE",) if rope_exact else ())
+    explanation.trials = [trial for _, trial in reruns]
+    reproduced = any(trial.reproduces for _, trial in reruns)
+    found, closest, trials, explanation.search = search(stage, g, inputs, upstream, target, device_libm,
+                                                        explanation.baseline, rope_exact, combine=not reproduced)
+    explanation.trials += trials
+    explanation.closest = closest
+    _decide(explanation, [pair for pair in reruns if pair[1].reproduces] + found, localized)
+    if explanation.verdict == UNEXPLAINED and not trials and not reruns:
+        explanation.note = "an integer stage: no arithmetic ingredient to swap"
+    return explanation
+
+
+def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
+                 stages: Sequence[str] = STAGES, ulp: int = 0) -> list[Explanation]:
+    """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
+    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp)
+    return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
+                          stages, ulp)
+
+
+def failure_note(error: BaseException) -> str:
+    """An internal error as one line that names it as csa-conform's own."""
+    return str(InternalError.of(error))
+
+
+def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGES,
+                   ulp: int = 0) -> list[Explanation]:
+    """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay.
+
+    An explanation that raises is a ``failed`` verdict for that divergence; the others are kept. A replay
+    that fails leaves each of the chained run's divergences not yet explained ``failed`` with its error.
+    """
+    case = chained.case
+    info = golden.case_info(case)
+    explanations: list[Explanation] = []
+    libm = None
+    skipped: dict[str, str] = {}
+    try:
+        for outcome in replay(golden, case, runner):
+            if outcome.actual is None:
+                continue
+            failing = [diff for diff in compare_step(outcome, stages, ulp) if not diff.passed]
+            if not failing:
+                continue
+            if libm is None and not skipped:
+                libm, reason = probe_device_libm(runner)
+                if reason:
+                    skipped = {"device libm": reason}
+            step = golden.read_step(case, outcome.index)
+            g = validate_step(info.attrs, step.inputs, info.output_names)
+            for stage in STAGES:
+                diffs = [diff for diff in failing if diff.stage == stage]
+                if not diffs:
+                    continue
+                try:
+                    explanations.append(explain_step(case, outcome.index, stage, g, step.inputs, outcome.expected,
+                                                     outcome.actual.stages, diffs, libm, skipped))
+                except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this divergence's verdict says so
+                    explanations.append(Explanation(
+                        case, outcome.index, stage, FAILED, [diff.summary() for diff in diffs],
+                        note=failure_note(error), kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs])))
+    except Exception as error:  # noqa: BLE001 - the replay itself failed: every divergence left says so
+        note = failure_note(error)
+        done = {(explanation.step, explanation.stage) for explanation in explanations}
+        for verdict in chained.diverged():
+            step = verdict.step if verdict.step is not None else -1
+            if (step, verdict.stage) not in done:
+                explanations.append(Explanation(
+                    case, step, verdict.stage, FAILED, [diff.summary() for diff in verdict.diffs], note=note,
+                    kernel=kernel_of(verdict.stage, chained.ratio, [diff.tensor for diff in verdict.diffs])))
+        return explanations
+    localized = {explanation.stage for explanation in explanations}
+    for verdict in chained.diverged():
+        if verdict.stage not in localized:
+            explanations.append(Explanation(
+                case, verdict.step if verdict.step is not None else -1, verdict.stage, INHERITED,
+                [diff.summary() for diff in verdict.diffs],
+                note="diverges only chained: the isolated re-run, on the oracle's inputs, is bit-exact, so the "
+                     "difference comes from device stages upstream or from earlier steps",
+                kernel=kernel_of(verdict.stage, chained.ratio, [diff.tensor for diff in verdict.diffs])))
+    return explanations

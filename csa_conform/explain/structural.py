@@ -1,0 +1,86 @@
+"""Structural pre-checks of a divergence, before any numeric ingredient: the pattern detectors
+(csa_conform.diagnosis), a past carry the kernel never copied, and the sub-step re-runs (a bf16 or code
+rounding convention, RoPE at another position or pair layout), every one of them tried."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.device.cuda import POISON
+from csa_conform.diagnosis import NEVER_WRITTEN, ROUNDING_CONVENTION, SUB_STEP, Context, Finding, diagnose
+from csa_conform.diff import default_axes
+from csa_conform.errors import ContractError
+from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis, structural_hypotheses
+from csa_conform.explain.rows import Rerun
+from csa_conform.explain.stages import run_stage
+from csa_conform.explain.trial import Trial
+from csa_conform.numerics.variant import Numerics
+from csa_conform.spec import BY_NAME
+
+
+def diagnose_stage(stage: str, g, inputs, expected, target, upstream) -> list[Finding]:
+    """The structural findings on the stage's diverged tensors (csa_conform.diagnosis)."""
+    def tracer() -> dict:
+        trace: dict = {}
+        try:
+            run_stage(stage, g, inputs, upstream, Numerics(trace=trace))
+        except ContractError:
+            return {}
+        return trace
+
+    reference = expected[stage]
+    axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
+            for tensor, array in reference.items()}
+    return diagnose(stage, reference, target, axes, Context(stage, g, inputs, expected, tracer))
+
+
+def unwritten_state(stage: str, tensors: str, baseline: int, g, inputs, upstream, target) -> Finding | None:
+    """A past carry the kernel never copied into its state: the stage re-run with that input replaced by the
+    runner's poison (what the kernel's fresh state buffer held) reproduces the device. The records it
+    emits were pooled from uninitialised memory, so no numeric ingredient is tried."""
+    carry = next((name for name in BY_NAME[stage].inputs if name.endswith("_carry")), None)
+    if carry is None or g.start == 0:  # at position 0 the reference resets the carry whatever it held
+        return None
+    poisoned = np.empty(np.shape(inputs[carry]), dtype=np.float32)
+    poisoned.view(np.uint8).fill(POISON)
+    hypothesis = Hypothesis("state:never-written", f"{carry} never copied into the kernel's state")
+    trial = Rerun(stage, g, dict(inputs, **{carry: poisoned}), upstream, target).trial(hypothesis)
+    if not trial.reproduces:
+        return None
+    headline = (f"the kernel never copied {carry} into its state: the stage re-run from the runner's 0x{POISON:02X} "
+                f"poison in place of {carry} reproduces the device bit for bit (records pooled from "
+                "uninitialised memory)")
+    return Finding(NEVER_WRITTEN, stage, tensors, headline, baseline, baseline,
+                   {"pattern": f"0x{POISON:02X}", "source": carry, "trial": hypothesis.key})
+
+
+def sub_step_trials(stage: str, g, inputs, upstream, target, skip: tuple[str, ...] = ()) -> list[tuple[Hypothesis, Trial]]:
+    """Every sub-step of the stage done another way (csa_conform.explain.hypotheses.structural_hypotheses),
+    each re-run: all of them, so a rival that also reproduces is seen."""
+    rerun = Rerun(stage, g, inputs, upstream, target)
+    return [(hypothesis, rerun.trial(hypothesis)) for hypothesis in structural_hypotheses(stage, g.ratio)
+            if hypothesis.sub_step not in skip]
+
+
+def sub_step_finding(stage: str, tensors: str, baseline: int, hypothesis: Hypothesis, trial: Trial,
+                     localized: Finding | None) -> Finding:
+    """What a reproducing sub-step re-run names: a rounding convention or the first sub-step that differs,
+    with its support and whether the sub-step localization of the same tensor agrees."""
+    order = " → ".join(SUB_STEPS.get(stage, ()))
+    evidence = {"sub_step": hypothesis.sub_step, "variant": hypothesis.name, "trial": hypothesis.key,
+                "sub_steps": list(SUB_STEPS.get(stage, ())), "support": trial.support}
+    if hypothesis.bf16 or hypothesis.code_ties_away:
+        kind, headline = ROUNDING_CONVENTION, (f"the kernel's {hypothesis.name}: {trial.effect()}; the re-run "
+                                              "reproduces the device bit for bit")
+        evidence["convention"] = hypothesis.name
+    else:
+        kind, headline = SUB_STEP, (f"the first sub-step that differs is {hypothesis.sub_step} ({order}): "
+                                    f"the device's bytes are the reference's with {hypothesis.name}, every "
+                                    "other sub-step as the reference does it")
+    located = localized.evidence.get("sub_step") if localized is not None else None
+    if located is not None:
+        evidence["localized"] = located
+        if located != hypothesis.sub_step and not hypothesis.bf16:
+            headline += (f"; the sub-step localization names {located} instead (it matches intermediates within "
+                         "rounding bounds, the re-run is bit for bit)")
+    return Finding(kind, stage, tensors, headline, baseline, baseline, evidence)

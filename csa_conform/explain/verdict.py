@@ -1,0 +1,137 @@
+"""The verdict on one divergent (case, step, stage): what explain found, and how it says it.
+
+A verdict is ``explained`` (one ingredient, or one set of indistinguishable
+variants of it, reproduces the device bit for bit), ``ambiguous`` (rival
+hypotheses of different ingredients each reproduce it and no experiment
+separated them: all are named, none is chosen), ``inherited``,
+``unexplained``, or ``failed`` (csa-conform itself failed while explaining:
+the divergence stays reported, the error is named as the tool's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from csa_conform.diagnosis import STRUCTURAL, Finding
+from csa_conform.explain.trial import Trial
+
+EXPLAINED = "explained"
+AMBIGUOUS = "ambiguous"
+UNEXPLAINED = "unexplained"
+INHERITED = "inherited"
+FAILED = "failed"
+VERDICTS = (EXPLAINED, AMBIGUOUS, INHERITED, UNEXPLAINED, FAILED)
+
+
+@dataclass
+class Explanation:
+    """The verdict on one divergent (case, step, stage)."""
+
+    case: str
+    step: int
+    stage: str
+    verdict: str
+    summary: list[str] = field(default_factory=list)
+    cause: Trial | None = None
+    closest: Trial | None = None
+    trials: list[Trial] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    first: dict | None = None
+    note: str = ""
+    diagnosis: list[Finding] = field(default_factory=list)
+    kernel: str | None = None
+    baseline: int = 0  # elements that differ under the reference's own arithmetic
+    search: dict | None = None  # how the numeric search ran: singles, combinations, the cap and whether it was hit
+    rivals: list[Trial] = field(default_factory=list)  # every reproducing hypothesis (explained: the cause's variants)
+
+    @property
+    def confidence(self) -> str | None:
+        """The documented confidence word of the verdict's claim (specs/diagnosis.md), None without one."""
+        if self.verdict == EXPLAINED and self.cause is not None:
+            return self.cause.confidence
+        if self.verdict == AMBIGUOUS:
+            return AMBIGUOUS
+        finding = self.diagnosis[0] if self.diagnosis else None
+        return finding.confidence if finding is not None else None
+
+    def headline(self) -> str:
+        where = f"{self.case} step {self.step} {self.stage}"
+        if self.kernel:
+            where += f" [{self.kernel}]"
+        if self.verdict == FAILED:
+            return f"{where}: explanation failed: {self.note}"
+        if self.verdict == EXPLAINED and self.cause is not None:
+            also = [trial.name for trial in self.rivals if trial.key != self.cause.key]
+            same = f" (equally: {'; '.join(also)}: the same values on every argument seen)" if also else ""
+            return (f"{where}: explained: {self.cause.name}{same} — {self.cause.effect()}; "
+                    f"reproduces {self.tensors()} bit for bit ({self.cause.strength()})")
+        if self.verdict == AMBIGUOUS:
+            names = " or ".join(trial.name for trial in self.rivals)
+            return (f"{where}: ambiguous: {names} — each reproduces {self.tensors()} bit for bit "
+                    f"({'; '.join(f'{trial.name}: {trial.effect()}' for trial in self.rivals)}); "
+                    "no experiment separated them")
+        if self.verdict == INHERITED:
+            return f"{where}: inherited: {self.note}"
+        finding = self.diagnosis[0] if self.diagnosis else None
+        if finding is not None and finding.kind in STRUCTURAL and finding.decisive and self.search is None:
+            return (f"{where}: {finding.kind}: {finding.headline} (structural, {finding.confidence}: no numeric "
+                    "ingredient tried)")
+        pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
+            f": {self.note}" if self.note else "")
+        return f"{where}: unexplained{pattern} ({self.closest_text()})"
+
+    def closest_text(self) -> str:
+        if self.closest is not None:
+            return (f"closest: {self.closest.name} reduces the differing elements from {self.baseline:,} to "
+                    f"{self.closest.mismatches:,} of {self.closest.elements:,}")
+        if any(trial.rejected is None for trial in self.trials):
+            return "no numeric ingredient moves the result"
+        return "no numeric ingredient applies to this stage"
+
+    def tensors(self) -> str:
+        return ", ".join(line.split(":", 1)[0].split("/", 1)[-1] for line in self.summary) or "the payload"
+
+    def lines(self) -> list[str]:
+        lines = [self.headline()]
+        lines.extend(f"  {line}" for line in self.summary)
+        for finding in self.diagnosis[1:]:
+            lines.append(f"  also {finding.kind}: {finding.headline}")
+        for key, reason in self.skipped.items():
+            lines.append(f"  skipped {key}: {reason}")
+        if self.search and self.search["capped"]:
+            lines.append(f"  combination search stopped at its cap of {self.search['cap']} combinations "
+                         f"({self.search['untried']:,} more not tried)")
+        if self.first:
+            lines.append("  first divergent element: " + _describe(self.first))
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"case": self.case, "step": self.step, "stage": self.stage, "verdict": self.verdict,
+                "headline": self.headline(), "divergence": self.summary, "note": self.note,
+                "cause": None if self.cause is None else self.cause.to_dict(),
+                "closest": None if self.closest is None else self.closest.to_dict(),
+                "rivals": [trial.to_dict() for trial in self.rivals], "confidence": self.confidence,
+                "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
+                "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
+                "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
+
+
+def _value(value) -> str:
+    """binary32 values as their shortest binary32 repr, everything else as is."""
+    return str(np.float32(value)) if isinstance(value, float) else str(value)
+
+
+def _describe(first: dict) -> str:
+    parts = []
+    for key, value in first.items():
+        if key == "candidates":
+            value = "; ".join(f"{c['kind']} {c['id']} score {_value(c['score'])} weight {_value(c['weight'])}"
+                              for c in value)
+            parts.append(f"top candidates [{value}]")
+        elif key == "block":
+            parts.append("block " + ", ".join(f"{k} {_value(v)}" for k, v in value.items()))
+        else:
+            parts.append(f"{key} {_value(value)}")
+    return "; ".join(parts)
