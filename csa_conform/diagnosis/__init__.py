@@ -3,7 +3,7 @@
 A kernel that differs from the reference by an indexing, masking or packing
 bug leaves a signature in the payloads a run already has: the device row is
 the reference row shifted by one slot, only batch row 1 differs, a carry
-still holds the runner's 0xA5 poison, every FP4 byte has its nibbles
+still holds the runner's 0xA5 poison, row b holds row 0's data, axes were written in another order, every FP4 byte has its nibbles
 swapped, a scale exponent is one too large exactly where the block's amax is
 a power of two, every score is the reference's times 1/sqrt(2). Each
 detector (one module per kind, KINDS documents the vocabulary, see
@@ -26,10 +26,13 @@ from csa_conform.diagnosis.findings import (
     Finding,
     INDEX_SHIFT,
     KINDS,
+    LAYOUT,
+    MIN_SUPPORT,
     NEVER_WRITTEN,
     PERMUTATION,
     RESTRICTED,
     ROUNDING_CONVENTION,
+    ROW_ALIASING,
     SCALE_EXPONENT,
     STALE,
     STRUCTURAL,
@@ -41,9 +44,10 @@ from csa_conform.diagnosis.findings import (
 def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
              axes: Mapping[str, tuple[str, ...]], context: Context) -> list[Finding]:
     """Every finding on the stage's diverged tensors, strongest kind first, payload order within a kind."""
-    from csa_conform.diagnosis import factor, permutation, quantization, restriction, shift, unwritten
+    from csa_conform.diagnosis import factor, layout, permutation, quantization, restriction, shift, unwritten
 
-    detectors = (unwritten.never_written, unwritten.stale, permutation.permuted, shift.index_shift,
+    detectors = (unwritten.never_written, unwritten.stale, layout.layout, layout.aliased, permutation.permuted,
+                 shift.index_shift,
                  quantization.scale_exponent, factor.constant_factor, restriction.restricted)
     findings: list[Finding] = []
     for position, (tensor, reference) in enumerate(expected.items()):
@@ -67,6 +71,6 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
     return findings
 
 
-__all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "INDEX_SHIFT", "KINDS", "NEVER_WRITTEN",
-           "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "SCALE_EXPONENT", "STALE", "STRUCTURAL", "SUB_STEP",
-           "diagnose"]
+__all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "INDEX_SHIFT", "KINDS", "LAYOUT", "MIN_SUPPORT",
+           "NEVER_WRITTEN", "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "ROW_ALIASING", "SCALE_EXPONENT",
+           "STALE", "STRUCTURAL", "SUB_STEP", "diagnose"]

@@ -15,15 +15,17 @@ NEVER_WRITTEN = "never-written"
 STALE = "stale"
 PERMUTATION = "permutation"
 INDEX_SHIFT = "index-shift"
+LAYOUT = "layout"
+ROW_ALIASING = "row-aliasing"
 SCALE_EXPONENT = "scale-exponent"
 SUB_STEP = "sub-step"
 ROUNDING_CONVENTION = "rounding-convention"
 CONSTANT_FACTOR = "constant-factor"
 RESTRICTED = "restricted"
-KINDS = (NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP, ROUNDING_CONVENTION,
+KINDS = (NEVER_WRITTEN, STALE, LAYOUT, PERMUTATION, INDEX_SHIFT, ROW_ALIASING, SCALE_EXPONENT, SUB_STEP, ROUNDING_CONVENTION,
          CONSTANT_FACTOR, RESTRICTED)
 # Kinds that no numeric ingredient (libm, FMA, flush-to-zero) can produce: explain skips its numeric search.
-STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP,
+STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, LAYOUT, ROW_ALIASING, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP,
                         ROUNDING_CONVENTION})
 # A finding accounts for its tensor when it covers at least this share of the differing elements.
 DECISIVE = 0.9

@@ -18,8 +18,9 @@ the device's output is still consistent with, latest first:
   (FP8 head: bracketing codes; FP4: the inverse Hadamard) and the rotated
   tail keeps the reference's energy (a rotation at any angle, any pairing);
 - an orthogonal transform of the Hadamard's input (FP4 rows): the device's
-  values keep the reference's RoPE output's energy but are no inverse
-  Hadamard of it, so the Hadamard differs;
+  values keep the reference's RoPE output's energy, and no other differing
+  row's (so the energy identifies the row: a row read from elsewhere is no
+  evidence), but are no inverse Hadamard of it, so the Hadamard differs;
 - the RMSNorm's input (records): the device's values are the reference's
   RoPE output times one constant per record, so only the normalization differs;
 - the pool (records): undone back to RMSNorm's output (inverse Hadamard, the
@@ -188,7 +189,13 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
         x = after_rope.astype(np.float64)
         c = (inverse * x).sum(axis=-1) / np.maximum((x * x).sum(axis=-1), 1e-300)
         rule[_norm(inverse - c[..., None] * x) <= error] = "scale"
-    energy_kept = np.abs(_norm(device) - _norm(after_rope)) <= error
+    energy = _norm(device)
+    energy_kept = np.abs(energy - _norm(after_rope)) <= error
+    # energy is evidence only where it tells this row's reference apart from the other differing rows'
+    references = np.sort(_norm(after_rope).reshape(-1))
+    near = (np.searchsorted(references, energy + error, side="right")
+            - np.searchsorted(references, energy - error, side="left"))
+    energy_kept &= near <= 1  # its own reference row only
     rule[energy_kept & ~normalized] = "orthogonal"
     rule[energy_kept & normalized] = "none"  # another pool or another transform: nothing tells them apart
     head_matches = _norm(inverse[..., :head] - before_rope[..., :head]) <= error

@@ -26,16 +26,23 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.diagnosis import STRUCTURAL
+from csa_conform.diagnosis import MIN_SUPPORT, STRUCTURAL
 from csa_conform.diagnosis.substeps import localize
 from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
-from csa_conform.explain.hypotheses import Hypothesis
+from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.search import ingredient, search
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
-from csa_conform.explain.structural import diagnose_stage, sub_step_finding, sub_step_trials, unwritten_state
+from csa_conform.explain.structural import (
+    diagnose_stage,
+    layout_finding,
+    layout_trials,
+    sub_step_finding,
+    sub_step_trials,
+    unwritten_state,
+)
 from csa_conform.explain.verdict import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, Explanation
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
@@ -120,8 +127,9 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     if rope_exact:
         explanation.skipped["RoPE ingredients"] = ("every differing record keeps the reference's RoPE tail bit for bit: "
                                                   "powf, sinf, cosf and the a*b±c*d contractions act only there")
-    reruns = [] if gross else sub_step_trials(stage, g, inputs, upstream, target,
-                                              skip=("RoPE",) if rope_exact else ())
+    # with nothing matched only a transform done another way (the Hadamard) can move values that far
+    skip = tuple(step for step in SUB_STEPS.get(stage, ()) if step != "Hadamard") if gross else ()
+    reruns = sub_step_trials(stage, g, inputs, upstream, target, skip=skip + (("RoPE",) if rope_exact else ()))
     explanation.trials = [trial for _, trial in reruns]
     reproduced = any(trial.reproduces for _, trial in reruns)
     found, closest, trials, explanation.search = search(stage, g, inputs, upstream, target, device_libm,
@@ -129,9 +137,28 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.trials += trials
     explanation.closest = closest
     _decide(explanation, [pair for pair in reruns if pair[1].reproduces] + found, localized)
+    if explanation.verdict == UNEXPLAINED:
+        _read_layouts(explanation, g, inputs, upstream, target)
     if explanation.verdict == UNEXPLAINED and not trials and not reruns:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
+        if not explanation.diagnosis and explanation.baseline < MIN_SUPPORT:
+            explanation.note += (f"; {explanation.baseline} differing element{'s' if explanation.baseline != 1 else ''}"
+                                 f": fewer than the {MIN_SUPPORT} a pattern is claimed on")
     return explanation
+
+
+def _read_layouts(explanation: Explanation, g, inputs, upstream, target) -> None:
+    """Nothing else reproduced: one input read in another layout (two leading axes exchanged) may."""
+    reruns = layout_trials(explanation.stage, g, inputs, upstream, target)
+    explanation.trials += [trial for _, trial, _ in reruns]
+    reproducing = [(hypothesis, trial, evidence) for hypothesis, trial, evidence in reruns if trial.reproduces]
+    if len(reproducing) > 1:
+        explanation.verdict, explanation.rivals = AMBIGUOUS, [trial for _, trial, _ in reproducing]
+    elif reproducing:
+        _, trial, evidence = reproducing[0]
+        explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, trial, [trial]
+        explanation.diagnosis.insert(0, layout_finding(explanation.stage, explanation.tensors(),
+                                                       explanation.baseline, trial, evidence))
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),

@@ -8,7 +8,8 @@ both evaluated on the GPU on the same arguments; fused multiply-adds in the redu
 (acc = fma(a, b, acc) in the same order) or in the a*b±c*d pairs of the
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
 exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
-zero, truncation). Each stage is tried only with the ingredients it contains (its ``libm`` and
+zero, truncation); index scoring's head weight scale 1/sqrt(d)/sqrt(I) rounded as one product or one
+folded square root. Each stage is tried only with the ingredients it contains (its ``libm`` and
 ``fusions`` in csa_conform.spec).
 """
 
@@ -30,6 +31,7 @@ from csa_conform.numerics.variant import (
     Numerics,
     Tally,
 )
+from csa_conform.oracle.index_scoring import SCALE_FOLDINGS
 from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
 # Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
@@ -61,10 +63,13 @@ class Hypothesis:
     rope_split_halves: bool = False
     code_ties_away: bool = False
     sub_step: str = ""  # for a structural hypothesis: the sub-step of the stage it changes
+    scale_folding: str | None = None  # index scoring's head weight scale rounded another way
+    hadamard: str | None = None  # the Hadamard butterfly ported another way
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
         return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
-                        self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf)
+                        self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
+                        self.scale_folding, self.hadamard)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
@@ -95,13 +100,17 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
         found.append(Hypothesis(f"fma:{fused}", FUSION_NAMES[fused], fused=frozenset({fused})))
     if stage in FLOAT_STAGES:
         found.append(Hypothesis("ftz", "flush-to-zero of subnormal inputs and results", ftz=True))
+    if stage == "index_scoring":
+        for folding, how in SCALE_FOLDINGS.items():
+            found.append(Hypothesis(f"scale:{folding}", f"the head weight scale 1/sqrt(d)/sqrt(I) computed as {how}",
+                                    scale_folding=folding))
     return found
 
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     """One sub-step of a multi-step stage done another way: a bf16 rounding convention, FP8/FP4 codes
     rounding ties away from zero, RoPE at the wrong position (the block's last position for a record, one
-    off) or with the split-halves pair layout."""
+    off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed."""
     found = []
     if stage in BF16_STAGES:
         for convention, name in BF16_CONVENTIONS.items():
@@ -118,4 +127,7 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
             found.append(Hypothesis(f"rope:position{shift:+d}", name, rope_shift=shift, sub_step="RoPE"))
         found.append(Hypothesis("rope:split-halves", "RoPE pairs (d, d+rope_dim/2) instead of (2i, 2i+1)",
                                 rope_split_halves=True, sub_step="RoPE"))
+    if "Hadamard" in SUB_STEPS.get(stage, ()):
+        found.append(Hypothesis("hadamard:difference-reversed", "the Hadamard butterfly writing b - a for a - b",
+                                hadamard="difference-reversed", sub_step="Hadamard"))
     return found

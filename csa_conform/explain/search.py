@@ -37,6 +37,8 @@ def ingredient(hypothesis: Hypothesis) -> str:
         return "pairs" if hypothesis.fused & set(PAIR_FUSIONS) else "accumulate"
     if hypothesis.ftz:
         return "ftz"
+    if hypothesis.scale_folding:
+        return "weight scale"
     return hypothesis.key
 
 

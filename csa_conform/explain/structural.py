@@ -1,13 +1,14 @@
 """Structural pre-checks of a divergence, before any numeric ingredient: the pattern detectors
 (csa_conform.diagnosis), a past carry the kernel never copied, and the sub-step re-runs (a bf16 or code
-rounding convention, RoPE at another position or pair layout), every one of them tried."""
+rounding convention, RoPE at another position or pair layout), every one of them tried; and, when nothing
+else reproduces, an input read in another layout."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from csa_conform.device.cuda import POISON
-from csa_conform.diagnosis import NEVER_WRITTEN, ROUNDING_CONVENTION, SUB_STEP, Context, Finding, diagnose
+from csa_conform.diagnosis import LAYOUT, NEVER_WRITTEN, ROUNDING_CONVENTION, SUB_STEP, Context, Finding, diagnose
 from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis, structural_hypotheses
@@ -84,3 +85,41 @@ def sub_step_finding(stage: str, tensors: str, baseline: int, hypothesis: Hypoth
             headline += (f"; the sub-step localization names {located} instead (it matches intermediates within "
                          "rounding bounds, the re-run is bit for bit)")
     return Finding(kind, stage, tensors, headline, baseline, baseline, evidence)
+
+
+def read_as(array: np.ndarray, first: int, second: int) -> np.ndarray:
+    """What a kernel reads from ``array``'s bytes when it indexes them with axes ``first`` and ``second``
+    exchanged in memory (the layout of another contract)."""
+    shape = list(array.shape)
+    shape[first], shape[second] = shape[second], shape[first]
+    return np.ascontiguousarray(np.ascontiguousarray(array).reshape(shape).swapaxes(first, second))
+
+
+def layout_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothesis, Trial, dict]]:
+    """The stage re-run with one input read in another layout: two of its leading axes (both longer than
+    one) exchanged in memory. Each is a hypothesis of its own; what reproduces names the input and axes."""
+    found = []
+    for name in BY_NAME[stage].inputs:
+        array = inputs.get(name)
+        if array is None or np.ndim(array) < 3:
+            continue
+        array = np.asarray(array)
+        for first, second in ((0, 1), (1, 2), (0, 2)):
+            if second >= array.ndim - 1 or array.shape[first] < 2 or array.shape[second] < 2:
+                continue
+            hypothesis = Hypothesis(f"layout:{name}:{first}{second}",
+                                    f"{name} read with its axes {first} and {second} exchanged in memory")
+            trial = Rerun(stage, g, dict(inputs, **{name: read_as(array, first, second)}), upstream,
+                          target).trial(hypothesis)
+            found.append((hypothesis, trial, {"input": name, "axes": [first, second],
+                                              "shape": list(array.shape)}))
+    return found
+
+
+def layout_finding(stage: str, tensors: str, baseline: int, trial: Trial, evidence: dict) -> Finding:
+    """A read in another layout that reproduces the device bit for bit."""
+    first, second = evidence["axes"]
+    headline = (f"the kernel reads {evidence['input']} (shape {tuple(evidence['shape'])}) with axes {first} and "
+                f"{second} exchanged: the stage re-run from that reading reproduces the device bit for bit")
+    return Finding(LAYOUT, stage, tensors, headline, baseline, baseline,
+                   dict(evidence, trial=trial.key, support=trial.support))

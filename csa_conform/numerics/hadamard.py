@@ -1,7 +1,8 @@
 """Unnormalised in-place Walsh–Hadamard butterfly, then bf16(x * 1/sqrt(n)).
 
 Span order 1, 2, 4, ... with each a+b / a-b rounded in binary32, as the
-reference's index path does before its FP4 round trip.
+reference's index path does before its FP4 round trip (a numerics variant may
+write b - a for a - b: explain's hypothesis of a butterfly ported the other way).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def hadamard_bf16(x, numerics: Numerics = REFERENCE) -> np.ndarray:
         left, right = pairs[..., 0, :].copy(), pairs[..., 1, :]
         with np.errstate(over="ignore", invalid="ignore"):
             pairs[..., 0, :] = left + right
-            pairs[..., 1, :] = left - right
+            pairs[..., 1, :] = right - left if numerics.hadamard_variant == "difference-reversed" else left - right
         span *= 2
     scale = np.float32(1) / np.sqrt(np.float32(width))
     with np.errstate(over="ignore", invalid="ignore"):

@@ -86,12 +86,14 @@ class Numerics:
     rope_split_halves: bool = False  # RoPE pairs (d, d + width/2) instead of (2i, 2i+1)
     code_ties_away: bool = False  # FP8/FP4 codes round ties away from zero instead of to the even code
     fused_multiply_add: Callable = fmaf  # an exact binary32 fma (explain passes a compiled one)
+    scale_folding: str | None = None  # index scoring's 1/sqrt(d)/sqrt(I) rounded another way (SCALE_FOLDINGS)
+    hadamard_variant: str | None = None  # "difference-reversed": the butterfly writes b - a for a - b
 
     @property
     def is_reference(self) -> bool:
         return (not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
                 and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves
-                and not self.code_ties_away)
+                and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""

@@ -32,7 +32,7 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
     batch, sequence, heads, width = transformed.shape
     logical_keys = decode_fp4_record(index_keys)
     records = logical_keys.shape[1]
-    weight_scale = head_weight_scale(width, heads)
+    weight_scale = head_weight_scale(width, heads, numerics.scale_folding)
     keys = np.ascontiguousarray(np.moveaxis(logical_keys, -1, 0))
     scores = np.full((batch, sequence, records), -np.inf, dtype=np.float32)
 
@@ -53,9 +53,19 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
     return masked_scores(geometry, scores, row_limit)
 
 
-def head_weight_scale(width: int, heads: int) -> np.float32:
-    """1/sqrt(width)/sqrt(heads), each step a binary32 operation."""
-    return np.float32(1) / np.sqrt(np.float32(width)) / np.sqrt(np.float32(heads))
+# Other roundings of the head weight scale a port may compute (explain's hypotheses; the reference: none).
+SCALE_FOLDINGS = {"product": "1/(sqrt(d)·sqrt(I)): the two square roots multiplied, one division",
+                  "folded": "1/sqrt(d·I): one square root of the folded product"}
+
+
+def head_weight_scale(width: int, heads: int, folding: str | None = None) -> np.float32:
+    """1/sqrt(width)/sqrt(heads), each step a binary32 operation (or a SCALE_FOLDINGS variant of it)."""
+    one, d, i = np.float32(1), np.float32(width), np.float32(heads)
+    if folding == "product":
+        return one / (np.sqrt(d) * np.sqrt(i))
+    if folding == "folded":
+        return one / np.sqrt(d * i)
+    return one / np.sqrt(d) / np.sqrt(i)
 
 
 def masked_scores(geometry: StepGeometry, scores: np.ndarray, row_limit: int | None):

@@ -169,7 +169,7 @@ DIAGNOSED = (
         "                values[lane + span] = b - a;",
         "index_key_update", "boundaries.r4-prefill-8",
         "the Hadamard butterfly writes b - a for a - b: another orthogonal transform",
-        "sub-step", sub_step="Hadamard", method="intermediates",
+        "sub-step", sub_step="Hadamard", trial="hadamard:difference-reversed",
     ),
     _bug(
         "fp8_codes_truncated",

@@ -1,0 +1,173 @@
+"""A diagnosis you can trust (issue 28): thin patterns are not claimed, permutations are checked where they
+predict a change, layouts and aliased rows are named, rival hypotheses make a verdict ambiguous, a sub-step
+is named only on positive evidence, and an explanation that fails is a failed verdict (exit 70)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import csa_conform.explain.entry as entry
+import csa_conform.explain.search as search
+from csa_conform.contract import validate_step
+from csa_conform.diagnosis import Context, diagnose
+from csa_conform.diagnosis.findings import MIN_SUPPORT, confidence_of
+from csa_conform.diagnosis.layout import written_as
+from csa_conform.diff import compare_payloads
+from csa_conform.exitcodes import ExitCode
+from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, explain_step
+from csa_conform.explain.hypotheses import Hypothesis
+from csa_conform.explain.stages import run_stage
+from csa_conform.golden import GoldenFile
+from csa_conform.numerics.variant import Numerics
+
+ROOT = Path(__file__).resolve().parents[2]
+CI_GOLDENS = ROOT / "goldens" / "ci.h5"
+
+
+def _diagnosed(expected: np.ndarray, actual: np.ndarray, axes: tuple[str, ...]):
+    return diagnose("stage", {"t": expected}, {"t": actual}, {"t": axes}, Context("stage"))
+
+
+def test_the_confidence_word_follows_the_documented_rule():
+    assert [confidence_of(n) for n in (0, 1, 2, 7, 8, 10_000)] == ["weak", "weak", "moderate", "moderate",
+                                                                     "strong", "strong"]
+
+
+def test_a_reversed_row_that_fits_only_the_slot_that_changed_is_no_permutation():
+    """The ratio-128 causal count one too large: one more slot holds record 0, and the reversed reference
+    row's last slot is 0 too; the 128 other slots the reversal would move are the reference's."""
+    expected = np.concatenate([np.arange(128), [-1]]).astype(np.int32)[None, None].repeat(20, axis=1)
+    actual = expected.copy()
+    actual[..., 128] = 0
+    found = _diagnosed(expected, actual, ("b", "s", "c"))
+    assert all(finding.kind != "permutation" for finding in found), [f.headline for f in found]
+
+
+def test_four_differing_elements_that_fit_a_reordering_are_not_claimed():
+    rng = np.random.default_rng(1)
+    expected = rng.permutation(64).astype(np.int32).reshape(2, 1, 32)
+    actual = expected.copy()
+    actual[1, 0, :4] = expected[1, 0, :4][::-1]
+    assert np.count_nonzero(actual != expected) == 4 < MIN_SUPPORT
+    found = _diagnosed(expected, actual, ("b", "s", "k"))
+    assert all(finding.kind not in ("permutation", "index-shift", "row-aliasing") for finding in found)
+
+
+def test_rows_that_hold_another_rows_data_are_aliased_and_axes_written_in_another_order_a_layout():
+    rng = np.random.default_rng(2)
+    expected = rng.standard_normal((3, 4, 16)).astype(np.float32)
+    aliased = expected.copy()
+    aliased[1:] = expected[0]
+    finding = _diagnosed(expected, aliased, ("b", "s", "d"))[0]
+    assert finding.kind == "row-aliasing" and finding.evidence["rows"] == {1: 0, 2: 0} and finding.decisive
+    assert "an offset along b left out" in finding.headline and finding.confidence == "strong"
+    square = rng.standard_normal((2, 4, 4, 8)).astype(np.float32)
+    finding = _diagnosed(square, written_as(square, (0, 2, 1, 3)), ("b", "s", "h", "d"))[0]
+    assert finding.kind == "layout" and finding.evidence["written"] == "[b,h,s,d]"
+    assert finding.evidence["contract"] == "[b,s,h,d]" and finding.decisive
+
+
+def _step(case: str):
+    with GoldenFile(CI_GOLDENS) as golden:
+        info, step = golden.case_info(case), golden.read_step(case, 0)
+    return validate_step(info.attrs, step.inputs, info.output_names), step.inputs, step.stages
+
+
+def _explain(stage, g, inputs, expected, payload):
+    device = dict(expected, **{stage: payload})
+    diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: payload}) if not diff.passed]
+    assert diffs
+    return explain_step("case", 0, stage, g, inputs, expected, device, diffs, None, {})
+
+
+def test_rival_ingredients_that_both_reproduce_make_the_verdict_ambiguous(monkeypatch):
+    """bf16 ties away from zero reproduces the device; so does a rival of another ingredient that rounds the
+    same way: neither is chosen, both are named."""
+    g, inputs, expected = _step("boundaries.r4-chunks-3-3-6-2")
+    stage = "index_query_finalize"
+    device = run_stage(stage, g, inputs, expected, Numerics(bf16_rounding="ties-away"))
+    alone = _explain(stage, g, inputs, expected, device)
+    assert alone.verdict == EXPLAINED and alone.cause.key == "bf16:ties-away"
+    assert alone.diagnosis[0].kind == "rounding-convention" and alone.confidence in ("strong", "moderate", "weak")
+    assert f"({alone.cause.strength()})" in alone.headline()
+    rival = Hypothesis("rival:bf16-elsewhere", "a rival that rounds bf16 ties away too", bf16="ties-away")
+    stock = search.stage_hypotheses
+    monkeypatch.setattr(search, "stage_hypotheses", lambda *args: stock(*args) + [rival])
+    both = _explain(stage, g, inputs, expected, device)
+    assert both.verdict == AMBIGUOUS and both.cause is None and both.confidence == AMBIGUOUS
+    assert {trial.key for trial in both.rivals} == {"bf16:ties-away", "rival:bf16-elsewhere"}
+    assert ": ambiguous: " in both.headline() and " or " in both.headline()
+    assert all(finding.kind != "rounding-convention" for finding in both.diagnosis)
+    assert both.to_dict()["rivals"][0]["support"] >= 1
+
+
+def test_records_pooled_from_another_vector_name_the_pool_and_unmatched_ones_name_nothing():
+    """Pooled with other weights, a record is still RMS-normalized: positive evidence that RMSNorm and what
+    follows ran on another pooled vector. Scrambled bytes match nothing and name no sub-step."""
+    from csa_conform.diagnosis.substeps import localize
+
+    g, inputs, expected = _step("boundaries.r4-prefill-8")
+    stage = "compression_update"
+    gate = np.asarray(inputs["compressor_gate"], dtype=np.float32)
+    device = run_stage(stage, g, dict(inputs, compressor_gate=gate * np.float32(0.5)), expected)
+    found = localize(stage, g, inputs, expected[stage], device)
+    assert found is not None and found.evidence["sub_step"] == "pool" and found.evidence["rule"] == "normalized"
+    scrambled = {key: np.array(value, copy=True) for key, value in expected[stage].items()}
+    records = scrambled["present_compressed_kv"]
+    records[:, -1] = np.random.default_rng(3).integers(0, 255, records[:, -1].shape, dtype=np.uint8)
+    found = localize(stage, g, inputs, expected[stage], scrambled)
+    assert found.evidence["sub_step"] is None and found.evidence["rule"] == "none"
+    assert found.headline.startswith("no sub-step's output could be matched")
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_an_explanation_that_crashes_is_a_failed_verdict_and_exit_70_with_every_other_verdict_kept(
+        monkeypatch, tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "kernels_mutants"))
+    from diagnosis_mutants import DIAGNOSED
+
+    from csa_conform.cli.explain import explain_command
+
+    bug = next(bug for bug in DIAGNOSED if bug.name == "window_starts_one_early")
+    kernels = bug.mutant.apply(ROOT / "kernels", tmp_path / "kernels")
+    stock = entry.diagnose_stage
+
+    def crashing(stage, *args):
+        if stage == "candidate_assembly":
+            raise IndexError("index 13 is out of bounds for axis 1 with size 13")
+        return stock(stage, *args)
+
+    monkeypatch.setattr(entry, "diagnose_stage", crashing)
+    result = CliRunner().invoke(explain_command, [str(CI_GOLDENS), "--case", "boundaries.r128-resumed-247-to-257",
+                                                  "--kernels", str(kernels), "--json"])
+    assert result.exit_code == ExitCode.INTERNAL == 70, result.output
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == 70 and document["explain"]["summary"]["failed"] >= 1
+    verdicts = {(e["stage"], e["verdict"]) for e in document["explain"]["explanations"]}
+    assert ("candidate_assembly", FAILED) in verdicts
+    assert any(verdict != FAILED for _, verdict in verdicts), "the other verdicts are kept"
+    failed = next(e for e in document["explain"]["explanations"] if e["verdict"] == FAILED)
+    assert failed["divergence"] and "explanation failed: internal error in csa-conform: IndexError: index 13" in \
+        failed["headline"] and failed["headline"].endswith("please report it")
+    assert "internal error in csa-conform" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unexpected_exception_in_any_command_is_exit_70_naming_the_tool(monkeypatch):
+    import csa_conform.cli.inspect as inspect_module
+    from csa_conform.cli import main
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(inspect_module, "GoldenFile", broken)
+    result = CliRunner().invoke(main, ["inspect", str(CI_GOLDENS)])
+    assert result.exit_code == ExitCode.INTERNAL
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("csa-conform: error: internal error in csa-conform: KeyError: 'a bug' at ")
+    assert line.endswith("; please report it") and "Traceback" not in result.stderr

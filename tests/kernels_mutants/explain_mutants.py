@@ -1,0 +1,118 @@
+"""A third set of realistic bugs for `explain` (issue 28), written apart from mutants.py and
+diagnosis_mutants.py: porting bugs over stages 3-7 and both ratios, numeric-only variants and bit-identical
+refactors, each a patch of the built-in kernels (one or more old -> new replacements in one file).
+
+``stage`` is the first stage a chained diff flags (None for a refactor: nothing diverges). ``named`` says
+what a true, specific explanation of the isolated divergence there is: the first finding's ``kind`` and,
+where they pin the bug, its evidence (``sub_step``, ``trial``, a ``predicate`` fragment...), or the verdict's
+cause ``trial`` key. ``claims`` lists the kinds that are true of the bug but less specific (a restriction
+of where it is): reported, they are no false claim, only not "named". Anything else a verdict claims
+(another structural kind, another cause) is false.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    file: str
+    patches: tuple[tuple[str, str], ...]
+    stage: str | None
+    cases: str
+    why: str
+    named: dict = field(default_factory=dict)
+    claims: frozenset[str] = frozenset({"restricted"})
+    kind: str = "porting"  # porting, numeric or refactor
+
+    def apply(self, source: Path, target: Path) -> Path:
+        """Copy kernel directory ``source`` to ``target`` with the patches applied (judged strict)."""
+        shutil.copytree(source, target)
+        (target / "csa-kernels.toml").write_text('build = "strict"\n', encoding="utf-8")
+        path = target / self.file
+        text = path.read_text(encoding="utf-8")
+        for old, new in self.patches:
+            if text.count(old) != 1:
+                raise AssertionError(f"{self.name}: patch text occurs {text.count(old)} times in {self.file}")
+            text = text.replace(old, new)
+        path.write_text(text, encoding="utf-8")
+        return target
+
+
+EXPLAIN_BUGS = (
+    Bug("index_query_reads_batch_zero", "csa_ratio4_index_select.cu",
+        (("const float* source = index_query + ((long long)row * index_heads + h) * index_dim;",
+          "const float* source = index_query + ((long long)s * index_heads + h) * index_dim;"),),
+        "index_query_finalize", "random.r4-b2n2-*",
+        "the index query is read without its batch offset: every batch row finalizes batch 0's query",
+        {"kind": "row-aliasing", "axis": "b"}),
+    Bug("index_query_read_head_major", "csa_ratio4_index_select.cu",
+        (("const float* source = index_query + ((long long)row * index_heads + h) * index_dim;",
+          "const float* source = index_query + (((long long)b * index_heads + h) * sequence + s) * index_dim;"),),
+        "index_query_finalize", "boundaries.r4-prefill-8",
+        "index_query is indexed [B,I,S,D] where the contract lays it out [B,S,I,D]",
+        {"kind": "layout", "trial": "layout:index_query:12"}),
+    Bug("attention_output_written_head_major", "block_quant.cuh",
+        (("        a.output[(long long)r.row * a.dim + d] = accumulated;",
+          "        a.output[(((long long)r.b * a.heads + r.head) * a.sequence + r.s) * a.dim + d] = accumulated;"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2*",
+        "Y is written [B,N,S,D] where the contract lays it out [B,S,N,D] (both ratios)",
+        {"kind": "layout", "tensor": "Y"}),
+    Bug("dense_rows_without_batch_offset", "block_quant.cuh",
+        (("where->dense_row = (long long)r.b * a.current_kv_len + (absolute - r.kv_base);",
+          "where->dense_row = absolute - r.kv_base;"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2-*",
+        "the dense window is read without the batch row's offset: batch b >= 1 attends batch 0's keys",
+        {"kind": "restricted", "predicate": "batch rows b >= 1"}),
+    Bug("selection_ties_to_the_highest_record", "csa_ratio4_index_select.cu",
+        (("return key_a > key_b || (key_a == key_b && a < b);",
+          "return key_a > key_b || (key_a == key_b && a > b);"),),
+        "selection", "edges.r4-ties-*",
+        "equal scores are ordered highest record first instead of lowest first",
+        {"kind": "permutation"}),
+    Bug("pool_max_from_zero", "block_quant.cuh",
+        (("    float maximum = CSA_NEG_INF;\n    for (int c = 0; c < candidates; ++c) maximum = fmaxf(maximum, "
+          "scores[c * stride]);",
+          "    float maximum = 0.0f;\n    for (int c = 0; c < candidates; ++c) maximum = fmaxf(maximum, "
+          "scores[c * stride]);"),),
+        "compression_update", "boundaries.r128-resumed-119-*",
+        "the pooling softmax starts its running max at 0, not -inf: records whose scores are all negative "
+        "are pooled with other roundings (both ratios, both streams)",
+        {"kind": "sub-step", "sub_step": "pool"}, claims=frozenset({"restricted", "sub-step:none"})),
+    Bug("index_scale_one_rounding", "csa_ratio4_index_select.cu",
+        (("1.0f / sqrtf((float)index_dim) / sqrtf((float)index_heads);",
+          "1.0f / (sqrtf((float)index_dim) * sqrtf((float)index_heads));"),),
+        "index_scoring", "boundaries.r4-prefill-8",
+        "the head weight scale is computed as 1/(sqrt(d)·sqrt(I)), one rounding fewer than 1/sqrt(d)/sqrt(I)",
+        {"trial": "scale:product"}, claims=frozenset({"restricted", "constant-factor"}), kind="numeric"),
+    Bug("softmax_reciprocal_multiply", "block_quant.cuh",
+        (("const float probability = csa_expf(logit - maximum) / denominator;",
+          "const float probability = csa_expf(logit - maximum) * (1.0f / denominator);"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2*",
+        "softmax multiplies by a rounded reciprocal of the denominator instead of dividing",
+        {}, kind="numeric"),
+    Bug("fast_math_exp", "block_quant.cuh",
+        (("const float probability = csa_expf(logit - maximum) / denominator;",
+          "const float probability = exp2f((logit - maximum) * 1.44269504f) / denominator;"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2*",
+        "the weights of P·V use exp2f(x·log2 e), a fast-math exp",
+        {}, kind="numeric"),
+    Bug("pv_fma_contracted", "block_quant.cuh",
+        (("accumulated = accumulated + csa_mul(probability, csa_candidate_value(a, where, d));",
+          "accumulated = fmaf(probability, csa_candidate_value(a, where, d), accumulated);"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2*",
+        "P·V accumulates with a contracted fma",
+        {"trial": "fma:accumulate"}, kind="numeric"),
+    Bug("refactor_scores_cleared_backwards", "block_quant.cuh",
+        (("for (int c = 0; c < a.scratch_stride; ++c) slot_scores[c] = CSA_NEG_INF;",
+          "for (int c = a.scratch_stride - 1; c >= 0; --c) slot_scores[c] = CSA_NEG_INF;"),),
+        None, "random.r*-b2n2*", "the score scratch is cleared from its end: the same values",
+        kind="refactor"),
+    Bug("refactor_causal_count_shift", "csa_ratio4_index_select.cu",
+        (("const long long causal = (position + 1) / 4;", "const long long causal = (position + 1) >> 2;"),),
+        None, "boundaries.r4-*", "the causal count as a shift: positions are never negative", kind="refactor"),
+)
