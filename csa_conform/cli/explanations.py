@@ -6,7 +6,16 @@ from csa_conform.cli.output import say_error
 from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.modes import Mode
 from csa_conform.exitcodes import ExitCode
-from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, VERDICTS, Explanation, explain_report
+from csa_conform.explain import (
+    AMBIGUOUS,
+    EXPLAINED,
+    FAILED,
+    INHERITED,
+    UNEXPLAINED,
+    VERDICTS,
+    Explanation,
+    explain_report,
+)
 from csa_conform.golden import GoldenFile
 from csa_conform.run import RunOptions
 

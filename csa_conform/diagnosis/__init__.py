@@ -3,7 +3,8 @@
 A kernel that differs from the reference by an indexing, masking or packing
 bug leaves a signature in the payloads a run already has: the device row is
 the reference row shifted by one slot, only batch row 1 differs, a carry
-still holds the runner's 0xA5 poison, row b holds row 0's data, axes were written in another order, every FP4 byte has its nibbles
+still holds the runner's 0xA5 poison, row b holds row 0's data, axes were written in
+another order, every FP4 byte has its nibbles
 swapped, a scale exponent is one too large exactly where the block's amax is
 a power of two, every score is the reference's times 1/sqrt(2). Each
 detector (one module per kind, KINDS documents the vocabulary, see

@@ -51,7 +51,8 @@ def constant_factor(stage: str, tensor: str, expected, actual, differ, axes, con
         return None
     differing = int(np.count_nonzero(differ))
     form = simple_form(c, context)
-    if form is None and (abs(c - 1) <= NOISE or count < MIN_SUPPORT):  # a few elements: a constant only in a simple form
+    # a few elements are a constant only in a simple form
+    if form is None and (abs(c - 1) <= NOISE or count < MIN_SUPPORT):
         return None
     spread = float(np.max(np.abs(ratios / c - 1)))
     named = f" ({form})" if form else ""

@@ -125,8 +125,9 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
         gross = localized.decisive and localized.evidence["rule"] == "none"
     rope_exact = localized is not None and localized.evidence["rope_exact"]
     if rope_exact:
-        explanation.skipped["RoPE ingredients"] = ("every differing record keeps the reference's RoPE tail bit for bit: "
-                                                  "powf, sinf, cosf and the a*b±c*d contractions act only there")
+        explanation.skipped["RoPE ingredients"] = (
+            "every differing record keeps the reference's RoPE tail bit for bit: powf, sinf, cosf and the a*b±c*d "
+            "contractions act only there")
     # with nothing matched only a transform done another way (the Hadamard) can move values that far
     skip = tuple(step for step in SUB_STEPS.get(stage, ()) if step != "Hadamard") if gross else ()
     reruns = sub_step_trials(stage, g, inputs, upstream, target, skip=skip + (("RoPE",) if rope_exact else ()))

@@ -55,7 +55,8 @@ def unwritten_state(stage: str, tensors: str, baseline: int, g, inputs, upstream
                    {"pattern": f"0x{POISON:02X}", "source": carry, "trial": hypothesis.key})
 
 
-def sub_step_trials(stage: str, g, inputs, upstream, target, skip: tuple[str, ...] = ()) -> list[tuple[Hypothesis, Trial]]:
+def sub_step_trials(stage: str, g, inputs, upstream, target,
+                    skip: tuple[str, ...] = ()) -> list[tuple[Hypothesis, Trial]]:
     """Every sub-step of the stage done another way (csa_conform.explain.hypotheses.structural_hypotheses),
     each re-run: all of them, so a rival that also reproduces is seen."""
     rerun = Rerun(stage, g, inputs, upstream, target)

@@ -2,9 +2,12 @@
 verdict at its first divergent stage judged named, claim (true, less specific), false, unexplained,
 failed, or (a refactor) clean.
 
-    PYTHONPATH=. python tests/kernels_mutants/explain_table.py --backend host [--bug NAME] [--out DIR]
+    PYTHONPATH=. python tests/kernels_mutants/explain_table.py --backend host [--set explain|diagnosis|all]
+        [--bug NAME] [--jobs N] [--out DIR] [--seed KERNEL_DIR --seed-case CASE ...]
 
-prints one line per bug (outcome, then the headline) and a tally; with --out, each bug's results document.
+prints one line per kernel (outcome, seconds, then the headline) and a tally; with --out, DIR/documents.json
+holds every results document by kernel name and DIR/table.txt the lines. --seed runs a kernel directory as
+it is on the --seed-case cases and prints the headline of each of its explanations.
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from diagnosis_mutants import DIAGNOSED  # noqa: E402
 from explain_mutants import EXPLAIN_BUGS, Bug  # noqa: E402
+
+DOCUMENTS_BYTES = 15 << 20  # documents.json beyond this keeps no trials
+EVIDENCE_NAMED = ("sub_step", "trial", "axis")  # evidence of diagnosis_mutants that pins a bug in the table
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
@@ -88,39 +96,96 @@ def _judge(bug: Bug, explanation: dict) -> str:
     return "unexplained"
 
 
-def run(bug: Bug, backend: str, work: Path, out: Path | None) -> tuple[str, str, float]:
-    kernels = bug.apply(KERNELS, work / bug.name)
+def diagnosed_bugs() -> tuple[Bug, ...]:
+    """diagnosis_mutants' bugs in this table's terms: their kind and the evidence that pins them."""
+    found = []
+    for bug in DIAGNOSED:
+        mutant = bug.mutant
+        named = {"kind": bug.kind, **{key: value for key, value in bug.evidence.items() if key in EVIDENCE_NAMED}}
+        if bug.kind == "restricted" and bug.evidence.get("axis") == "b":
+            named = {"kind": "restricted", "predicate": "batch rows b >= 1"}
+        found.append(Bug(mutant.name, mutant.file, ((mutant.old, mutant.new),), mutant.stage, mutant.cases, mutant.why,
+                         named))
+    return tuple(found)
+
+
+def _diff(kernels: Path, cases: str, backend: str) -> tuple[dict | None, str, int, float]:
     command = [sys.executable, "-m", "csa_conform", "diff", str(CI_GOLDENS), "--kernels", str(kernels), "--case",
-               bug.cases, "--explain", "--json", "-q", "--backend", backend]
+               cases, "--explain", "--json", "-q", "--backend", backend]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     seconds = time.perf_counter() - started
-    if out is not None:
-        (out / f"{bug.name}.json").write_text(done.stdout)
     try:
         document = json.loads(done.stdout)
     except json.JSONDecodeError:
-        return "failed", (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1], seconds
-    if done.returncode == 70:
-        return "failed", next((line for line in done.stderr.splitlines() if "internal error" in line), ""), seconds
+        document = None
+    return document, done.stderr, done.returncode, seconds
+
+
+def run(bug: Bug, backend: str, work: Path) -> tuple[str, str, float, dict | None]:
+    document, stderr, code, seconds = _diff(bug.apply(KERNELS, work / bug.name), bug.cases, backend)
+    if document is None:
+        return "failed", (stderr.strip().splitlines() or [f"exit {code}"])[-1], seconds, None
+    if code == 70:
+        return "failed", next((line for line in stderr.splitlines() if "internal error" in line), ""), seconds, document
     outcome, headline = classify(bug, document)
-    return outcome, headline, seconds
+    return outcome, headline, seconds, document
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="host")
+    parser.add_argument("--set", choices=("explain", "diagnosis", "all"), default="explain")
     parser.add_argument("--bug", action="append", default=[])
+    parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--seed", type=Path, default=None)
+    parser.add_argument("--seed-case", action="append", default=[])
     args = parser.parse_args(argv)
-    bugs = [bug for bug in EXPLAIN_BUGS if not args.bug or bug.name in args.bug]
+    chosen = {"explain": EXPLAIN_BUGS, "diagnosis": diagnosed_bugs(), "all": EXPLAIN_BUGS + diagnosed_bugs()}[args.set]
+    bugs = [bug for bug in chosen if not args.bug or bug.name in args.bug]
     tally: dict[str, int] = {}
-    with tempfile.TemporaryDirectory(prefix="csa-explain-table-") as work:
+    documents: dict[str, dict | None] = {}
+
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "table.txt").write_text("")
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        if args.out is not None:  # line by line: a run stopped by its time limit keeps what it had
+            with open(args.out / "table.txt", "a") as table:
+                table.write(line + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="csa-explain-table-") as work, \
+            ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        jobs = {bug.name: pool.submit(run, bug, args.backend, Path(work)) for bug in bugs}
+        seed = None
+        if args.seed is not None and args.seed.is_dir() and args.seed_case:
+            seed = [(case, pool.submit(_diff, args.seed, case, args.backend)) for case in args.seed_case]
         for bug in bugs:
-            outcome, headline, seconds = run(bug, args.backend, Path(work), args.out)
+            outcome, headline, seconds, documents[bug.name] = jobs[bug.name].result()
             tally[outcome] = tally.get(outcome, 0) + 1
-            print(f"{bug.name} [{bug.kind}, {bug.stage or '-'}] {outcome} ({seconds:.0f} s): {headline}", flush=True)
-    print("tally: " + ", ".join(f"{count} {outcome}" for outcome, count in sorted(tally.items())))
+            say(f"{bug.name} [{bug.kind}, {bug.stage or '-'}] {outcome} ({seconds:.0f} s): {headline}")
+        for case, job in seed or ():
+            document, stderr, code, seconds = job.result()
+            documents[f"seed:{case}"] = document
+            if document is None:
+                say(f"seed {case}: failed (exit {code}): {(stderr.strip().splitlines() or [''])[-1]}")
+                continue
+            for explanation in document.get("explain", {}).get("explanations", []):
+                say(f"seed {case} ({seconds:.0f} s, exit {code}): {explanation['headline']}")
+            if not document.get("explain", {}).get("explanations"):
+                say(f"seed {case} ({seconds:.0f} s, exit {code}): no divergence")
+    say("tally: " + ", ".join(f"{count} {outcome}" for outcome, count in sorted(tally.items())))
+    if args.out is not None:
+        text = json.dumps(documents)
+        if len(text) > DOCUMENTS_BYTES:  # the trials are what makes them big
+            for document in documents.values():
+                for explanation in (document or {}).get("explain", {}).get("explanations", []):
+                    explanation["trials"] = []
+            text = json.dumps(documents)
+        (args.out / "documents.json").write_text(text)
     return 0
 
 
