@@ -36,7 +36,7 @@ def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
                 continue
             if chained is not None:
                 report = check_case(golden, report.case, chained, stages, options.ulp)
-            explanations += explain_report(golden, report, isolated, stages, options.ulp)
+            explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
     return explanations
 
 

@@ -31,6 +31,7 @@ from csa_conform.diagnosis.substeps import localize
 from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
+from csa_conform.explain.experiments import Witnesses, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.search import ingredient, search
@@ -67,14 +68,27 @@ def _first_element(stage: str, diffs, g, inputs, expected) -> dict | None:
             **element_provenance(stage, first.tensor, coords, g, inputs, expected, trace)}
 
 
-def _decide(explanation: Explanation, reproducing, localized) -> None:
+def _decide(explanation: Explanation, reproducing, localized, witnesses: Witnesses | None = None,
+            ratio: int = 0) -> None:
     """The verdict from every reproducing (hypothesis, trial): one ingredient explains (its variants listed
-    as equals), rivals of several ingredients are ambiguous; a reproducing sub-step re-run adds its finding."""
+    as equals), rivals of several ingredients are ambiguous; a reproducing sub-step re-run adds its finding.
+    Rivals, or a cause on less than strong evidence, are first re-run on the conformant steps of the same
+    kernel (``witnesses``): what the device refutes there is dropped."""
     if not reproducing:
         return
     groups: dict[str, list] = {}
     for hypothesis, trial in reproducing:
         groups.setdefault(ingredient(hypothesis), []).append((hypothesis, trial))
+    if witnesses is not None and (len(groups) > 1 or all(trial.confidence != "strong" for _, trial in reproducing)):
+        explanation.experiments = witnesses.run(explanation.stage, ratio, [hypothesis for hypothesis, _ in reproducing])
+        explanation.refuted = refuted(explanation.experiments)
+        kept = {key: [pair for pair in group if pair[1].key not in explanation.refuted] for key, group in groups.items()}
+        groups = {key: group for key, group in kept.items() if group}
+        if not groups:
+            explanation.note = ("every hypothesis that reproduces it is refuted by the device on a conformant step of "
+                                "this kernel: " + "; ".join(f"{key} on {e['case']} step {e['step']}"
+                                                            for key, e in explanation.refuted.items()))
+            return
     if len(groups) > 1:
         explanation.verdict = AMBIGUOUS
         explanation.rivals = [min(group, key=lambda pair: pair[1].support)[1] for group in groups.values()]
@@ -89,8 +103,10 @@ def _decide(explanation: Explanation, reproducing, localized) -> None:
 
 
 def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, diffs,
-                 device_libm: Callable[[str], Callable] | None, skipped: dict[str, str]) -> Explanation:
-    """Explain one isolated divergence of `stage` (its failing `diffs`)."""
+                 device_libm: Callable[[str], Callable] | None, skipped: dict[str, str],
+                 witnesses: Witnesses | None = None) -> Explanation:
+    """Explain one isolated divergence of `stage` (its failing `diffs`); ``witnesses``, the run's conformant
+    cases, are the experiments that may separate rival hypotheses."""
     explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
                               skipped=dict(skipped) if BY_NAME[stage].libm else {},
                               kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs]))
@@ -137,7 +153,7 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
                                                         explanation.baseline, rope_exact, combine=not reproduced)
     explanation.trials += trials
     explanation.closest = closest
-    _decide(explanation, [pair for pair in reruns if pair[1].reproduces] + found, localized)
+    _decide(explanation, [pair for pair in reruns if pair[1].reproduces] + found, localized, witnesses, g.ratio)
     if explanation.verdict == UNEXPLAINED:
         _read_layouts(explanation, g, inputs, upstream, target)
     if explanation.verdict == UNEXPLAINED and not trials and not reruns:
@@ -176,12 +192,15 @@ def failure_note(error: BaseException) -> str:
 
 
 def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGES,
-                   ulp: int = 0) -> list[Explanation]:
+                   ulp: int = 0, reports: Sequence[CaseReport] = ()) -> list[Explanation]:
     """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay.
 
     An explanation that raises is a ``failed`` verdict for that divergence; the others are kept. A replay
     that fails leaves each of the chained run's divergences not yet explained ``failed`` with its error.
+    ``reports`` are the run's other chained reports: its conformant cases are the experiments
+    (csa_conform.explain.experiments) that separate rival hypotheses.
     """
+    witnesses = Witnesses(golden, reports)
     case = chained.case
     info = golden.case_info(case)
     explanations: list[Explanation] = []
@@ -206,7 +225,7 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                     continue
                 try:
                     explanations.append(explain_step(case, outcome.index, stage, g, step.inputs, outcome.expected,
-                                                     outcome.actual.stages, diffs, libm, skipped))
+                                                     outcome.actual.stages, diffs, libm, skipped, witnesses))
                 except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this divergence's verdict says so
                     explanations.append(Explanation(
                         case, outcome.index, stage, FAILED, [diff.summary() for diff in diffs],

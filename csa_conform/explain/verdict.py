@@ -45,6 +45,8 @@ class Explanation:
     baseline: int = 0  # elements that differ under the reference's own arithmetic
     search: dict | None = None  # how the numeric search ran: singles, combinations, the cap and whether it was hit
     rivals: list[Trial] = field(default_factory=list)  # every reproducing hypothesis (explained: the cause's variants)
+    experiments: list[dict] = field(default_factory=list)  # conformant cases the rivals were re-run on
+    refuted: dict[str, dict] = field(default_factory=dict)  # hypothesis key -> the experiment that refuted it
 
     @property
     def confidence(self) -> str | None:
@@ -66,12 +68,13 @@ class Explanation:
             also = [trial.name for trial in self.rivals if trial.key != self.cause.key]
             same = f" (equally: {'; '.join(also)}: the same values on every argument seen)" if also else ""
             return (f"{where}: explained: {self.cause.name}{same} — {self.cause.effect()}; "
-                    f"reproduces {self.tensors()} bit for bit ({self.cause.strength()})")
+                    f"reproduces {self.tensors()} bit for bit ({self.cause.strength()}){self.experiment_text()}")
         if self.verdict == AMBIGUOUS:
             names = " or ".join(trial.name for trial in self.rivals)
+            separated = (f"{len(self.experiments)} experiments on conformant steps of this kernel separated none "
+                         "of them" if self.experiments else "no experiment separated them")
             return (f"{where}: ambiguous: {names} — each reproduces {self.tensors()} bit for bit "
-                    f"({'; '.join(f'{trial.name}: {trial.effect()}' for trial in self.rivals)}); "
-                    "no experiment separated them")
+                    f"({'; '.join(f'{trial.name}: {trial.effect()}' for trial in self.rivals)}); {separated}")
         if self.verdict == INHERITED:
             return f"{where}: inherited: {self.note}"
         finding = self.diagnosis[0] if self.diagnosis else None
@@ -81,6 +84,16 @@ class Explanation:
         pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
             f": {self.note}" if self.note else "")
         return f"{where}: unexplained{pattern} ({self.closest_text()})"
+
+    def experiment_text(self) -> str:
+        """What the experiments on conformant steps showed: the rivals they refuted, or that none disagreed."""
+        if not self.experiments:
+            return ""
+        parts = [f"{key} refuted on {e['case']} step {e['step']}: it predicts {e['predicted_differing'][key]:,} "
+                 "differing elements, the device's bytes are the reference's" for key, e in self.refuted.items()]
+        steps = len(self.experiments)
+        agreed = f"the device agrees with it on {steps} conformant step{'s' if steps != 1 else ''} of this kernel"
+        return "; " + "; ".join(parts + [agreed])
 
     def closest_text(self) -> str:
         if self.closest is not None:
@@ -113,6 +126,7 @@ class Explanation:
                 "cause": None if self.cause is None else self.cause.to_dict(),
                 "closest": None if self.closest is None else self.closest.to_dict(),
                 "rivals": [trial.to_dict() for trial in self.rivals], "confidence": self.confidence,
+                "experiments": self.experiments, "refuted": sorted(self.refuted),
                 "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
                 "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
                 "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis]}

@@ -171,3 +171,47 @@ def test_an_unexpected_exception_in_any_command_is_exit_70_naming_the_tool(monke
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("csa-conform: error: internal error in csa-conform: KeyError: 'a bug' at ")
     assert line.endswith("; please report it") and "Traceback" not in result.stderr
+
+
+def _witness(case: str, stage: str, ratio: int):
+    """A conformant chained report of ``case`` with ``stage`` computed on the device."""
+    from csa_conform.device.conformance import CaseReport, StageVerdict
+
+    with GoldenFile(CI_GOLDENS) as golden:
+        steps = golden.step_count(case)
+    report = CaseReport(case, ratio, steps)
+    report.stages[stage] = StageVerdict(stage, "device", "identical")
+    return report
+
+
+def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(monkeypatch):
+    """Both rivals reproduce the divergence; on a conformant case where bf16 ties occur the device kept the
+    reference's bytes, which one rival (ties away everywhere) predicts otherwise: it is refuted, the other
+    explains, and the experiment is reported."""
+    g, inputs, expected = _step("boundaries.r4-chunks-3-3-6-2")
+    stage = "index_query_finalize"
+    device = run_stage(stage, g, inputs, expected, Numerics(bf16_rounding="ties-away"))
+    rival = Hypothesis("rival:reference-elsewhere", "a rival that predicts the reference's bytes elsewhere",
+                       bf16="ties-away")
+    stock = search.stage_hypotheses
+    monkeypatch.setattr(search, "stage_hypotheses", lambda *args: stock(*args) + [rival])
+    real = entry.Witnesses.run
+
+    def run(self, stage, ratio, hypotheses):
+        experiments = real(self, stage, ratio, hypotheses)
+        for experiment in experiments:  # the rival is, by construction, right wherever the device conformed
+            experiment["predicted_differing"]["rival:reference-elsewhere"] = 0
+        return experiments
+
+    monkeypatch.setattr(entry.Witnesses, "run", run)
+    with GoldenFile(CI_GOLDENS) as golden:
+        witnesses = entry.Witnesses(golden, [_witness("boundaries.r4-chunks-3-3-6-2", stage, g.ratio)])
+        device_payloads = dict(expected, **{stage: device})
+        diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: device}) if not diff.passed]
+        explanation = explain_step("case", 0, stage, g, inputs, expected, device_payloads, diffs, None, {}, witnesses)
+    assert explanation.experiments and explanation.experiments[0]["device_differing"] == 0
+    assert explanation.experiments[0]["predicted_differing"]["bf16:ties-away"] > 0
+    assert sorted(explanation.refuted) == ["bf16:ties-away"]
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "rival:reference-elsewhere"
+    assert "bf16:ties-away refuted on boundaries.r4-chunks-3-3-6-2 step 0" in explanation.headline()
+    assert explanation.to_dict()["refuted"] == ["bf16:ties-away"]

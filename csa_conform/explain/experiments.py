@@ -1,0 +1,75 @@
+"""Discriminating experiments the run already did: a case where the device's kernel matched the reference at
+a stage is an input on which every true hypothesis about that kernel must predict the reference's bytes.
+
+When rival hypotheses reproduce a divergence (or one reproduces on thin evidence), each is re-run on the
+golden inputs of up to WITNESS_CASES cases of the same ratio whose chained run was conformant with that
+stage on the device (WITNESS_STEPS steps each; the case is its own one-case input, already in the golden
+file). A hypothesis that predicts any differing element there is refuted: the device computed the
+reference's bytes. What survives is kept; every experiment is reported (case, step, each hypothesis's
+predicted differing elements, what the device did: 0 differing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from csa_conform.contract import validate_step
+from csa_conform.device.conformance import CaseReport
+from csa_conform.errors import ContractError
+from csa_conform.explain.hypotheses import Hypothesis
+from csa_conform.explain.stages import mismatches, run_stage
+from csa_conform.golden import GoldenFile
+from csa_conform.statuses import IDENTICAL
+
+WITNESS_CASES = 6  # conformant cases a hypothesis is re-run on
+WITNESS_STEPS = 2  # steps of each
+
+
+@dataclass
+class Witnesses:
+    """The run's conformant cases, as experiments on the kernels that computed them."""
+
+    golden: GoldenFile
+    reports: Sequence[CaseReport]
+
+    def cases(self, stage: str, ratio: int) -> list[CaseReport]:
+        found = []
+        for report in self.reports:
+            verdict = report.stages.get(stage)
+            if (report.passed and report.ratio == ratio and verdict is not None and verdict.status == IDENTICAL
+                    and verdict.placement == "device"):
+                found.append(report)
+        return found[:WITNESS_CASES]
+
+    def run(self, stage: str, ratio: int, hypotheses: Sequence[Hypothesis]) -> list[dict]:
+        """One experiment per (witness case, step): what each hypothesis predicts there, and the device's 0."""
+        experiments = []
+        for report in self.cases(stage, ratio):
+            info = self.golden.case_info(report.case)
+            steps = [index for index in range(report.steps) if index not in report.rejected_steps][:WITNESS_STEPS]
+            for index in steps:
+                step = self.golden.read_step(report.case, index)
+                g = validate_step(info.attrs, step.inputs, info.output_names)
+                if stage not in step.stages:
+                    continue
+                predicted = {}
+                for hypothesis in hypotheses:
+                    try:
+                        payload = run_stage(stage, g, step.inputs, step.stages, hypothesis.numerics())
+                    except ContractError:
+                        continue
+                    predicted[hypothesis.key] = mismatches(payload, step.stages[stage])[0]
+                experiments.append({"case": report.case, "step": index, "predicted_differing": predicted,
+                                    "device_differing": 0})
+        return experiments
+
+
+def refuted(experiments: list[dict]) -> dict[str, dict]:
+    """Hypothesis key -> the first experiment that refutes it (it predicted a difference the device did not make)."""
+    found: dict[str, dict] = {}
+    for experiment in experiments:
+        for key, differing in experiment["predicted_differing"].items():
+            if differing and key not in found:
+                found[key] = experiment
+    return found
