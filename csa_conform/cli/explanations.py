@@ -6,6 +6,7 @@ from csa_conform.cli.output import say_error
 from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.modes import Mode
 from csa_conform.exitcodes import ExitCode
+from csa_conform.explain.device_libm import measured
 from csa_conform.explain import (
     AMBIGUOUS,
     EXPLAINED,
@@ -67,12 +68,22 @@ def failed_code(explanations: list[Explanation] | None, code: ExitCode, git_bise
 
 def explanations_section(explanations: list[Explanation]) -> dict:
     """The results document's ``explain`` field (specs/results-document.md)."""
-    return {"explain": {"summary": tally(explanations),
+    return {"explain": {"summary": tally(explanations), "device_libm": measured(),
                         "explanations": [explanation.to_dict() for explanation in explanations]}}
 
 
+def device_libm_lines() -> list[str]:
+    """The device libm measured in the run, once (every case's hypotheses reused it)."""
+    lines = []
+    for entry in measured():
+        functions = "; ".join(f"{name} rounds {counts['differing']:,} of {counts['arguments']:,} distinct arguments "
+                              "otherwise than glibc" for name, counts in entry["functions"].items())
+        lines.append(f"device libm ({entry['where']}; measured once, reused by every case): {functions}")
+    return lines
+
+
 def explanation_lines(explanations: list[Explanation]) -> list[str]:
-    lines = ["EXPLANATIONS"] if explanations else []
+    lines = ["EXPLANATIONS", *device_libm_lines()] if explanations else []
     for explanation in explanations:
         lines.extend(explanation.lines())
     return lines + [tally_line(explanations)]

@@ -215,3 +215,25 @@ def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(m
     assert explanation.verdict == EXPLAINED and explanation.cause.key == "rival:reference-elsewhere"
     assert "bf16:ties-away refuted on boundaries.r4-chunks-3-3-6-2 step 0" in explanation.headline()
     assert explanation.to_dict()["refuted"] == ["bf16:ties-away"]
+
+
+def test_the_device_libm_is_measured_once_per_argument_and_counts_where_it_differs_from_glibc():
+    from csa_conform.explain.device_libm import DeviceLibm
+    from csa_conform.numerics.variant import GLIBC
+
+    calls = []
+
+    def probe(name, args, build):
+        calls.append(args[0].size)
+        found = np.array(GLIBC[name](*args), dtype=np.float32)
+        found[args[0] == np.float32(0.5)] = np.nextafter(found[args[0] == np.float32(0.5)], np.float32(9))
+        return found
+
+    libm = DeviceLibm(probe, None, "a fake device")
+    sinf = libm.function("sinf")
+    first = sinf(np.array([[0.5, 1.0], [0.5, 2.0]], dtype=np.float32))
+    again = sinf(np.array([2.0, 0.5, 3.0], dtype=np.float32))
+    assert calls == [3, 1], "each distinct argument goes to the device once"
+    assert first.shape == (2, 2) and first[0, 0].view(np.uint32) == again[1].view(np.uint32)
+    assert first[0, 1] == GLIBC["sinf"](np.array([1.0], dtype=np.float32))[0]
+    assert libm.measured() == {"sinf": {"arguments": 4, "differing": 1}}
