@@ -51,7 +51,7 @@ def _axis_predicates(name: str, hit: np.ndarray, tensor: str, context: Context) 
     g = context.geometry
     found = []
     if name == "b" and hit.size > 1 and not hit[0] and hit[1:].all():
-        found.append("batch rows b >= 1 (b = 0 is right: a batch offset or stride)")
+        found.append("batch rows b >= 1 (b = 0 is right)")
     if name == "s":
         found += _position_predicates(hit, context)
     if name in ("r",) and hit.size > 1:

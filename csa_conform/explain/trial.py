@@ -51,7 +51,9 @@ class Trial:
                 continue
             unit = "operations" if what.startswith("fused") else "arguments"
             parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
-        return "; ".join(parts) or "changes no argument"
+        if parts:
+            return "; ".join(parts)
+        return f"{self.reproduced:,} differing elements reproduced" if self.reproduced else "changes no argument"
 
     def to_dict(self) -> dict:
         return {"key": self.key, "name": self.name, "mismatches": self.mismatches, "elements": self.elements,
