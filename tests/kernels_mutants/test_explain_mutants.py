@@ -1,0 +1,53 @@
+"""The third bug set (explain_mutants.py): a porting bug gets no false claim and no failed explanation at
+its first divergent stage and, with a specific expectation, is named there; a bit-identical refactor is
+conformant. Emulated on the host; the sweep (marked slow) runs the kinds no other mutant test covers: an
+aliased row, a layout read and written, a pool named on positive evidence, a refactor. The whole set's
+table is tests/kernels_mutants/explain_table.py (and build/gpu/explain.sh on a GPU)."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.device.conformance import check_case
+from csa_conform.device.modes import STAGES
+from csa_conform.explain import explain_case
+from csa_conform.golden import GoldenFile
+from explain_mutants import EXPLAIN_BUGS
+from explain_table import classify
+
+SWEPT = ("index_query_reads_batch_zero", "index_query_read_head_major", "attention_output_written_head_major",
+         "overlap_pool_reads_the_wrong_half", "refactor_causal_count_shift")
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
+
+
+@pytest.mark.parametrize("bug", EXPLAIN_BUGS, ids=lambda bug: bug.name)
+def test_each_patch_applies_exactly_once(bug, tmp_path):
+    patched = bug.apply(KERNELS, tmp_path / "kernels")
+    assert (patched / bug.file).read_text() != (KERNELS / bug.file).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("bug", [bug for bug in EXPLAIN_BUGS if bug.name in SWEPT], ids=lambda bug: bug.name)
+def test_a_bug_of_the_third_set_gets_no_false_claim(bug, tmp_path):
+    kernels = KernelDirectory(bug.apply(KERNELS, tmp_path / "kernels"), build="strict")
+    with GoldenFile(CI_GOLDENS) as golden:
+        cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.cases)]
+        assert cases
+        reports = [check_case(golden, case, DeviceRunner(kernels), STAGES) for case in cases]
+        explanations = [explanation for case, report in zip(cases, reports) if not report.passed
+                        for explanation in explain_case(golden, case, kernels)]
+    document = {"passed": all(report.passed for report in reports),
+                "explain": {"explanations": [explanation.to_dict() for explanation in explanations]}}
+    outcome, headline = classify(bug, document)
+    if bug.stage is None:
+        assert outcome == "clean", headline
+        return
+    assert outcome not in ("false", "failed"), headline
+    if bug.named:
+        assert outcome == "named", headline
