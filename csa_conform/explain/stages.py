@@ -68,8 +68,27 @@ class _StageRun:
 
 def run_stage(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], upstream: Payloads,
               numerics: Numerics = REFERENCE) -> dict:
-    """The stage's payload under `numerics`; raises ContractError as the oracle does."""
+    """The stage's payload under `numerics`; raises ContractError as the oracle does, and for candidate ids
+    (the device's, read back) that name no row the stage could read."""
+    if stage == "sparse_sink_softmax_attention":
+        cache = upstream.get("compression_update", {}).get("present_compressed_kv")
+        _readable_candidates(g, upstream["candidate_assembly"]["candidates"],
+                             g.next_records if cache is None else int(np.shape(cache)[1]))
     return STAGE_FUNCTIONS[stage](_StageRun(g, inputs, upstream, numerics))
+
+
+def _readable_candidates(g: StepGeometry, candidates: np.ndarray, records_held: int) -> None:
+    """Every dense id a current_kv position and every record id a record of the cache: a device that
+    assembled others (a window one too long reads past current_kv) has no payload the reference computes."""
+    candidates = np.asarray(candidates)
+    dense, records = candidates[..., : g.dense_candidates], candidates[..., g.dense_candidates:]
+    live = dense[dense >= 0]
+    if live.size and (live.min() < g.current_kv_base or live.max() >= g.current_kv_base + g.current_kv_len):
+        raise ContractError(f"the candidates name dense positions {int(live.min())}..{int(live.max())} outside "
+                            f"current_kv ({g.current_kv_base}..{g.current_kv_base + g.current_kv_len - 1})", "invalid")
+    live = records[records >= 0]
+    if live.size and live.max() >= records_held:
+        raise ContractError(f"the candidates name record {int(live.max())} of {records_held}", "invalid")
 
 
 def consumed_upstream(stage: str, expected: Payloads, actual: Payloads) -> dict:

@@ -68,6 +68,14 @@ EXPLAIN_BUGS = (
         "sparse_sink_softmax_attention", "random.r*-b2n2-*",
         "the dense window is read without the batch row's offset: batch b >= 1 attends batch 0's keys",
         {"kind": "restricted", "predicate": "batch rows b >= 1"}),
+    Bug("dense_window_one_longer_on_a_first_step", "block_quant.cuh",
+        (("    r.dense = first_position == 0 ? min(a.current_kv_len, 128) : 128;",
+          "    r.dense = min(a.current_kv_len + 1, 128);"),),
+        "candidate_assembly", "boundaries.r4-prefill-*",
+        "the dense window takes one slot more than current_kv holds on a stream's first step: every record "
+        "slot moves one place up (the candidates read back name a position past current_kv: explain's re-run "
+        "once crashed on it with an IndexError)",
+        {}, claims=frozenset({"restricted", "index-shift"})),
     Bug("selection_pads_with_record_zero", "csa_ratio4_index_select.cu",
         (("rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = -1;",
           "rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = 0;"),),

@@ -20,7 +20,7 @@ from explain_mutants import EXPLAIN_BUGS
 from explain_table import classify
 
 SWEPT = ("index_query_reads_batch_zero", "index_query_read_head_major", "attention_output_written_head_major",
-         "overlap_pool_reads_the_wrong_half", "refactor_causal_count_shift")
+         "overlap_pool_reads_the_wrong_half", "dense_window_one_longer_on_a_first_step", "refactor_causal_count_shift")
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 
