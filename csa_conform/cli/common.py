@@ -25,14 +25,14 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import click
 from rich.console import Console
 
+from csa_conform._base.memory import headroom as memory_headroom
+from csa_conform._base.memory import human, shared_headroom
+from csa_conform._base.terminal import one_line
+from csa_conform.check.results import COMMANDS, error_document
 from csa_conform.cli.output import final_exit_code, guard_streams, say_error
 from csa_conform.errors import CsaConformError, MemoryShortage, WorkerCrashed, exit_code_of
-from csa_conform.memory import headroom as memory_headroom
-from csa_conform.memory import human, shared_headroom
 from csa_conform.exitcodes import ExitCode
-from csa_conform.oracle.parallel import share_cores
-from csa_conform.results import COMMANDS, error_document
-from csa_conform.terminal import one_line
+from csa_conform.oracle.compiled.parallel import share_cores
 
 PROGRAM = "csa-conform"
 # More worker processes than this many per core only cost memory and file handles.

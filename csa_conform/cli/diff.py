@@ -17,7 +17,28 @@ from typing import Sequence
 
 import click
 
-from csa_conform.case_glob import matching_cases
+from csa_conform._base.case_glob import matching_cases
+from csa_conform._base.shards import Shard
+from csa_conform._base.statuses import (
+    DIVERGED,
+    IDENTICAL,
+    NONDETERMINISTIC,
+    NOT_APPLICABLE,
+    NOT_COMPARED,
+    REPLAY_MISMATCH,
+)
+from csa_conform._base.terminal import escaped, one_line, shell_join
+from csa_conform.check.conformance import CaseReport, check_case
+from csa_conform.check.invariance import KINDS as INVARIANCES
+from csa_conform.check.invariance import VARIANT, check_invariance
+from csa_conform.check.options import RunOptions
+from csa_conform.check.results import (
+    control_run,
+    device_case_entry,
+    golden_reference,
+    kernel_provenance,
+    results_document,
+)
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
@@ -32,27 +53,20 @@ from csa_conform.cli.options import (
     output_options,
     stage_option,
 )
+from csa_conform.compare.errorstats import Gap
+from csa_conform.compare.tolerance import Tolerances
 from csa_conform.device.backend import CUDA
-from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.devices import resolve_devices, spread
-from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
+from csa_conform.device.plan import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.device.sanitizer import SANITIZER, run_sanitized
 from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.gap import Gap
+from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import GoldenFile
-from csa_conform.invariance import KINDS as INVARIANCES
-from csa_conform.invariance import VARIANT, check_invariance
-from csa_conform.profile import REFERENCE
-from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
-from csa_conform.run import RunOptions
-from csa_conform.shards import Shard
-from csa_conform.spec import BY_NAME
-from csa_conform.statuses import DIVERGED, IDENTICAL, NONDETERMINISTIC, NOT_APPLICABLE, NOT_COMPARED, REPLAY_MISMATCH
-from csa_conform.terminal import escaped, one_line, shell_join
-from csa_conform.tolerance import Tolerances
+from csa_conform.profiles.numerics import REFERENCE
+from csa_conform.spec import BY_NAME, STAGE_NAMES, Mode
 
 
 def control_banner(options: RunOptions) -> str:
@@ -228,7 +242,7 @@ def run_header(command: str, provenance: RunProvenance, options: RunOptions,
     forced = options.forced or "none"
     return [
         f"csa-conform {command} {options.file}: mode {options.mode.value}, stages "
-        f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}"
+        f"{'all' if stages == STAGE_NAMES else ','.join(stages)}, ulp {options.ulp}"
         + (f", every launch run {options.repeat} times" if options.repeat > 1 else "")
         + (f", replayed on a CUDA {options.replay}" if options.replay else ""),
         f"kernels {kernels['path']}{' (builtin)' if kernels['builtin'] else ''}; force-host {forced}; device {where}",
@@ -242,7 +256,7 @@ def sanitized_diff(tool: str, options: RunOptions, stages: tuple[str, ...], case
 
     The child gets --git-bisect too, so an error it stops on keeps its exit code (125 included).
     """
-    words = [options.file, "--stage", "all" if stages == STAGES else ",".join(stages), "--mode", options.mode.value,
+    words = [options.file, "--stage", "all" if stages == STAGE_NAMES else ",".join(stages), "--mode", options.mode.value,
              "--shard", str(shard or "1/1")]
     words += ["--case", case_glob] if case_glob else []
     words += ["--force-host", options.forced] if options.force_host else []
@@ -285,7 +299,7 @@ def sanitized_diff(tool: str, options: RunOptions, stages: tuple[str, ...], case
 def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
            ulp: int, measure: bool = False, invariance: tuple[str, ...] = ()) -> tuple[CaseReport, float]:
     started = time.perf_counter()
-    report = check_case(golden, case, runner, stages, ulp, measure)
+    report = check_case(golden, case, runner, stages, ulp, measure, diagnose=stage_findings)
     if invariance:
         with tempfile.TemporaryDirectory(prefix="csa-invariance-") as work:
             found, _ = check_invariance(golden, case, runner, invariance, Path(work))

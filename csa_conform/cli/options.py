@@ -18,21 +18,28 @@ from typing import Callable
 
 import click
 
+from csa_conform._base.resources import ci_goldens
+from csa_conform._base.shards import (
+    NODE_INDEX_ENV,
+    NODE_TOTAL_ENV,
+    SHARD_ENV,
+    Shard,
+    parse_shard,
+    shard_from_environment,
+)
+from csa_conform.check.options import BuildChoice
 from csa_conform.device.backend import BACKENDS, CUDA
 from csa_conform.device.devices import parse_devices
 from csa_conform.device.kernels import MANIFEST, PROFILES
-from csa_conform.device.modes import force_host_from_environment, parse_force_host
+from csa_conform.device.plan import force_host_from_environment, parse_force_host
 from csa_conform.device.replay import REPLAY_MODES
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
-from csa_conform.resources import ci_goldens
-from csa_conform.run import BuildChoice
-from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
-from csa_conform.spec import STAGE_NAMES, STAGES, resolve_stage
+from csa_conform.spec import PIPELINE, STAGE_NAMES, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
-STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in STAGES)
+STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in PIPELINE)
 
 
 def _compose(*decorators: Callable) -> Callable:
@@ -155,7 +162,7 @@ device_options = _compose(
 )
 
 def effective_shard(option: str | None) -> Shard | None:
-    """--shard K/N, else the CI's parallel-job variables (csa_conform.shards); 1/1 is no shard."""
+    """--shard K/N, else the CI's parallel-job variables (csa_conform._base.shards); 1/1 is no shard."""
     try:
         shard = parse_shard(option) if option is not None else shard_from_environment()
     except UsageError as error:

@@ -1,6 +1,6 @@
 """`csa-conform reduce`: shrink a divergent case to a one-case golden file that still diverges.
 
-Presentation only: the search is csa_conform.reduce. Progress goes to stderr,
+Presentation only: the search is csa_conform.repro.reduce. Progress goes to stderr,
 the outcome to stdout; the file is written only once the reduced case has
 been checked against the oracle and the built-in kernels.
 """
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from csa_conform.check.options import RunOptions
+from csa_conform.check.verify import verify_case
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import (
@@ -24,16 +26,14 @@ from csa_conform.cli.options import (
 )
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.golden.carries import step_start
-from csa_conform.reduce import FILE_CASES, Probe, Reduction, describe, reduce_case, reduce_file
-from csa_conform.run import RunOptions
-from csa_conform.streams import Stream, stream_of
-from csa_conform.verify import verify_case
+from csa_conform.golden.edits import Stream, stream_of
+from csa_conform.repro.reduce import FILE_CASES, Probe, Reduction, describe, reduce_case, reduce_file
+from csa_conform.spec import Mode
 
 
 def _sizes(before: dict[str, int], after: dict[str, int]) -> str:

@@ -19,9 +19,9 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-from csa_conform.statuses import NONDETERMINISTIC
+from csa_conform._base.statuses import NONDETERMINISTIC
 
-# One byte pattern per run, cycled; 0xA5 first, the pattern a plain run's scratch holds (cuda.POISON).
+# One byte pattern per run, cycled; 0xA5 first, the pattern a plain run's scratch holds (spec.POISON).
 POISON = (0xA5, 0xFF, 0x5A, 0xC3, 0x3C, 0x96, 0x69, 0xE1)
 
 

@@ -2,7 +2,7 @@
 
 One worker process per GPU, each seeing only its GPU (CUDA_VISIBLE_DEVICES is
 set in the worker before anything there touches CUDA), runs its share of the
-cases (round robin, as csa_conform.shards splits them over machines). The
+cases (round robin, as csa_conform._base.shards splits them over machines). The
 parent merges the reports in case order and the launch records case by case,
 so the results document is the one a single GPU writes, timings aside.
 Workers are forked, which keeps what the parent set up; the parent itself
@@ -21,10 +21,10 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
+from csa_conform._base.shards import Shard, interleave
 from csa_conform.device import cuda
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.errors import DeviceUnavailable, UsageError
-from csa_conform.shards import Shard, interleave
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 ALL = "all"

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
+from csa_conform._base.resources import builtin_kernels
 from csa_conform.errors import DeviceUnavailable, UsageError
-from csa_conform.resources import builtin_kernels
 from csa_conform.spec import kernel_modules
 
 PRELUDE = "block_quant.cuh"

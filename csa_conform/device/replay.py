@@ -25,7 +25,7 @@ from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
-from csa_conform.statuses import REPLAY_MISMATCH
+from csa_conform._base.statuses import REPLAY_MISMATCH
 
 GRAPH = "graph"
 REPLAY_MODES = (GRAPH,)  # what --replay takes

@@ -20,8 +20,6 @@ from csa_conform.oracle.rows import RowFailure
 from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
 from csa_conform.spec import STAGE_NAMES, WRITEBACK, stages_for_ratio
 
-STAGES = STAGE_NAMES
-
 
 @dataclass
 class StepResult:

@@ -11,12 +11,12 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli import main
 from csa_conform.cli.diff import diff
 from csa_conform.device.kernels import LINE_INFO, MANIFEST, STRICT_OPTIONS, KernelDirectory
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
