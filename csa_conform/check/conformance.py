@@ -23,6 +23,7 @@ from csa_conform.device.plan import DEVICE
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.golden import GoldenFile, GoldenStep
+from csa_conform.numerics.bits import same_bits
 from csa_conform.oracle import run_step
 from csa_conform.profiles.numerics import REFERENCE
 from csa_conform.spec import STATE_THREADING, Mode
@@ -87,11 +88,6 @@ class CaseReport:
         return {**fields, "passed": self.passed, "stages": stages}
 
 
-def _same_bits(left: np.ndarray, right: np.ndarray) -> bool:
-    left, right = np.asarray(left), np.asarray(right)
-    return left.dtype == right.dtype and left.shape == right.shape and left.tobytes() == right.tobytes()
-
-
 def _expected(attrs: dict, output_names: Sequence[str], step: GoldenStep) -> dict[str, dict[str, np.ndarray]]:
     if step.stages:
         return step.stages
@@ -128,7 +124,7 @@ def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | N
         if runner.mode is Mode.CHAINED and previous is not None:
             golden_before, result_before = previous
             for present, past_name in STATE_THREADING.items():
-                if present in result_before.present and past_name in step.inputs and _same_bits(
+                if present in result_before.present and past_name in step.inputs and same_bits(
                     golden_before.outputs.get(present, np.empty(0)), step.inputs[past_name]
                 ):
                     past[past_name] = result_before.present[present]

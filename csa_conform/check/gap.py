@@ -12,7 +12,7 @@ left out). Steps either profile rejects are counted, not compared.
 
 from __future__ import annotations
 
-from csa_conform.compare.errorstats import CHAINED, ISOLATED, MODES, Gap
+from csa_conform.compare.errorstats import ISOLATED, Gap
 from csa_conform.errors import ContractError
 from csa_conform.golden import GoldenFile
 from csa_conform.profiles.numerics import runner

@@ -19,6 +19,7 @@ import numpy as np
 from csa_conform.compare.placement import log2_histogram, mismatch_heatmap
 from csa_conform.compare.specials import Scan, scan
 from csa_conform.numerics.bf16 import bf16_to_f32
+from csa_conform.numerics.bits import ordered, ulp_distance, unsigned
 from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.fp4 import FP4_BLOCK, e2m1_decode
 from csa_conform.numerics.fp8 import FP8_BLOCK, e4m3_decode
@@ -153,13 +154,13 @@ def compare_tensor(
         scanned = scan(expected, actual)  # equality and special values in one pass
         if scanned.equal:
             return _identical(result, scanned)
-    expected_bits, actual_bits = _bits(expected), _bits(actual)
+    expected_bits, actual_bits = unsigned(expected), unsigned(actual)
     if expected.dtype.kind != "f" and np.array_equal(expected_bits, actual_bits):
         return _identical(result, None)
     differ = expected_bits != actual_bits
     failing = differ
     if expected.dtype.kind == "f":
-        distance = _ulp_distance(expected_bits, actual_bits)
+        distance = ulp_distance(expected_bits, actual_bits)
         unordered = np.isnan(expected) | np.isnan(actual)
         if result.ulp_tolerance:
             failing = differ & (unordered | (distance > result.ulp_tolerance))
@@ -216,32 +217,6 @@ def compare_payloads(
 
 
 # --- bit patterns and ULP --------------------------------------------------------------
-
-_UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_INT_OF_SIZE = {2: np.int16, 4: np.int32, 8: np.int64}
-
-
-def _bits(array: np.ndarray) -> np.ndarray:
-    if array.dtype.kind == "b":
-        return array.view(np.uint8)
-    return np.asarray(array, order="C").view(_UINT_OF_SIZE[array.dtype.itemsize])
-
-
-def _ordered(bits: np.ndarray) -> np.ndarray:
-    """Map float bit patterns onto integers in numeric order (-0 just below +0).
-
-    This is the total order of Rust's ``total_cmp``: the distance between two
-    floats is the number of representable values between them, so +0/-0 are
-    one ULP apart and bit equality is exactly distance zero.
-    """
-    signed = bits.view(_INT_OF_SIZE[bits.dtype.itemsize]).astype(np.int64)
-    magnitude_mask = (1 << (8 * bits.dtype.itemsize - 1)) - 1
-    return np.where(signed < 0, -(signed & magnitude_mask) - 1, signed)
-
-
-def _ulp_distance(expected_bits: np.ndarray, actual_bits: np.ndarray) -> np.ndarray:
-    return np.abs(_ordered(expected_bits) - _ordered(actual_bits))
-
 
 def _identical(result: TensorDiff, scanned: Scan | None) -> TensorDiff:
     """The statistics of bit-identical tensors, without distances (what verify sees almost always).
@@ -317,7 +292,7 @@ def _element(expected, actual, expected_bits, actual_bits, flat, axes) -> dict:
     }
     if expected.dtype.kind == "f":
         pair = np.array([e_bits, a_bits])
-        element["ulp"] = int(abs(np.diff(_ordered(pair))[0]))
+        element["ulp"] = int(abs(np.diff(ordered(pair))[0]))
     return element
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from csa_conform.compare.placement import log2_histogram
+from csa_conform.numerics.bits import ordered, unsigned
 from csa_conform.profiles.numerics import OFFICIAL, REFERENCE
 from csa_conform.spec import STAGE_NAMES, Mode
 
@@ -26,8 +27,7 @@ MEASURES = ("abs", "rel", "ulp")
 
 def ordered_bits(values: np.ndarray) -> np.ndarray:
     """binary32 bit patterns as integers ordered like the values (-0 and +0 adjacent)."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.int32).astype(np.int64)
-    return np.where(bits < 0, -(bits & 0x7FFFFFFF) - 1, bits)
+    return ordered(unsigned(np.asarray(values, dtype=np.float32)))
 
 
 def summary(values: np.ndarray) -> dict:

@@ -12,18 +12,9 @@ from typing import Mapping
 import numpy as np
 
 from csa_conform.compare.bitwise import compare_tensor
+from csa_conform.numerics.bits import same_bits
 
 __all__ = ["assert_bits_equal", "assert_payloads_equal", "same_bits"]
-
-
-def same_bits(actual, expected) -> bool:
-    """Same dtype, same shape and the same bytes (-0 is not +0; a NaN equals only its own payload)."""
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    return (
-        actual.dtype == expected.dtype
-        and actual.shape == expected.shape
-        and np.ascontiguousarray(actual).tobytes() == np.ascontiguousarray(expected).tobytes()
-    )
 
 
 def assert_bits_equal(actual, expected, name: str = "tensor") -> None:

@@ -9,7 +9,8 @@ import numpy as np
 from csa_conform.compare.bitwise import default_axes
 from csa_conform.contract import validate_step
 from csa_conform.errors import ContractError
-from csa_conform.explain.patterns.findings import KINDS, Context, Finding, differing_mask
+from csa_conform.explain.patterns.findings import KINDS, Context, Finding
+from csa_conform.numerics.bits import differing_bits
 
 
 def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
@@ -27,7 +28,7 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
         reference, device = np.asarray(reference), np.asarray(device)
         if reference.shape != device.shape or reference.dtype != device.dtype or not reference.size:
             continue
-        differ = differing_mask(reference, device)
+        differ = differing_bits(reference, device)
         if not differ.any():
             continue
         names = tuple(axes.get(tensor, ())) or tuple(f"a{axis}" for axis in range(reference.ndim))

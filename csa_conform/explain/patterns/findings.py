@@ -69,17 +69,6 @@ class Context:
         return self._trace
 
 
-def differing_mask(expected: np.ndarray, actual: np.ndarray) -> np.ndarray:
-    """Elements whose bit patterns differ."""
-    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
-    return np.asarray(expected).view(width) != np.asarray(actual).view(width)
-
-
-def same_bits(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[left.dtype.itemsize]
-    return np.asarray(left).view(width) == np.asarray(right).view(width)
-
-
 def coordinates(flat: int, shape: tuple, axes: tuple[str, ...]) -> str:
     index = np.unravel_index(flat, shape) if shape else ()
     return " ".join(f"{name}={int(i)}" for name, i in zip(axes, index))

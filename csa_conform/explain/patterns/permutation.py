@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import PERMUTATION, Context, Finding, coordinates, same_bits
+from csa_conform.explain.patterns.findings import PERMUTATION, Context, Finding, coordinates
 from csa_conform.explain.patterns.shift import meaningful
+from csa_conform.numerics.bits import equal_bits
 
 
 def _rows(array: np.ndarray) -> np.ndarray:
@@ -54,7 +55,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     identifying = differ & meaningful(actual)
     considered = int(np.count_nonzero(identifying))
     for pattern, what, moved in _candidates(expected):
-        fits = same_bits(moved, actual) & differ
+        fits = equal_bits(moved, actual) & differ
         covered = int(np.count_nonzero(fits))
         # fillers (0, -1, -inf) moving onto fillers prove nothing: most identifying elements must fit too
         if covered >= 0.9 * differing and int(np.count_nonzero(fits & identifying)) >= max(1, considered // 2):

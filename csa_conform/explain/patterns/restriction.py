@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from csa_conform.explain.patterns.findings import RESTRICTED, Context, Finding, spans
+from csa_conform.numerics.bits import unsigned
 from csa_conform.numerics.records import FP8_RECORD_BYTES
 
 ROW_AXES = ("b", "s", "h", "i")
@@ -120,8 +121,7 @@ def restricted(stage: str, tensor: str, expected, actual, differ, axes, context:
         named += predicates
     rows = _row_predicates(tensor, differ, axes, context)
     named += rows
-    values = np.unique(actual[differ].view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[
-        actual.dtype.itemsize]))
+    values = np.unique(unsigned(actual[differ]))
     value = None
     if values.size == 1:
         value = actual[differ].reshape(-1)[0]

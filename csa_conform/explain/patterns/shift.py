@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import INDEX_SHIFT, Context, Finding, same_bits
+from csa_conform.explain.patterns.findings import INDEX_SHIFT, Context, Finding
+from csa_conform.numerics.bits import equal_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
 FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id
@@ -61,7 +62,7 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
             if abs(d) >= expected.shape[axis]:
                 continue
             moved, valid = _shifted(expected, axis, d)
-            fits = same_bits(moved, actual) & valid & identifying
+            fits = equal_bits(moved, actual) & valid & identifying
             count = int(np.count_nonzero(fits))
             if axis not in per_axis or count > per_axis[axis][0]:
                 per_axis[axis] = (count, axis, d, fits)

@@ -41,8 +41,9 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
-from csa_conform.explain.patterns.findings import SUB_STEP, Finding, differing_mask
+from csa_conform.explain.patterns.findings import SUB_STEP, Finding
 from csa_conform.numerics.bf16 import bf16_round
+from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.blockscale import block_power
 from csa_conform.numerics.fp4 import E2M1_TABLE, FP4_BLOCK
 from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
@@ -215,7 +216,7 @@ def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Ma
     past = int(inputs[BY_NAME[stage].inputs[4]].shape[1])
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         return None
-    differ = differing_mask(expected, actual)
+    differ = differing_bits(expected, actual)
     new = differ[:, past:].reshape(differ.shape[0], differ.shape[1] - past, -1)
     rows = np.argwhere(new.any(axis=-1))
     if not rows.size:
@@ -241,7 +242,7 @@ def _queries(g: StepGeometry, inputs, reference: Mapping, device: Mapping):
     actual = np.asarray(device["transformed"])
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         return None
-    differ = differing_mask(expected, actual).reshape(-1, expected.shape[2], expected.shape[3])
+    differ = differing_bits(expected, actual).reshape(-1, expected.shape[2], expected.shape[3])
     rows = np.argwhere(differ.any(axis=-1))
     if not rows.size:
         return None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import NEVER_WRITTEN, STALE, Context, Finding, coordinates, same_bits, spans
+from csa_conform.explain.patterns.findings import NEVER_WRITTEN, STALE, Context, Finding, coordinates, spans
+from csa_conform.numerics.bits import equal_bits
 from csa_conform.spec import POISON, STATE_THREADING
 
 RUN = 4  # poison bytes in a row that mark a packed record's bytes as unwritten
@@ -80,7 +81,7 @@ def stale(stage: str, tensor: str, expected, actual, differ, axes, context: Cont
     if rows == 0:
         return None
     window = differ[:, :rows]
-    kept = same_bits(actual[:, :rows], past[:, :rows]) & window & ~same_bits(expected[:, :rows], past[:, :rows])
+    kept = equal_bits(actual[:, :rows], past[:, :rows]) & window & ~equal_bits(expected[:, :rows], past[:, :rows])
     count = int(np.count_nonzero(kept))
     differing = int(np.count_nonzero(differ))
     if count < max(1, differing // 2):
