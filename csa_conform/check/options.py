@@ -19,24 +19,24 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.spec import STAGE_NAMES, Mode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildChoice:
     """Which kernels, built how, judged how strictly (the build half of ``device_options``)."""
 
     kernels: str | None = None
-    profile: str | None = None
+    name: str | None = None  # the build, strict or production (csa_conform.device.kernels.BUILDS)
     nvrtc_options: tuple[str, ...] = ()
     strict_ptx: bool = False
 
     def directory(self) -> KernelDirectory:
-        return KernelDirectory(self.kernels, build=self.profile, nvrtc_options=self.nvrtc_options,
+        return KernelDirectory(self.kernels, build=self.name, nvrtc_options=self.nvrtc_options,
                                strict_ptx=self.strict_ptx)
 
     def words(self) -> list[str]:
         """The options as a command line spells them."""
         words = ["--kernels", self.kernels] if self.kernels else []
-        if self.profile:
-            words += ["--build", self.profile]
+        if self.name:
+            words += ["--build", self.name]
         words += [f"--nvrtc-option={option}" for option in self.nvrtc_options]
         if self.strict_ptx:
             words.append("--strict-ptx")
@@ -44,11 +44,11 @@ class BuildChoice:
 
     def describe(self) -> dict[str, Any]:
         """The choice as the results document's ``options`` records it."""
-        return {"kernels": self.kernels, "build": self.profile, "nvrtc_options": list(self.nvrtc_options),
+        return {"kernels": self.kernels, "build": self.name, "nvrtc_options": list(self.nvrtc_options),
                 "strict_ptx": self.strict_ptx}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """Everything that shapes a device run: golden file, mode, placement, build, backend, depth.
 

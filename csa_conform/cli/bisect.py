@@ -26,16 +26,16 @@ from csa_conform.check.results import (
     step_entry,
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import control_banner
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
     device_options,
-    effective_force_host,
     golden_file,
     output_options,
+    run_options,
 )
+from csa_conform.cli.run_header import control_banner
 from csa_conform.device.launches import kernel_of
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -131,7 +131,7 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
       csa-conform bisect --case random.r4-stream-3 --kernels ./my-kernels
       csa-conform bisect goldens/ci.h5 --case random.r4-stream-3 --json > bisect.json
     """
-    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(file, force_host, build, backend, ulp)
     started = time.perf_counter()
     chained, isolated_runner = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     with GoldenFile(file) as golden:

@@ -12,15 +12,13 @@ from pathlib import Path
 
 import click
 
-from csa_conform.check.options import RunOptions
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import device_options, effective_force_host, quiet_option
+from csa_conform.cli.options import device_options, quiet_option, run_options
 from csa_conform.errors import MissingExtra, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import write_goldens
 from csa_conform.repro.reduce import Probe, describe
-from csa_conform.spec import Mode
 
 
 @exits("the budget ran out without a divergence", "a divergence was found (and written)", bisect=True)
@@ -57,7 +55,7 @@ def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, da
     output = Path(output)
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
-    options = RunOptions(str(output), Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(str(output), force_host, build, backend, ulp)
 
     def say(line: str) -> None:
         if not quiet:

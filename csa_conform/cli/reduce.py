@@ -8,6 +8,7 @@ been checked against the oracle and the built-in kernels.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -20,9 +21,9 @@ from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
     device_options,
-    effective_force_host,
     golden_file,
     quiet_option,
+    run_options,
 )
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
@@ -86,7 +87,7 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
       csa-conform reduce goldens/ci.h5 --case boundaries.r4-prefill-9 --kernels ./my-kernels --build production
       csa-conform reduce goldens/ci.h5 --kernels ./my-kernels --budget-s 120
     """
-    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(file, force_host, build, backend, ulp)
     output = Path(output or (f"{case}.reduced.h5" if case else "reduced.h5"))
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
@@ -139,5 +140,5 @@ def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else
                                        f"DIVERGE at {describe(builtin_found)} (not a kernel bug alone)"))
     click.echo(f"wrote {output}")
-    reproduce = RunOptions(str(output), Mode.CHAINED, options.force_host, ulp, build, backend=backend)
+    reproduce = replace(options, file=str(output))
     click.echo(f"reproduce: {reproduce.command(reduction.case.case_id, 'all')}")

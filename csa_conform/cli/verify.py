@@ -30,7 +30,7 @@ from csa_conform.cli.common import (
 )
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, golden_file, jobs_option, output_options
-from csa_conform.errors import CsaConformError, GoldenChanged, UsageError
+from csa_conform.errors import CsaConformError, GoldenChanged
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import chosen_engine

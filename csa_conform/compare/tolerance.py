@@ -37,6 +37,7 @@ from pathlib import Path
 
 from csa_conform.compare.errorstats import Gap, TensorErrors
 from csa_conform.errors import UsageError
+from csa_conform.profiles.numerics import REFERENCE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,6 +129,16 @@ class Tolerances:
                                         or not math.isfinite(value) or value < 0):
                     raise UsageError(f"{path}: [{key!r}] {name} must be a finite number >= 0, not {value!r}")
         return cls(document, calibration)
+
+    def judge_run(self, path: str, measured: list[Gap | None]) -> dict:
+        """A run's dual verdict per stage and tensor (bit-exact, and within this envelope), from the error
+        statistics its cases gathered (``path`` is this file's, as the results document names it)."""
+        total = Gap(REFERENCE, "device")
+        for gap in measured:
+            if gap is not None:
+                total.merge(gap)
+        verdicts = [self.judge(errors) for errors in total.rows()]
+        return {"file": path, "within": all(verdict["within"] for verdict in verdicts), "stages": verdicts}
 
     def judge(self, errors: TensorErrors) -> dict:
         """The dual verdict of one stage/tensor of a device run: bit-exact, and within the envelope."""

@@ -150,8 +150,9 @@ class GoldenSession:
             return {stage: skipped(f"no device: {runner}") for stage in case.stages}
         if isinstance(runner, Exception):
             return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
-        options = RunOptions(self.settings.file, self.settings.mode, frozenset(), 0,
-                              BuildChoice(self.settings.kernels, self.settings.build), backend=self.settings.backend)
+        options = RunOptions(file=self.settings.file, mode=self.settings.mode, force_host=frozenset(), ulp=0,
+                             build=BuildChoice(kernels=self.settings.kernels, name=self.settings.build),
+                             backend=self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 
     def runner(self) -> DeviceRunner | Exception:

@@ -109,7 +109,7 @@ def test_a_narrow_terminal_never_cuts_a_case_id():
     report = CaseReport(case, 128, 1, compared_steps=1,
                         stages={stage: StageVerdict(stage, "device", IDENTICAL) for stage in stages})
     out = io.StringIO()
-    render_rich([report], stages, [], RunOptions("g.h5", Mode.CHAINED, frozenset(), 0),
+    render_rich([report], stages, [], RunOptions(file="g.h5", mode=Mode.CHAINED, force_host=frozenset(), ulp=0),
                 console=Console(file=out, width=60, color_system=None))
     assert case in out.getvalue()
 

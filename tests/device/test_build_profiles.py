@@ -32,7 +32,7 @@ def test_builtin_kernels_default_to_strict_and_other_directories_to_production(t
     assert KernelDirectory().build.options == STRICT_OPTIONS
     assert KernelDirectory().build.origin == "default for the built-in kernels"
     production = KernelDirectory(_copy(tmp_path)).build
-    assert (production.profile, production.options) == ("production", ())
+    assert (production.name, production.options) == ("production", ())
     assert production.nvrtc_options("compute_90") == ("--gpu-architecture=compute_90", LINE_INFO)
 
 
