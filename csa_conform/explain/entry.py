@@ -20,19 +20,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from csa_conform.check.conformance import CaseReport, check_case, compare_step, replay
 from csa_conform.contract import validate_step
-from csa_conform.device.conformance import CaseReport, check_case, compare_step, replay
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
-from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.diagnosis import MIN_SUPPORT, STRUCTURAL
-from csa_conform.diagnosis.substeps import localize
 from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis
+from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
+from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.search import ingredient, search
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
@@ -47,7 +46,7 @@ from csa_conform.explain.structural import (
 from csa_conform.explain.verdict import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, Explanation
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
-from csa_conform.spec import BY_NAME
+from csa_conform.spec import BY_NAME, STAGE_NAMES, Mode
 
 # stages whose first-element provenance reads the oracle's intermediates (FP8/FP4 block inputs)
 TRACED_PROVENANCE = ("compression_update", "index_key_update", "index_query_finalize")
@@ -82,7 +81,8 @@ def _decide(explanation: Explanation, reproducing, localized, witnesses: Witness
     if witnesses is not None and (len(groups) > 1 or all(trial.confidence != "strong" for _, trial in reproducing)):
         explanation.experiments = witnesses.run(explanation.stage, ratio, [hypothesis for hypothesis, _ in reproducing])
         explanation.refuted = refuted(explanation.experiments)
-        kept = {key: [pair for pair in group if pair[1].key not in explanation.refuted] for key, group in groups.items()}
+        kept = {key: [pair for pair in group if pair[1].key not in explanation.refuted]
+                for key, group in groups.items()}
         groups = {key: group for key, group in kept.items() if group}
         if not groups:
             explanation.note = ("every hypothesis that reproduces it is refuted by the device on a conformant step of "
@@ -179,9 +179,10 @@ def _read_layouts(explanation: Explanation, g, inputs, upstream, target) -> None
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
-                 stages: Sequence[str] = STAGES, ulp: int = 0) -> list[Explanation]:
+                 stages: Sequence[str] = STAGE_NAMES, ulp: int = 0) -> list[Explanation]:
     """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
-    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp)
+    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp,
+                         diagnose=stage_findings)
     return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
                           stages, ulp)
 
@@ -191,7 +192,7 @@ def failure_note(error: BaseException) -> str:
     return str(InternalError.of(error))
 
 
-def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGES,
+def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,
                    ulp: int = 0, reports: Sequence[CaseReport] = ()) -> list[Explanation]:
     """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay.
 
@@ -219,7 +220,7 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                     skipped = {"device libm": reason}
             step = golden.read_step(case, outcome.index)
             g = validate_step(info.attrs, step.inputs, info.output_names)
-            for stage in STAGES:
+            for stage in STAGE_NAMES:
                 diffs = [diff for diff in failing if diff.stage == stage]
                 if not diffs:
                     continue

@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from csa_conform._base.statuses import IDENTICAL
+from csa_conform.check.conformance import CaseReport
 from csa_conform.contract import validate_step
-from csa_conform.device.conformance import CaseReport
 from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.stages import mismatches, run_stage
 from csa_conform.golden import GoldenFile
-from csa_conform.statuses import IDENTICAL
 
 WITNESS_CASES = 6  # conformant cases a hypothesis is re-run on
 WITNESS_STEPS = 2  # steps of each

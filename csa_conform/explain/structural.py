@@ -1,5 +1,5 @@
 """Structural pre-checks of a divergence, before any numeric ingredient: the pattern detectors
-(csa_conform.diagnosis), a past carry the kernel never copied, and the sub-step re-runs (a bf16 or code
+(csa_conform.explain.patterns), a past carry the kernel never copied, and the sub-step re-runs (a bf16 or code
 rounding convention, RoPE at another position or pair layout), every one of them tried; and, when nothing
 else reproduces, an input read in another layout."""
 
@@ -7,20 +7,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.device.cuda import POISON
-from csa_conform.diagnosis import LAYOUT, NEVER_WRITTEN, ROUNDING_CONVENTION, SUB_STEP, Context, Finding, diagnose
-from csa_conform.diff import default_axes
+from csa_conform.compare.bitwise import default_axes
 from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis, structural_hypotheses
+from csa_conform.explain.patterns import (
+    LAYOUT,
+    NEVER_WRITTEN,
+    ROUNDING_CONVENTION,
+    SUB_STEP,
+    Context,
+    Finding,
+    diagnose,
+)
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.stages import run_stage
 from csa_conform.explain.trial import Trial
 from csa_conform.numerics.variant import Numerics
-from csa_conform.spec import BY_NAME
+from csa_conform.spec import BY_NAME, POISON
 
 
 def diagnose_stage(stage: str, g, inputs, expected, target, upstream) -> list[Finding]:
-    """The structural findings on the stage's diverged tensors (csa_conform.diagnosis)."""
+    """The structural findings on the stage's diverged tensors (csa_conform.explain.patterns)."""
     def tracer() -> dict:
         trace: dict = {}
         try:

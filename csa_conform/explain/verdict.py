@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from csa_conform.diagnosis import STRUCTURAL, Finding
+from csa_conform.explain.patterns import STRUCTURAL, Finding
 from csa_conform.explain.trial import Trial
 
 EXPLAINED = "explained"

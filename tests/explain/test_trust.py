@@ -14,14 +14,14 @@ from click.testing import CliRunner
 
 import csa_conform.explain.entry as entry
 import csa_conform.explain.search as search
+from csa_conform.compare.bitwise import compare_payloads
 from csa_conform.contract import validate_step
-from csa_conform.diagnosis import Context, diagnose
-from csa_conform.diagnosis.findings import MIN_SUPPORT, confidence_of
-from csa_conform.diagnosis.layout import written_as
-from csa_conform.diff import compare_payloads
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, explain_step
 from csa_conform.explain.hypotheses import Hypothesis
+from csa_conform.explain.patterns import Context, diagnose
+from csa_conform.explain.patterns.findings import MIN_SUPPORT, confidence_of
+from csa_conform.explain.patterns.layout import written_as
 from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
@@ -110,7 +110,7 @@ def test_rival_ingredients_that_both_reproduce_make_the_verdict_ambiguous(monkey
 def test_records_pooled_from_another_vector_name_the_pool_and_unmatched_ones_name_nothing():
     """Pooled with other weights, a record is still RMS-normalized: positive evidence that RMSNorm and what
     follows ran on another pooled vector. Scrambled bytes match nothing and name no sub-step."""
-    from csa_conform.diagnosis.substeps import localize
+    from csa_conform.explain.patterns.substeps import localize
 
     g, inputs, expected = _step("boundaries.r4-prefill-8")
     stage = "compression_update"
@@ -175,7 +175,7 @@ def test_an_unexpected_exception_in_any_command_is_exit_70_naming_the_tool(monke
 
 def _witness(case: str, stage: str, ratio: int):
     """A conformant chained report of ``case`` with ``stage`` computed on the device."""
-    from csa_conform.device.conformance import CaseReport, StageVerdict
+    from csa_conform.check.conformance import CaseReport, StageVerdict
 
     with GoldenFile(CI_GOLDENS) as golden:
         steps = golden.step_count(case)

@@ -7,15 +7,15 @@ import fnmatch
 from pathlib import Path
 
 import pytest
-
-from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
-from csa_conform.device.modes import STAGES
-from csa_conform.diagnosis import KINDS, MIN_SUPPORT, STRUCTURAL
-from csa_conform.explain import EXPLAINED, INHERITED, explain_case
-from csa_conform.golden import GoldenFile
 from diagnosis_mutants import DIAGNOSED
 from explain_mutants import EXPLAIN_BUGS
+
+from csa_conform.check.conformance import check_case
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.explain import EXPLAINED, INHERITED, explain_case
+from csa_conform.explain.patterns import KINDS, MIN_SUPPORT, STRUCTURAL, stage_findings
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -54,8 +54,9 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path):
     with GoldenFile(CI_GOLDENS) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.mutant.cases)]
         assert cases
-        chained = [check_case(golden, case, DeviceRunner(kernels), STAGES) for case in cases]
-        first = {next(stage for stage in STAGES if report.stages[stage].status == "diverged")
+        chained = [check_case(golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
+                   for case in cases]
+        first = {next(stage for stage in STAGE_NAMES if report.stages[stage].status == "diverged")
                  for report in chained if not report.passed}
         assert first == {bug.mutant.stage}, f"{bug.name} first diverges at {first}"
         explanations = [explanation for case, report in zip(cases, chained) if not report.passed
@@ -151,5 +152,6 @@ def test_the_query_finalize_of_a_reversed_hadamard_is_localized_at_the_hadamard(
         assert finding.evidence["rule"] == "orthogonal" and finding.evidence["matched"] == ["bf16", "RoPE"]
         assert finding.evidence["query_rows"] == sum(finding.evidence["verdicts"].values()) and finding.decisive
     else:  # the butterfly re-run with b - a reproduces the device bit for bit
-        assert query.verdict == EXPLAINED and query.cause.key == finding.evidence["trial"] == "hadamard:difference-reversed"
+        assert query.verdict == EXPLAINED
+        assert query.cause.key == finding.evidence["trial"] == "hadamard:difference-reversed"
         assert finding.evidence.get("localized") in ("Hadamard", None)

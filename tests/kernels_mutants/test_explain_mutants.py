@@ -10,14 +10,15 @@ import fnmatch
 from pathlib import Path
 
 import pytest
-
-from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
-from csa_conform.device.modes import STAGES
-from csa_conform.explain import explain_case
-from csa_conform.golden import GoldenFile
 from explain_mutants import EXPLAIN_BUGS
 from explain_table import classify
+
+from csa_conform.check.conformance import check_case
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.explain import explain_case
+from csa_conform.explain.patterns import stage_findings
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES
 
 SWEPT = ("index_query_reads_batch_zero", "index_query_read_head_major", "attention_output_written_head_major",
          "overlap_pool_reads_the_wrong_half", "dense_window_one_longer_on_a_first_step", "refactor_causal_count_shift")
@@ -39,7 +40,8 @@ def test_a_bug_of_the_third_set_gets_no_false_claim(bug, tmp_path):
     with GoldenFile(CI_GOLDENS) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.cases)]
         assert cases
-        reports = [check_case(golden, case, DeviceRunner(kernels), STAGES) for case in cases]
+        reports = [check_case(golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
+                   for case in cases]
         explanations = [explanation for case, report in zip(cases, reports) if not report.passed
                         for explanation in explain_case(golden, case, kernels)]
     document = {"passed": all(report.passed for report in reports),
