@@ -7,6 +7,7 @@ class ExitCode(IntEnum):
     OK = 0
     DIVERGED = 1
     USAGE = 2
+    SLOW = 3  # bench only: a row of the new kernels is slower than the baseline
     ENVIRONMENT = 4
     BISECT_SKIP = 125
     INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
