@@ -39,3 +39,9 @@ def skip_write(source: Path, target: Path) -> Path:
     path.write_text(text.replace(REPLICATE_ENTRY, "__device__ int csa_bench_tickets = 0;\n\n" + REPLICATE_ENTRY),
                     encoding="utf-8")
     return target
+
+
+def spun(source: Path, target: Path, iterations: int = 2_000_000) -> Path:
+    """Replicate's first thread spins ``iterations`` times before its store: the same bytes, clearly later."""
+    return _patched(source, target, "csa_ratio4_index_replicate.cu", REPLICATE_GUARD,
+                    REPLICATE_GUARD + f"    if (element == 0) for (volatile int spin = 0; spin < {iterations}; ++spin) {{}}\n")
