@@ -8,8 +8,8 @@ SM clock it ran at, where the clock was read), so a clock that moved between
 the runs is not a regression, and must recur when the row is measured again
 (``confirm``). FAST is the mirror image and is reported, never fatal. SAME
 is a CI inside the band; anything else (a CI across a band edge, time and
-cycles that disagree, a SLOW that did not recur) is AMBG, which fails a run
-only under ``--strict``.
+cycles that disagree, a SLOW that did not recur, fewer than MIN_JUDGED samples
+on a side) is AMBG, which fails a run only under ``--strict``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ SLOW, FAST, SAME, AMBG = "SLOW", "FAST", "SAME", "AMBG"
 VERDICTS = (SLOW, FAST, SAME, AMBG)
 MIN_CHANGE = 0.03
 NOISE_FACTOR = 2.0
+MIN_JUDGED = 5  # fewer samples on a side make a point-like interval, no evidence of a change
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ def compare(new: Sequence[float], base: Sequence[float], new_cycles: Sequence[fl
     """The verdict of one measurement of both sides (times in seconds; cycles where both sides have clocks)."""
     band = threshold(new, base)
     ratio, low, high = ratio_ci(new, base)
+    if min(len(new), len(base)) < MIN_JUDGED:
+        return Judgement(AMBG, ratio, low, high, band, None,
+                         f"new/base {ratio:.4f} from {len(new)} and {len(base)} samples: too few to judge")
     verdict = _side(low, high, band)
     cycles = ratio_ci(new_cycles, base_cycles) if new_cycles is not None and base_cycles is not None else None
     band_text = f"±{band:.1%}"

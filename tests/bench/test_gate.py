@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csa_conform.bench.gate import AMBG, FAST, MIN_CHANGE, SAME, SLOW, compare, confirm, threshold
+from csa_conform.bench.gate import AMBG, FAST, MIN_CHANGE, MIN_JUDGED, SAME, SLOW, compare, confirm, threshold
 
 
 def _run(rng, scale: float = 1.0, noise: float = 0.005, count: int = 40) -> np.ndarray:
@@ -83,3 +83,10 @@ def test_a_slow_stands_only_when_it_recurs():
     assert gone.verdict == AMBG and "did not recur" in gone.reason
     same = compare(_run(rng), base)
     assert confirm(same, first) is same
+
+
+def test_too_few_samples_are_never_a_verdict():
+    rng = np.random.default_rng(8)
+    judgement = compare(_run(rng, 2.0, count=MIN_JUDGED - 1), _run(rng))
+    assert judgement.verdict == AMBG and "too few" in judgement.reason
+    assert compare(_run(rng, 2.0, count=MIN_JUDGED), _run(rng)).verdict == SLOW
