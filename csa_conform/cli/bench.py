@@ -20,7 +20,7 @@ from csa_conform.bounded_json import read_text
 from csa_conform.case_glob import exact_glob, matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, quiet_option
 from csa_conform.device.backend import BACKENDS, CUDA, HOST, backend_named
 from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
 from csa_conform.errors import UsageError
@@ -146,7 +146,7 @@ def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
 @click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Write a Markdown summary for a CI job's page.")
 @click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md).")
-@click.option("-q", "--quiet", is_flag=True, help="No header or rows: failures and the summary only.")
+@quiet_option("No header or rows: failures and the summary only.")
 @boundary
 def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_kernels, backend, strict, time_diverged,
                   time_cap, samples_path, markdown_path, as_json, quiet):
