@@ -127,6 +127,15 @@ class Subject:
             self._timer = timer_for(self.backend)
         return self._timer
 
+    @property
+    def timer_name(self) -> str | None:
+        """The timer that timed this subject's rows (None when nothing was timed)."""
+        return None if self._timer is None else self._timer.name
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+
 
 @dataclass
 class _Side:

@@ -187,13 +187,11 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
         benches = list(progress((bench_case(golden, case, subjects, options, recorded, peaks) for case in cases),
                                 len(cases), "bench", lambda done: done.case, quiet or as_json))
     for subject in subjects:
-        if subject._timer is not None:
-            subject._timer.close()
-    timer = subjects[0]._timer
+        subject.close()
     caveat = HOST_CAVEAT if backend == HOST else None
     nominal, measured = peaks_cache.get("peaks", (None, None))
     section = {
-        "timer": timer.name if timer is not None else None, "caveat": caveat, "mode": mode,
+        "timer": subjects[0].timer_name, "caveat": caveat, "mode": mode,
         "policy": {"time_cap_s": time_cap, "min_samples": options.policy.min_samples,
                    "target_noise": options.policy.target_noise},
         "strict": strict, "time_diverged": time_diverged,
