@@ -3,7 +3,8 @@
 A change is called only when the 95% CI of median(new) / median(base) lies
 wholly beyond 1 ± max(3%, 2 × noise), noise being the larger relative
 half-width of the two medians' CIs, so a run whose own medians wobble by 2%
-needs a 4% gap. SLOW must also hold in cycles (each sample's time times the
+needs a 4% gap, and a gap under twice the timer's resolution (CUDA events:
+about 0.5 us) is no change however narrow the interval. SLOW must also hold in cycles (each sample's time times the
 SM clock it ran at, where the clock was read), so a clock that moved between
 the runs is not a regression, and must recur when the row is measured again
 (``confirm``). FAST is the mirror image and is reported, never fatal. SAME
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 from csa_conform.bench.stats import ratio_ci, summarize
 
@@ -62,8 +65,9 @@ def _side(low: float, high: float, band: float) -> str:
 
 
 def compare(new: Sequence[float], base: Sequence[float], new_cycles: Sequence[float] | None = None,
-            base_cycles: Sequence[float] | None = None) -> Judgement:
-    """The verdict of one measurement of both sides (times in seconds; cycles where both sides have clocks)."""
+            base_cycles: Sequence[float] | None = None, resolution: float = 0.0) -> Judgement:
+    """The verdict of one measurement of both sides (times in seconds; cycles where both sides have clocks;
+    ``resolution``: the timer's, in seconds)."""
     band = threshold(new, base)
     ratio, low, high = ratio_ci(new, base)
     if min(len(new), len(base)) < MIN_JUDGED:
@@ -73,6 +77,10 @@ def compare(new: Sequence[float], base: Sequence[float], new_cycles: Sequence[fl
     cycles = ratio_ci(new_cycles, base_cycles) if new_cycles is not None and base_cycles is not None else None
     band_text = f"±{band:.1%}"
     reason = f"new/base {ratio:.4f}, CI [{low:.4f}, {high:.4f}] against 1{band_text}"
+    gap = abs(float(np.median(new)) - float(np.median(base)))
+    if verdict in (SLOW, FAST) and gap < 2 * resolution:
+        return Judgement(SAME, ratio, low, high, band, cycles,
+                         reason + f"; the medians differ by {gap * 1e6:.2f} us, under twice the timer's resolution")
     if verdict in (SLOW, FAST) and cycles is not None and _side(cycles[1], cycles[2], band) != verdict:
         return Judgement(AMBG, ratio, low, high, band, cycles,
                          reason + f"; in cycles CI [{cycles[1]:.4f}, {cycles[2]:.4f}]: the clock explains the gap")

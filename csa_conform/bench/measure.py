@@ -186,8 +186,8 @@ def _measure(sides: list[_Side], options: BenchOptions) -> tuple[list[Samples] |
     return samples, None
 
 
-def _judge(new: Samples, base: Samples) -> Judgement:
-    return compare(new.times, base.times, new.cycles(), base.cycles())
+def _judge(new: Samples, base: Samples, resolution: float) -> Judgement:
+    return compare(new.times, base.times, new.cycles(), base.cycles(), resolution)
 
 
 def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], options: BenchOptions,
@@ -239,11 +239,12 @@ def _timed_row(name: str, stages: tuple[str, ...], trusted: bool, sides: list[_S
     if base is None or not base.times:
         return row
     row.baseline = base
-    judgement = _judge(samples[0], base)
+    resolution = sides[0].subject.timer.resolution_s
+    judgement = _judge(samples[0], base, resolution)
     if judgement.verdict == SLOW:
         again, refused = _measure(sides, options)
         if again is None:
             return Row(name, stages, REFUSED, refused)
-        judgement = confirm(judgement, _judge(again[0], again[1] if len(again) > 1 else base))
+        judgement = confirm(judgement, _judge(again[0], again[1] if len(again) > 1 else base, resolution))
     row.judgement = judgement
     return row

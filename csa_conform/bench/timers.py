@@ -126,6 +126,7 @@ class HostTimer:
     name = "host-perf-counter"
     caveat = HOST_CAVEAT
     max_clock_mhz = None
+    resolution_s = 1e-7
 
     def __init__(self, backend):
         self.backend = backend
@@ -178,6 +179,7 @@ class CudaTimer:
 
     name = "cuda-events"
     caveat = None
+    resolution_s = 0.5e-6  # cudaEventElapsedTime's, as the CUDA documentation gives it
 
     def __init__(self, backend):
         self.backend = backend

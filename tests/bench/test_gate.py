@@ -90,3 +90,12 @@ def test_too_few_samples_are_never_a_verdict():
     judgement = compare(_run(rng, 2.0, count=MIN_JUDGED - 1), _run(rng))
     assert judgement.verdict == AMBG and "too few" in judgement.reason
     assert compare(_run(rng, 2.0, count=MIN_JUDGED), _run(rng)).verdict == SLOW
+
+
+def test_a_gap_under_twice_the_timers_resolution_is_no_change():
+    base = np.full(40, 3.0e-6)
+    new = np.full(40, 3.5e-6)  # one tick of CUDA events' 0.5 us apart, every sample
+    assert compare(new, base).verdict == SLOW
+    judgement = compare(new, base, resolution=0.5e-6)
+    assert judgement.verdict == SAME and "resolution" in judgement.reason
+    assert compare(np.full(40, 5.0e-6), base, resolution=0.5e-6).verdict == SLOW
