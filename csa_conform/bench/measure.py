@@ -79,7 +79,6 @@ class CaseBench:
     step: int | None
     rows: list[Row] = field(default_factory=list)
     conformance_s: float = 0.0  # the check's wall time: compile, module load and first launches included
-    baseline_report: CaseReport | None = None
 
     @property
     def refused(self) -> bool:
@@ -169,21 +168,30 @@ def _side(subject: Subject, step: StepLaunches, name: str, index: int | None) ->
     return _Side(subject, guard, timer.graph(launches) if name == STEP_ROW else timer.issue(launches))
 
 
+def _refusal(sides: list[_Side]) -> str | None:
+    """Why the new kernels' row is refused; a baseline side that fails the check is dropped from ``sides``."""
+    refused = sides[0].mismatch()
+    if refused:
+        return refused
+    sides[1:] = [side for side in sides[1:] if side.mismatch() is None]
+    return None
+
+
 def _measure(sides: list[_Side], options: BenchOptions) -> tuple[list[Samples] | None, str | None]:
-    """Probe, sample interleaved, probe again: the samples, or why the row is refused."""
+    """Probe, sample interleaved, probe again: the samples (new first), or why the row is refused."""
     cold = options.mode != HOT
     for side in sides:
         side.sample(cold)
-        refused = side.mismatch()
-        if refused:
-            return None, refused
+    refused = _refusal(sides)
+    if refused:
+        return None, refused
     samples = collect([lambda side=side: side.sample(cold) for side in sides], options.policy,
                       sides[0].subject.timer.max_clock_mhz)
-    for side in sides:
-        refused = side.mismatch()
-        if refused:
-            return None, refused
-    return samples, None
+    kept = len(sides)
+    refused = _refusal(sides)
+    if refused:
+        return None, refused
+    return samples[:1] if len(sides) < kept else samples, None
 
 
 def _judge(new: Samples, base: Samples, resolution: float) -> Judgement:
@@ -198,8 +206,6 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
     report, step, seconds = subjects[0].check(golden, case)
     bench = CaseBench(case, report, None if step is None else step.step, conformance_s=seconds)
     others = [subject.check(golden, case) for subject in subjects[1:]]
-    if others:
-        bench.baseline_report = others[0][0]
     if report.failure is not None or step is None:
         return bench
     for index, (name, stages, launches) in enumerate(_rows(step, options.mode)):
@@ -216,6 +222,8 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
         row = _timed_row(name, stages, trusted, sides, options, step, launches, recorded)
         for side in sides:
             side.guard.restore()
+        if others and row.timed and row.judgement is None:
+            row.message = "the baseline kernels' run of this row diverged or was refused: not compared"
         bench.rows.append(row)
     nominal, measured = peaks()
     for row in bench.rows:

@@ -41,7 +41,7 @@ def skip_write(source: Path, target: Path) -> Path:
     return target
 
 
-def spun(source: Path, target: Path, iterations: int = 2_000_000) -> Path:
+def spun(source: Path, target: Path, iterations: int = 5_000_000) -> Path:
     """Replicate's first thread spins ``iterations`` times before its store: the same bytes, clearly later."""
     return _patched(source, target, "csa_ratio4_index_replicate.cu", REPLICATE_GUARD,
                     REPLICATE_GUARD + f"    if (element == 0) for (volatile int spin = 0; spin < {iterations}; ++spin) {{}}\n")
