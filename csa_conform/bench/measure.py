@@ -2,7 +2,7 @@
 
 Each kernel directory (the new one, and with ``--baseline-kernels`` the
 baseline) replays the case through the conformance check
-(csa_conform.device.conformance.check_case) on a RecordingRunner; the last
+(csa_conform.check.conformance.check_case) on a RecordingRunner; the last
 step it ran is then timed on the very buffers the check accepted. A launch
 is timed only when every stage it computes came out identical to the oracle
 (``time_diverged`` times it anyway, marked untrusted). Each row is probed
@@ -21,18 +21,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from csa_conform._base.statuses import IDENTICAL
 from csa_conform.bench.gate import SLOW, Judgement, compare, confirm
 from csa_conform.bench.recording import RecordedLaunch, RecordingRunner, StepLaunches
 from csa_conform.bench.roofline import Work, launch_work, roofline
 from csa_conform.bench.samples import Policy, Samples, collect
 from csa_conform.bench.timers import timer_for
 from csa_conform.bench.trust import Guard
+from csa_conform.check.conformance import CaseReport, check_case
 from csa_conform.device.backend import Backend
-from csa_conform.device.conformance import CaseReport, check_case
 from csa_conform.device.kernels import MODULES, KernelDirectory
-from csa_conform.device.modes import STAGES
 from csa_conform.golden import GoldenFile
-from csa_conform.statuses import IDENTICAL
+from csa_conform.spec import STAGE_NAMES
 
 COLD, HOT, STEP = "cold", "hot", "step"
 MODES = (COLD, HOT, STEP)
@@ -107,7 +107,7 @@ class Subject:
     def check(self, golden: GoldenFile, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
         self.runner.last = None
         started = time.perf_counter()
-        report = check_case(golden, case, self.runner, STAGES)
+        report = check_case(golden, case, self.runner, STAGE_NAMES)
         return report, self.runner.last, time.perf_counter() - started
 
     @property

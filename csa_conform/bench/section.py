@@ -15,7 +15,7 @@ from typing import Iterable
 
 import numpy as np
 
-from csa_conform import bounded_json
+from csa_conform._base import bounded_json
 from csa_conform.bench.gate import AMBG, FAST, SAME, SLOW
 from csa_conform.bench.measure import NOT_TIMED, REFUSED, CaseBench, Row
 from csa_conform.bench.samples import Samples

@@ -9,24 +9,17 @@ from pathlib import Path
 
 import click
 
-from csa_conform.atomic import refuse_special_target, write_atomically
+from csa_conform._base.atomic import refuse_special_target, write_atomically
+from csa_conform._base.bounded_json import read_text
+from csa_conform._base.case_glob import exact_glob, matching_cases
+from csa_conform._base.terminal import escaped, one_line, shell_join
 from csa_conform.bench.gate import AMBG, SLOW
-from csa_conform.bench.measure import MODES, STEP_ROW, BenchOptions, CaseBench, Subject, bench_case, COLD
+from csa_conform.bench.measure import COLD, MODES, STEP_ROW, BenchOptions, CaseBench, Subject, bench_case
 from csa_conform.bench.roofline import nominal_peaks
 from csa_conform.bench.samples import Policy
 from csa_conform.bench.section import case_section, dumps, read_baseline, samples_document, verdicts
 from csa_conform.bench.timers import HOST_CAVEAT
-from csa_conform.bounded_json import read_text
-from csa_conform.case_glob import exact_glob, matching_cases
-from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, quiet_option
-from csa_conform.device.backend import BACKENDS, CUDA, HOST, backend_named
-from csa_conform.device.kernels import MANIFEST, PROFILES, KernelDirectory
-from csa_conform.errors import UsageError
-from csa_conform.exitcodes import ExitCode
-from csa_conform.golden import GoldenFile
-from csa_conform.results import (
+from csa_conform.check.results import (
     SLOWER,
     TIMING_REFUSED,
     device_case_entry,
@@ -36,7 +29,14 @@ from csa_conform.results import (
     load_results,
     results_document,
 )
-from csa_conform.terminal import escaped, one_line, shell_join
+from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.exit_status import exits
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, quiet_option
+from csa_conform.device.backend import BACKENDS, CUDA, HOST, backend_named
+from csa_conform.device.kernels import BUILDS, MANIFEST, KernelDirectory
+from csa_conform.errors import UsageError
+from csa_conform.exitcodes import ExitCode
+from csa_conform.golden import GoldenFile
 
 
 def _reproduce(file: str, case: str, kernels: str | None, profile: str | None, backend: str, mode: str) -> str:
@@ -123,7 +123,7 @@ def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
 @click.option("--kernels", default=None, type=click.Path(file_okay=False),
               help=f"Kernel directory (block_quant.cuh + one .cu per module, optionally {MANIFEST}); default: the "
               "built-in kernels.")
-@click.option("--build", "profile", type=click.Choice(list(PROFILES)), default=None,
+@click.option("--build", "profile", type=click.Choice(list(BUILDS)), default=None,
               help="Build profile (as diff's --build); default: strict for the built-in kernels, else the "
               "directory's manifest, else production.")
 @case_selection()

@@ -17,7 +17,7 @@ from csa_conform.cli import main
 from csa_conform.device.host import GXX
 from csa_conform.errors import DeviceUnavailable
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
+from csa_conform.check.results import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from variants import skip_write, spun  # noqa: E402
