@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from csa_conform.bench.recording import Owned, RecordedLaunch, StepLaunches
+from csa_conform.numerics.bits import differing_bits, same_bits
 
 POISON = 0xC3  # never the conformance run's 0xA5
 
@@ -58,8 +59,9 @@ class Guard:
         for launch, owned in self.owned:
             actual = np.ascontiguousarray(self.backend.download(owned.buffer)).reshape(-1).view(np.uint8)
             expected = self.step.expected[id(owned.buffer)]
-            if actual.size != expected.size or not np.array_equal(actual, expected):
-                differ = np.flatnonzero(actual != expected) if actual.size == expected.size else np.array([0])
+            if not same_bits(actual, expected):
+                differ = np.flatnonzero(differing_bits(actual, expected)) if actual.size == expected.size \
+                    else np.array([0])
                 names = parameters.get(launch.entry, ())
                 name = f" ({names[owned.position]})" if owned.position < len(names) else ""
                 first = int(differ[0])
