@@ -18,13 +18,13 @@ from functools import lru_cache
 
 from csa_conform.case_glob import exact_glob
 from csa_conform.diff import compare_payloads
-from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
+from csa_conform.errors import ContractError, CsaConformError, GoldenChanged, GoldenIntegrityError, invalid_case
 from csa_conform.fixtures.stream import STATE
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.profile import file_profile, runner
 from csa_conform.results import REJECTION_MISMATCH, CaseResult, StepResult
-from csa_conform.terminal import shell_join
+from csa_conform.terminal import one_line, shell_join
 
 __all__ = ["reproduce_command", "stream_break", "verify_case", "verify_case_in"]
 
@@ -118,7 +118,12 @@ def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, the
     except GoldenIntegrityError as corrupt:
         result.steps = []
         result.problem = f"corrupt {corrupt.obj}: {corrupt.reason}"
-    result.passed = result.problem is None and all(step.passed for step in result.steps)
+    except CsaConformError as error:
+        if not invalid_case(error):
+            raise
+        result.steps = []
+        result.invalid = one_line(str(error))
+    result.passed = result.problem is None and result.invalid is None and all(step.passed for step in result.steps)
     return result
 
 

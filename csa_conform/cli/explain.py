@@ -25,10 +25,17 @@ from csa_conform.cli.options import (
 )
 from csa_conform.device.conformance import check_case
 from csa_conform.device.modes import Mode
-from csa_conform.exitcodes import ExitCode
+from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.explain import explain_report
 from csa_conform.golden import GoldenFile
-from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
+from csa_conform.results import (
+    control_run,
+    device_case_entry,
+    golden_reference,
+    invalid_entry,
+    kernel_provenance,
+    results_document,
+)
 from csa_conform.run import RunOptions
 from csa_conform.terminal import one_line
 
@@ -62,11 +69,13 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
         for case in progress(cases, len(cases), "explain", str, quiet or as_json):
             started = time.perf_counter()
             report = check_case(golden, case, chained, stages, ulp)
-            if not report.passed:
+            if not report.passed and report.invalid is None:
                 explanations += explain_report(golden, report, isolated, stages, ulp)
             entries.append(device_case_entry(report, lambda stage, case=case: options.command(case, stage),
                                              time.perf_counter() - started))
-    code = ExitCode.OK if all(entry["passed"] for entry in entries) else ExitCode.DIVERGED
+    code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
+    if code == ExitCode.USAGE and git_bisect:
+        code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
     control = control_run(chained.provenance)
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
@@ -80,6 +89,8 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
     if not quiet:
         for line in run_header("explain", chained.provenance, options, stages):
             click.echo(one_line(line))
+    for entry in filter(invalid_entry, entries):
+        click.echo(one_line(f"{entry['case']}: invalid: {entry['failure']['message']}"))
     for line in explanation_lines(explanations):
         click.echo(one_line(line))
     return code

@@ -21,13 +21,14 @@ from csa_conform.device.modes import DEVICE, Mode
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.diagnosis import Context, diagnose
 from csa_conform.diff import TensorDiff, compare_payloads, default_axes
-from csa_conform.errors import ContractError, HostStageRejected
+from csa_conform.errors import ContractError, CsaConformError, HostStageRejected, invalid_case
 from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.oracle import run_step
 from csa_conform.profile import REFERENCE
 from csa_conform.spec import STATE_THREADING
-from csa_conform.statuses import DIVERGED, IDENTICAL, NOT_APPLICABLE, NOT_COMPARED
+from csa_conform.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
+from csa_conform.terminal import one_line
 
 
 
@@ -71,10 +72,11 @@ class CaseReport:
     stages: dict[str, StageVerdict] = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)  # --repeat and --replay: {"type", "step", "message", ...}
     errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.gap.Gap), not in to_dict
+    invalid: str | None = None  # why the case cannot be judged (csa_conform.errors.invalid_case)
 
     @property
     def passed(self) -> bool:
-        return (self.failure is None and not self.findings
+        return (self.invalid is None and self.failure is None and not self.findings
                 and all(verdict.status != DIVERGED for verdict in self.stages.values()))
 
     def diverged(self) -> list[StageVerdict]:
@@ -196,7 +198,19 @@ def check_case(
     """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors.
 
     ``measure`` also gathers the error statistics of every compared payload (``report.errors``), which
-    ``diff --tolerance`` judges against a calibrated envelope."""
+    ``diff --tolerance`` judges against a calibrated envelope. A case that cannot be read as a golden case
+    is its own ``invalid`` verdict, every stage ``invalid``: the other cases of the file are still judged."""
+    try:
+        return _checked(golden, case_id, runner, stages, ulp, measure)
+    except CsaConformError as error:
+        if not invalid_case(error):
+            raise
+        return CaseReport(case_id, 0, 0, stages={stage: StageVerdict(stage, "", INVALID) for stage in stages},
+                          invalid=one_line(str(error)))
+
+
+def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int,
+             measure: bool) -> CaseReport:
     info = golden.case_info(case_id)
     ratio = info.attrs.get("compression_ratio")
     if ratio in (4, 128):
