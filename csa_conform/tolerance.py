@@ -37,7 +37,7 @@ from pathlib import Path
 
 from csa_conform.errors import UsageError
 from csa_conform.errorstats import TensorErrors
-from csa_conform.gap import Gap
+from csa_conform.gap import MODES, Gap
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,6 +128,9 @@ class Tolerances:
                 if name != "exact" and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                         or not math.isfinite(value) or value < 0):
                     raise UsageError(f"{path}: [{key!r}] {name} must be a finite number >= 0, not {value!r}")
+        if calibration.get("mode") not in MODES:
+            raise UsageError(f"{path}: [calibration] mode must be one of {', '.join(MODES)}, "
+                             f"not {calibration.get('mode')!r}")
         return cls(document, calibration)
 
     def judge(self, errors: TensorErrors) -> dict:
