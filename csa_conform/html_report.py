@@ -121,7 +121,7 @@ class Block:
     @property
     def module(self) -> str:
         kernel = self.stage.get("kernel")
-        return kernel.split(":", 1)[0] if kernel else "host oracle (no kernel wrote it)"
+        return kernel.split(":", 1)[0] if kernel else "no kernel (the host oracle or the stored payload)"
 
 
 def rejected_case(case: dict) -> bool:
@@ -436,8 +436,9 @@ def _block(block: Block, reduce: str | None) -> str:
         parts.append(f"<p class='left-out'>… and {len(stage['tensors']) - MAX_TENSORS} more tensors.</p>")
     if block.folded:
         names = ", ".join(f"{entry.stage['stage']} (step {entry.step})" for entry in block.folded)
-        parts.append(f"<details><summary>{len(block.folded)} stage{'s' if len(block.folded) > 1 else ''} only "
-                     f"inherit this divergence: {escape(names)}</summary>")
+        several = len(block.folded) > 1
+        parts.append(f"<details><summary>{len(block.folded)} stage{'s' if several else ''} only "
+                     f"inherit{'' if several else 's'} this divergence: {escape(names)}</summary>")
         for entry in block.folded:
             messages = "<br>".join(escape(tensor["message"]) for tensor in entry.stage["tensors"])
             parts.append(f"<p class='why'><b>{escape(entry.stage['stage'])}</b> step {entry.step}: "
