@@ -15,13 +15,13 @@ import pytest
 from click.testing import CliRunner
 from mutants import MUTANTS
 
-pytestmark = pytest.mark.slow  # five emulated runs of a mutant (about a minute on two cores)
-
-import csa_conform.html_report as html_report
+import csa_conform.report.html as html_report
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.html_report import MIN_CELL, render_html
-from csa_conform.report import merge_shards
+from csa_conform.report.html import MIN_CELL, render_html
+from csa_conform.report.merge import merge_shards
+
+pytestmark = pytest.mark.slow  # five emulated runs of a mutant (about a minute on two cores)
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "goldens" / "ci.h5"
