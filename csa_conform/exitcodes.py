@@ -12,3 +12,9 @@ class ExitCode(IntEnum):
     BISECT_SKIP = 125
     INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
     TERMINATED = 143  # 128 + SIGTERM
+
+
+def verdicts_code(failed: bool, invalid: bool) -> ExitCode:
+    """A run's exit code from its cases' verdicts, the worst one winning: an invalid case (USAGE, as an
+    unreadable file is) over a failing one (DIVERGED) over none (OK)."""
+    return ExitCode.USAGE if invalid else ExitCode.DIVERGED if failed else ExitCode.OK

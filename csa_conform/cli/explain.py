@@ -16,6 +16,7 @@ from csa_conform.check.results import (
     control_run,
     device_case_entry,
     golden_reference,
+    invalid_entry,
     kernel_provenance,
     results_document,
 )
@@ -32,7 +33,7 @@ from csa_conform.cli.options import (
     stage_option,
 )
 from csa_conform.cli.run_header import control_banner, run_header
-from csa_conform.exitcodes import ExitCode
+from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.explain import explain_report
 from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import GoldenFile
@@ -68,11 +69,13 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
         for case in progress(cases, len(cases), "explain", str, quiet or as_json):
             started = time.perf_counter()
             report = check_case(golden, case, chained, stages, ulp, diagnose=stage_findings)
-            if not report.passed:
+            if not report.passed and report.invalid is None:
                 explanations += explain_report(golden, report, isolated, stages, ulp)
             entries.append(device_case_entry(report, lambda stage, case=case: options.command(case, stage),
                                              time.perf_counter() - started))
-    code = ExitCode.OK if all(entry["passed"] for entry in entries) else ExitCode.DIVERGED
+    code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
+    if code == ExitCode.USAGE and git_bisect:
+        code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
     control = control_run(chained.provenance)
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
@@ -86,6 +89,8 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
     if not quiet:
         for line in run_header("explain", chained.provenance, options, stages):
             click.echo(one_line(line))
+    for entry in filter(invalid_entry, entries):
+        click.echo(one_line(f"{entry['case']}: invalid: {entry['failure']['message']}"))
     for line in explanation_lines(explanations):
         click.echo(one_line(line))
     return code
