@@ -183,3 +183,10 @@ def exit_code_of(error: BaseException, *, git_bisect: bool = False) -> ExitCode:
     if git_bisect and (code in (ExitCode.ENVIRONMENT, ExitCode.INTERNAL) or isinstance(error, GoldenFormatError)):
         return ExitCode.BISECT_SKIP
     return code
+
+
+def invalid_case(error: BaseException) -> bool:
+    """True for what makes one case of a golden file unjudgeable (an attribute out of bounds, a tensor that
+    cannot be read), which is that case's ``invalid`` verdict: not a damaged dataset (a failure, exit 1)
+    and not a file that changed under the run (the whole run's)."""
+    return isinstance(error, GoldenFormatError) and not isinstance(error, (GoldenIntegrityError, GoldenChanged))

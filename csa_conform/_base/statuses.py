@@ -10,5 +10,8 @@ NONDETERMINISTIC = "non-deterministic"
 REPLAY_MISMATCH = "replay-mismatch"
 NOT_APPLICABLE = "n/a"
 NOT_COMPARED = "not compared"
+# A case that cannot be judged (an attribute out of bounds, an unreadable tensor): its own verdict, never
+# the whole file's; it ranks above a divergence when a command picks its exit code (specs/cli.md).
+INVALID = "invalid"
 
-__all__ = ["DIVERGED", "IDENTICAL", "NONDETERMINISTIC", "NOT_APPLICABLE", "NOT_COMPARED", "REPLAY_MISMATCH"]
+__all__ = ["DIVERGED", "IDENTICAL", "INVALID", "NONDETERMINISTIC", "NOT_APPLICABLE", "NOT_COMPARED", "REPLAY_MISMATCH"]

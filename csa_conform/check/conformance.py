@@ -15,13 +15,14 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from csa_conform._base.statuses import DIVERGED, IDENTICAL, NOT_APPLICABLE, NOT_COMPARED
+from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
+from csa_conform._base.terminal import one_line
 from csa_conform.compare.bitwise import TensorDiff, compare_payloads
 from csa_conform.compare.errorstats import Gap
 from csa_conform.device.launches import RECORD_CACHES, kernel_of
 from csa_conform.device.plan import DEVICE
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
-from csa_conform.errors import ContractError, HostStageRejected
+from csa_conform.errors import ContractError, CsaConformError, HostStageRejected, invalid_case
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.numerics.bits import same_bits
 from csa_conform.oracle import run_step
@@ -73,10 +74,11 @@ class CaseReport:
     stages: dict[str, StageVerdict] = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)  # --repeat and --replay: {"type", "step", "message", ...}
     errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.compare.errorstats.Gap), not in to_dict
+    invalid: str | None = None  # why the case cannot be judged (csa_conform.errors.invalid_case)
 
     @property
     def passed(self) -> bool:
-        return (self.failure is None and not self.findings
+        return (self.invalid is None and self.failure is None and not self.findings
                 and all(verdict.status != DIVERGED for verdict in self.stages.values()))
 
     def diverged(self) -> list[StageVerdict]:
@@ -183,7 +185,19 @@ def check_case(
     ``measure`` also gathers the error statistics of every compared payload (``report.errors``), which
     ``diff --tolerance`` judges against a calibrated envelope. ``diagnose`` (the structural patterns of
     csa_conform.explain, passed in so that judging never depends on explaining) reads each stage's
-    first divergent step."""
+    first divergent step. A case that cannot be read as a golden case is its own ``invalid`` verdict,
+    every stage ``invalid``: the other cases of the file are still judged."""
+    try:
+        return _checked(golden, case_id, runner, stages, ulp, measure, diagnose)
+    except CsaConformError as error:
+        if not invalid_case(error):
+            raise
+        return CaseReport(case_id, 0, 0, stages={stage: StageVerdict(stage, "", INVALID) for stage in stages},
+                          invalid=one_line(str(error)))
+
+
+def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int,
+             measure: bool, diagnose: Diagnose | None) -> CaseReport:
     info = golden.case_info(case_id)
     ratio = info.attrs.get("compression_ratio")
     if ratio in (4, 128):

@@ -12,34 +12,51 @@ left out). Steps either profile rejects are counted, not compared.
 
 from __future__ import annotations
 
+from csa_conform._base.terminal import one_line
 from csa_conform.compare.errorstats import ISOLATED, Gap
-from csa_conform.errors import ContractError
+from csa_conform.errors import ContractError, CsaConformError, invalid_case
 from csa_conform.golden import GoldenFile
 from csa_conform.profiles.numerics import runner
 
 
-def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None, engine: str | None = None) -> None:
-    """Add every step of every (chosen) case of ``path`` to ``gap``, the oracle run by ``engine``."""
+def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None, engine: str | None = None) -> dict[str, str]:
+    """Add every step of every (chosen) case of ``path`` to ``gap``, the oracle run by ``engine``; returns
+    the cases that could not be read as golden cases (csa_conform.errors.invalid_case), each with its
+    one-line reason, which add nothing."""
     expected_run, actual_run = runner(gap.expected, engine), runner(gap.actual, engine)
+    invalid = {}
     with GoldenFile(path) as golden:
         golden_ids = golden.case_ids() if case_ids is None else case_ids
         for case_id in golden_ids:
-            info = golden.case_info(case_id)
-            golden.verify_case_checksums(case_id)
-            for index in range(info.step_count):
-                step = golden.read_step(case_id, index)
-                gap.steps += 1
-                outputs = list(info.output_names)
-                expected = _run(expected_run, info.attrs, step.inputs, outputs)
-                upstream = expected.stages if gap.mode == ISOLATED and expected is not None else None
-                actual = _run(actual_run, info.attrs, step.inputs, outputs, upstream)
-                if expected is None or actual is None:
-                    gap.rejected_both += expected is None and actual is None
-                    gap.rejected_expected_only += expected is None and actual is not None
-                    gap.rejected_actual_only += actual is None and expected is not None
-                    continue
-                gap.add_step(case_id, index, expected.stages, actual.stages)
-            gap.cases.append(case_id)
+            case_gap = Gap(gap.expected, gap.actual, gap.mode)
+            try:
+                _measure_case(case_gap, golden, case_id, expected_run, actual_run)
+            except CsaConformError as error:
+                if not invalid_case(error):
+                    raise
+                invalid[case_id] = one_line(str(error))
+                continue
+            gap.merge(case_gap)
+    return invalid
+
+
+def _measure_case(gap: Gap, golden: GoldenFile, case_id: str, expected_run, actual_run) -> None:
+    info = golden.case_info(case_id)
+    golden.verify_case_checksums(case_id)
+    for index in range(info.step_count):
+        step = golden.read_step(case_id, index)
+        gap.steps += 1
+        outputs = list(info.output_names)
+        expected = _run(expected_run, info.attrs, step.inputs, outputs)
+        upstream = expected.stages if gap.mode == ISOLATED and expected is not None else None
+        actual = _run(actual_run, info.attrs, step.inputs, outputs, upstream)
+        if expected is None or actual is None:
+            gap.rejected_both += expected is None and actual is None
+            gap.rejected_expected_only += expected is None and actual is not None
+            gap.rejected_actual_only += actual is None and expected is not None
+            continue
+        gap.add_step(case_id, index, expected.stages, actual.stages)
+    gap.cases.append(case_id)
 
 
 def _run(run, attrs, inputs, outputs, upstream=None):

@@ -33,13 +33,14 @@ from jsonschema.exceptions import best_match
 
 from csa_conform import ORACLE_VERSION, __version__
 from csa_conform._base import bounded_json
+from csa_conform._base.statuses import INVALID
 from csa_conform._base.terminal import escaped, one_line
 from csa_conform.compare.bitwise import TensorDiff
 from csa_conform.errors import UsageError
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
-COMMANDS = ("verify", "diff", "bisect", "explain")
+COMMANDS = ("verify", "diff", "bisect", "explain", "bench")
 
 # Failure types (JUnit's failure/@type).
 BIT_MISMATCH = "bit-mismatch"
@@ -53,7 +54,10 @@ STEP_REJECTED = "step-rejected"
 BATCH_VARIANT = "batch-variant"
 CHUNK_VARIANT = "chunk-variant"
 SANITIZER = "sanitizer"
+TIMING_REFUSED = "timing-refused"
+SLOWER = "slow"
 ERROR = "error"
+INVALID_CASE = INVALID  # a case that cannot be judged: its failure's type, and its verdict
 
 
 def tensor_failure_type(diff: TensorDiff) -> str:
@@ -97,10 +101,13 @@ class CaseResult:
     steps: list[StepResult] = field(default_factory=list)
     problem: str | None = None
     time_s: float = 0.0
+    invalid: str | None = None  # why the case cannot be judged (its one-line reason)
 
     def failure_lines(self) -> list[str]:
         """One line per failure, each ending with the command that reproduces the case (controls escaped)."""
         case, lines = escaped(self.case_id), []
+        if self.invalid:
+            lines.append(f"INVALID {case}: {self.invalid}")
         if self.problem:
             lines.append(f"FAIL {case}: {self.problem}")
         for step in self.steps:
@@ -120,7 +127,8 @@ class CaseResult:
             steps_total=len(self.steps),
             steps_compared=sum(1 for step in self.steps if step.compared),
             rejected_steps=[step.step for step in self.steps if step.expect_error is not None],
-            failure=failure_entry(CORRUPT_DATASET, self.problem, self.reproduce) if self.problem else None,
+            failure=(failure_entry(INVALID_CASE, self.invalid, self.reproduce) if self.invalid else
+                     failure_entry(CORRUPT_DATASET, self.problem, self.reproduce) if self.problem else None),
             steps=[
                 step_entry(
                     step.step,
@@ -222,6 +230,7 @@ def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) ->
         steps_compared=report.compared_steps,
         rejected_steps=report.rejected_steps,
         verdicts={stage: verdict.status for stage, verdict in report.stages.items()},
+        failure=failure_entry(INVALID_CASE, report.invalid, reproduce("all")) if report.invalid else None,
         steps=[steps[index] for index in sorted(steps)],
     )
 
@@ -302,6 +311,7 @@ def results_document(
             "cases": len(cases),
             "passed": len(cases) - failed,
             "failed": failed,
+            "invalid": sum(invalid_entry(case) for case in cases),
             "steps": sum(case["steps_total"] for case in cases),
             "time_s": round(sum(case["time_s"] for case in cases), 3),
         },
@@ -310,6 +320,11 @@ def results_document(
     if extra:
         document.update(extra)
     return document
+
+
+def invalid_entry(case: dict) -> bool:
+    """Whether a case entry is the ``invalid`` verdict (the case could not be judged)."""
+    return (case.get("failure") or {}).get("type") == INVALID_CASE
 
 
 def error_document(command: str, argv: list[str], error: BaseException, exit_code: int,

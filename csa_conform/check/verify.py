@@ -17,10 +17,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from csa_conform._base.case_glob import exact_glob
-from csa_conform._base.terminal import shell_join
+from csa_conform._base.terminal import one_line, shell_join
 from csa_conform.check.results import REJECTION_MISMATCH, CaseResult, StepResult
 from csa_conform.compare.bitwise import compare_payloads
-from csa_conform.errors import ContractError, GoldenChanged, GoldenIntegrityError
+from csa_conform.errors import ContractError, CsaConformError, GoldenChanged, GoldenIntegrityError, invalid_case
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.golden.recipes.stream import STATE
 from csa_conform.oracle import run_step
@@ -118,7 +118,12 @@ def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, the
     except GoldenIntegrityError as corrupt:
         result.steps = []
         result.problem = f"corrupt {corrupt.obj}: {corrupt.reason}"
-    result.passed = result.problem is None and all(step.passed for step in result.steps)
+    except CsaConformError as error:
+        if not invalid_case(error):
+            raise
+        result.steps = []
+        result.invalid = one_line(str(error))
+    result.passed = result.problem is None and result.invalid is None and all(step.passed for step in result.steps)
     return result
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from csa_conform import __version__
+from csa_conform.cli.bench import bench_command
 from csa_conform.cli.bisect import bisect as bisect_command
 from csa_conform.cli.calibrate import calibrate_command
 from csa_conform.cli.common import OneLineErrors
@@ -39,7 +40,7 @@ def main() -> None:
 
 
 COMMANDS = (generate_command, verify_command, diff_command, bisect_command, reduce_command, fuzz_command,
-            explain_command, inspect_command, report_command, gap_command, calibrate_command)
+            explain_command, inspect_command, report_command, gap_command, calibrate_command, bench_command)
 for command in COMMANDS:
     main.add_command(command)
 exits("verified, conformant or written", "a divergence or a verification failure", bisect=True)(main)

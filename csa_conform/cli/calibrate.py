@@ -53,7 +53,11 @@ def calibrate_command(files: tuple[str, ...], output: Path, profile: str, mode: 
         raise UsageError(f"{output} exists; pass --force to overwrite it")
     gap = Gap(REFERENCE, profile, mode)
     for path in files:
-        measure_file(gap, path, engine=engine)
+        invalid = measure_file(gap, path, engine=engine)
+        if invalid:
+            case, reason = next(iter(invalid.items()))
+            raise UsageError(f"an envelope is measured on every case: {len(invalid)} invalid, the first {case}: "
+                             f"{reason}")
     tolerances = Tolerances.calibrated(gap, list(files), margin)
     write_atomically(output, tolerances.to_toml().encode("utf-8"), replace=force)
     exact = sum(limits["exact"] for limits in tolerances.limits.values())

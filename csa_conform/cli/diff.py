@@ -13,6 +13,7 @@ import click
 from csa_conform._base.statuses import (
     DIVERGED,
     IDENTICAL,
+    INVALID,
     NONDETERMINISTIC,
     NOT_APPLICABLE,
     REPLAY_MISMATCH,
@@ -48,13 +49,15 @@ from csa_conform.cli.sanitized import sanitized_diff
 from csa_conform.compare.tolerance import Tolerances
 from csa_conform.device.backend import CUDA
 from csa_conform.errors import UsageError
-from csa_conform.exitcodes import ExitCode
+from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.explain.patterns import stage_findings
-from csa_conform.spec import BY_NAME, Mode
+from csa_conform.spec import BY_NAME, STAGE_NAMES, Mode
 
 
 def _cell(report: CaseReport, stage: str) -> str:
     verdict = report.stages[stage]
+    if verdict.status == INVALID:
+        return "INVALID"
     if verdict.status == NOT_APPLICABLE:
         return "-"
     if verdict.status == DIVERGED:
@@ -76,6 +79,8 @@ def _cell_width(stage: str) -> int:
 
 def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
     case, lines = escaped(report.case), []
+    if report.invalid is not None:
+        lines += [f"{case}: invalid: {report.invalid}", f"  reproduce: {options.command(report.case, 'all')}"]
     if report.failure is not None:
         failure = report.failure
         lines.append(f"{case} step {failure['step']}: the run stopped at {failure['stage']}: "
@@ -85,8 +90,11 @@ def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
         lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
     diverged = report.diverged()
     # Chained, a stage reads what the stages before it wrote: the first divergence is the block, the rest
-    # are counted. Isolated, every stage read the oracle's inputs, so each divergence is its own block.
-    blocks = diverged[:1] if options.mode is Mode.CHAINED else diverged
+    # are counted. Isolated, every stage read the oracle's inputs, so each divergence is its own block,
+    # but for one that repeats an earlier one's payload bit for bit (writeback/Y is attention/Y).
+    repeats = {verdict.stage: origin.stage for verdict in diverged for origin in diverged
+               if origin is not verdict and _repeats(verdict, origin)}
+    blocks = diverged[:1] if options.mode is Mode.CHAINED else [v for v in diverged if v.stage not in repeats]
     for verdict in blocks:
         where = f"[{verdict.kernel}]" if verdict.kernel else f"({verdict.placement})"
         lines.append(f"{case}: diverges at {BY_NAME[verdict.stage].label} step {verdict.step} {where}")
@@ -103,9 +111,49 @@ def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
         stages = ", ".join(f"{BY_NAME[verdict.stage].label} (step {verdict.step})" for verdict in later)
         lines.append(f"  {len(later)} later stage{'s' if len(later) > 1 else ''} diverge after it, reading what "
                      f"it wrote: {stages}")
+    for stage, origin in repeats.items() if options.mode is not Mode.CHAINED else ():
+        lines.append(f"  {BY_NAME[stage].label} repeats {BY_NAME[origin].label}'s payload bit for bit")
     if report.failure is not None and not diverged:
         lines.append(f"  reproduce: {options.command(report.case, 'all')}")
     return [one_line(line) for line in lines]
+
+
+def _repeats(verdict, origin) -> bool:
+    """Whether a later divergent stage's tensors are an earlier one's, same step, same mismatches."""
+    if ORDER[verdict.stage] <= ORDER[origin.stage] or verdict.step != origin.step or not verdict.diffs:
+        return False
+    seen = {(diff.tensor, diff.mismatches, str(diff.first)) for diff in origin.diffs}
+    return all((diff.tensor, diff.mismatches, str(diff.first)) in seen for diff in verdict.diffs)
+
+
+ORDER = {stage: position for position, stage in enumerate(STAGE_NAMES)}
+
+
+def rejected_only(report: CaseReport) -> bool:
+    """A case every step of which the oracle rejects as stored: nothing compared, nothing to show in a row."""
+    return (report.passed and not report.compared_steps and bool(report.rejected_steps)
+            and report.failure is None and not report.findings)
+
+
+def table_reports(reports: list[CaseReport]) -> tuple[list[CaseReport], list[CaseReport]]:
+    """The reports the table shows and the rejected-only ones one line under it sums up; when the selection
+    holds nothing but rejected cases (--case 'errors.*'), the user asked for them: they are the table."""
+    rejected = [report for report in reports if rejected_only(report)]
+    if len(rejected) == len(reports):
+        return reports, []
+    return [report for report in reports if not rejected_only(report)], rejected
+
+
+REJECTED_NAMED = 4
+
+
+def rejected_line(rejected: list[CaseReport]) -> str | None:
+    if not rejected:
+        return None
+    named = ", ".join(escaped(report.case) for report in rejected[:REJECTED_NAMED])
+    more = f", and {len(rejected) - REJECTED_NAMED} more" if len(rejected) > REJECTED_NAMED else ""
+    return (f"{len(rejected)} oracle-rejected case{'s' if len(rejected) > 1 else ''} not in the table (every step "
+            f"rejected as stored, the rejection the oracle's; nothing to compare): {named}{more}")
 
 
 DECODED = 4  # record bytes and index rows a failure block decodes
@@ -134,12 +182,15 @@ def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: lis
     if not quiet:
         for line in header:
             click.echo(one_line(line))
-        width = max([len("case")] + [len(escaped(report.case)) for report in reports])
+        rows, rejected = table_reports(reports)
+        width = max([len("case")] + [len(escaped(report.case)) for report in rows])
         columns = [BY_NAME[stage].label for stage in stages]
         click.echo("  ".join(["case".ljust(width)] + [column.ljust(12) for column in columns]).rstrip())
-        for report in reports:
+        for report in rows:
             cells = [_cell(report, stage).ljust(12) for stage in stages]
             click.echo("  ".join([escaped(report.case).ljust(width)] + cells).rstrip())
+        if rejected:
+            click.echo(rejected_line(rejected))
     failures = [line for report in reports for line in _failure_lines(report, options)]
     click.echo(_summary(reports))
     if failures:
@@ -158,16 +209,19 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
     for line in header:
         console.print(one_line(line), highlight=False, markup=False)
     table = Table(show_lines=False)
+    rows, rejected = table_reports(reports)
     # Case ids are what a user copies into --case: never cut, never folded.
-    table.add_column("case", no_wrap=True, min_width=max(len(escaped(report.case)) for report in reports))
-    styles = {"DIFF": "bold red", "NDET": "bold magenta", "GRAPH": "bold magenta", "VARY": "bold magenta", "ok": "green",
+    table.add_column("case", no_wrap=True, min_width=max(len(escaped(report.case)) for report in rows))
+    styles = {"DIFF": "bold red", "INVALID": "bold yellow", "NDET": "bold magenta", "GRAPH": "bold magenta", "VARY": "bold magenta", "ok": "green",
               "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
-    for report in reports:
+    for report in rows:
         cells = [_cell(report, stage) for stage in stages]
         table.add_row(Text(escaped(report.case)), *(f"[{styles[cell]}]{cell}[/]" for cell in cells))
     print_table(console, table)
+    if rejected:
+        console.print(rejected_line(rejected), highlight=False, markup=False)
     console.print(_summary(reports), highlight=False)
     failures = [line for report in reports for line in _failure_lines(report, options)]
     if failures:
@@ -183,20 +237,22 @@ def _summary(reports: list[CaseReport]) -> str:
     for report in reports:
         if report.findings:
             kinds[report.findings[0]["type"]] = kinds.get(report.findings[0]["type"], 0) + 1
+    invalid = sum(report.invalid is not None for report in reports)
     compared = sum(report.compared_steps for report in reports)
     rejected = sum(len(report.rejected_steps) for report in reports)
     return (f"{len(reports)} cases, {compared} steps compared, {rejected} oracle-rejected steps skipped: "
-            f"{len(reports) - failed} conformant, {failed - sum(kinds.values())} diverged"
-            + "".join(f", {count} {kind}" for kind, count in kinds.items()))
+            f"{len(reports) - failed} conformant, {failed - invalid - sum(kinds.values())} diverged"
+            + "".join(f", {count} {kind}" for kind, count in kinds.items())
+            + (f", {invalid} invalid" if invalid else ""))
 
 
 @exits("conformant", "divergence", bisect=True)
 @click.command("diff")
 @golden_file(DEFAULT_FILE)
 @stage_option
-@click.option("--mode", type=click.Choice([mode.value for mode in Mode]), default=Mode.CHAINED.value,
-              show_default=True, help="chained: device outputs feed device stages; isolated: every stage "
-              "reads the oracle's payloads.")
+@click.option("--mode", type=click.Choice([mode.value for mode in Mode]), default=None,
+              help="chained: device outputs feed device stages; isolated: every stage reads the oracle's "
+              "payloads. Default: chained, or with --tolerance the mode the file was calibrated in.")
 @case_selection()
 @device_options
 @device_depth_options
@@ -227,6 +283,7 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
+    mode = envelope_mode(envelope, tolerance, mode) if envelope is not None else mode or Mode.CHAINED.value
     options = run_options(file, force_host, build, backend, ulp, mode=Mode(mode), repeat=repeat, replay=replay,
                           tolerance=tolerance, invariance=invariance)
     if backend != CUDA and (devices is not False or sanitize):
@@ -245,11 +302,14 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
                                                      diagnose=stage_findings)
     reports = [report for report, _ in timed_reports]
     explanations = explain_reports(file, reports, options, stages) if explain else None
-    code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
+    invalid = any(report.invalid for report in reports)
+    code = verdicts_code(not all(report.passed for report in reports), invalid)
     judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None
     if judged is not None:
         sound = all(report.failure is None and not report.findings for report in reports)
-        code = ExitCode.OK if judged["within"] and sound else ExitCode.DIVERGED
+        code = verdicts_code(not (judged["within"] and sound), invalid)
+    if code == ExitCode.USAGE and git_bisect:
+        code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
     code = failed_code(explanations, code, git_bisect)
     control = control_run(provenance)
     if control and reports:
@@ -275,6 +335,17 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
     for line in envelope_lines(judged, envelope) if judged is not None else ():
         click.echo(line)
     return code
+
+
+def envelope_mode(envelope: Tolerances, path: str, mode: str | None) -> str:
+    """The mode a --tolerance run runs in: the one its envelope was measured in. A statistic of one mode
+    means nothing in the other (chained, a selection that differs upstream moves Y by whole candidates), so
+    an explicit other --mode is refused rather than judged."""
+    calibrated = envelope.calibration["mode"]
+    if mode is not None and mode != calibrated:
+        raise UsageError(f"--mode {mode}: {path} was calibrated {calibrated}, and its limits hold only for "
+                         f"{calibrated} runs; leave out --mode, or calibrate with --mode {mode}")
+    return calibrated
 
 
 def envelope_lines(judged: dict, envelope: Tolerances) -> list[str]:

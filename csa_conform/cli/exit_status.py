@@ -19,9 +19,11 @@ COMMON = {
 }
 
 
-def exit_table(ok: str, diverged: str | None = None, bisect: bool = False) -> dict[ExitCode, str]:
-    """The codes a command exits with and what each means there, in ExitCode order."""
-    meanings = {ExitCode.OK: ok, **({ExitCode.DIVERGED: diverged} if diverged else {}), **COMMON}
+def exit_table(ok: str, diverged: str | None = None, bisect: bool = False,
+               own: dict[ExitCode, str] | None = None) -> dict[ExitCode, str]:
+    """The codes a command exits with and what each means there, in ExitCode order (``own``: codes only
+    this command uses)."""
+    meanings = {ExitCode.OK: ok, **({ExitCode.DIVERGED: diverged} if diverged else {}), **COMMON, **(own or {})}
     if not bisect:
         del meanings[ExitCode.BISECT_SKIP]
     return {code: meanings[code] for code in ExitCode if code in meanings}
@@ -31,11 +33,12 @@ def exit_paragraph(table: dict[ExitCode, str]) -> str:
     return "Exit status: " + ", ".join(f"{int(code)} {meaning}" for code, meaning in table.items()) + "."
 
 
-def exits(ok: str, diverged: str | None = None, bisect: bool = False) -> Callable[[click.Command], click.Command]:
+def exits(ok: str, diverged: str | None = None, bisect: bool = False,
+          own: dict[ExitCode, str] | None = None) -> Callable[[click.Command], click.Command]:
     """Put a command's exit table after the first paragraph of its help (and keep it for the help test)."""
 
     def attach(command: click.Command) -> click.Command:
-        table = exit_table(ok, diverged, bisect)
+        table = exit_table(ok, diverged, bisect, own)
         head, _, rest = inspect.cleandoc(command.help or "").partition("\n\n")
         command.help = "\n\n".join(part for part in (head, exit_paragraph(table), rest) if part)
         command.exit_table = table  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from csa_conform.check.results import (
     control_run,
     device_case_entry,
     golden_reference,
+    invalid_entry,
     kernel_provenance,
     results_document,
 )
@@ -32,7 +33,7 @@ from csa_conform.cli.options import (
     stage_option,
 )
 from csa_conform.cli.run_header import control_banner, run_header
-from csa_conform.exitcodes import ExitCode
+from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.explain import explain_report
 from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import GoldenFile
@@ -73,12 +74,14 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
         reports = [report for report, _ in timed]  # the conformant ones are experiments on the same kernels
         for report, checked in timed:
             started = time.perf_counter()
-            if not report.passed:
+            if not report.passed and report.invalid is None:
                 explanations += explain_report(golden, report, isolated, stages, ulp, reports)
             entries.append(device_case_entry(report, lambda stage, case=report.case: options.command(case, stage),
                                              checked + time.perf_counter() - started))
-    code = failed_code(explanations, ExitCode.OK if all(entry["passed"] for entry in entries) else ExitCode.DIVERGED,
-                       git_bisect)
+    code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
+    if code == ExitCode.USAGE and git_bisect:
+        code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
+    code = failed_code(explanations, code, git_bisect)
     control = control_run(chained.provenance)
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
@@ -92,6 +95,8 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
     if not quiet:
         for line in run_header("explain", chained.provenance, options, stages):
             click.echo(one_line(line))
+    for entry in filter(invalid_entry, entries):
+        click.echo(one_line(f"{entry['case']}: invalid: {entry['failure']['message']}"))
     for line in explanation_lines(explanations):
         click.echo(one_line(line))
     return code

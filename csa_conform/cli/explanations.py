@@ -34,7 +34,7 @@ def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
     explanations = []
     with GoldenFile(file) as golden:
         for report in reports:
-            if report.passed:
+            if report.passed or report.invalid is not None:
                 continue
             if chained is not None:
                 report = check_case(golden, report.case, chained, stages, options.ulp, diagnose=stage_findings)
@@ -84,7 +84,19 @@ def device_libm_lines() -> list[str]:
 
 
 def explanation_lines(explanations: list[Explanation]) -> list[str]:
+    """Every divergence's explanation; one that only inherits another's (its isolated re-run is bit-exact,
+    or its launch read what a divergent stage wrote) is folded into one line under its case's last own one."""
     lines = ["EXPLANATIONS", *device_libm_lines()] if explanations else []
+    cases: dict[str, list[Explanation]] = {}
     for explanation in explanations:
-        lines.extend(explanation.lines())
+        cases.setdefault(explanation.case, []).append(explanation)
+    for found in cases.values():
+        own = [explanation for explanation in found if explanation.verdict != INHERITED]
+        for explanation in own or found:
+            lines.extend(explanation.lines())
+        inherited = [explanation for explanation in found if explanation.verdict == INHERITED] if own else []
+        if inherited:
+            where = ", ".join(f"{explanation.stage} step {explanation.step}" for explanation in inherited)
+            lines.append(f"  {len(inherited)} inherited (no cause of their own; the case's headline above is "
+                         f"theirs): {where}")
     return lines + [tally_line(explanations)]

@@ -8,14 +8,14 @@ import click
 from rich.table import Table
 
 from csa_conform._base.case_glob import exact_glob, matching_cases
-from csa_conform._base.terminal import shell_join
+from csa_conform._base.terminal import one_line, shell_join
 from csa_conform.check.gap import COLUMNS, headline, markdown_table, measure_file, table_rows
-from csa_conform.check.results import golden_reference, results_document
+from csa_conform.check.results import INVALID_CASE, failure_entry, golden_reference, results_document
 from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
 from csa_conform.compare.errorstats import CHAINED, MODES, Gap
-from csa_conform.exitcodes import ExitCode
+from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profiles.numerics import NUMERICS_PROFILES, OFFICIAL, REFERENCE
@@ -56,12 +56,14 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         schema_version = golden.schema_version
-    measure_file(gap, file, case_ids, engine)
+    invalid = measure_file(gap, file, case_ids, engine)
+    code = verdicts_code(bool(invalid), bool(invalid))
     entry = gap.entry()
     if as_json:
         elapsed = time.monotonic() - started
-        cases = [_case_entry(case_id, file, elapsed / max(1, len(case_ids))) for case_id in case_ids]
-        emit_json(results_document("gap", argv(), cases, exit_code=ExitCode.OK,
+        cases = [_case_entry(case_id, file, elapsed / max(1, len(case_ids)), invalid.get(case_id))
+                 for case_id in case_ids]
+        emit_json(results_document("gap", argv(), cases, exit_code=code,
                                    golden=golden_reference(file, schema_version),
                                    options={"profile": profile, "mode": mode}, extra={"gap": entry}))
     elif markdown:
@@ -78,10 +80,13 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
         click.echo("\t".join(COLUMNS))
         for cells in table_rows(entry):
             click.echo("\t".join(cells))
-    return ExitCode.OK
+    for case_id, reason in invalid.items() if not as_json else ():
+        click.echo(one_line(f"{case_id}: invalid, not measured: {reason}"), err=markdown)
+    return code
 
 
-def _case_entry(case_id: str, file: str, time_s: float) -> dict:
-    return {"case": case_id, "family": case_id.split(".", 1)[0], "passed": True, "time_s": round(time_s, 3),
-            "steps_total": 0, "steps_compared": 0, "reproduce": shell_join(["csa-conform", "gap", file, "--case", exact_glob(case_id)]),
-            "steps": []}
+def _case_entry(case_id: str, file: str, time_s: float, invalid: str | None) -> dict:
+    reproduce = shell_join(["csa-conform", "gap", file, "--case", exact_glob(case_id)])
+    return {"case": case_id, "family": case_id.split(".", 1)[0], "passed": invalid is None,
+            "time_s": round(time_s, 3), "steps_total": 0, "steps_compared": 0, "reproduce": reproduce,
+            **({"failure": failure_entry(INVALID_CASE, invalid, reproduce)} if invalid else {}), "steps": []}

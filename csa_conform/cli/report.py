@@ -29,7 +29,8 @@ from csa_conform.report.merge import junit_xml, merge_shards, merged_summary
 @click.option("--merged", "merged_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the one results document the shards of one run (--shard K/N) merge into.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write one self-contained HTML page: verdict matrix, error histograms, heatmaps, gap tables.")
+              help="Write one self-contained HTML page: a summary of why each case fails, the verdict matrix, "
+              "explanations, diagnoses, error histograms, heatmaps, gap tables.")
 @quiet_option("Do not print the one-line summary.")
 @boundary
 def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, merged_path: Path | None,

@@ -31,7 +31,7 @@ from csa_conform.cli.common import (
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, golden_file, jobs_option, output_options
 from csa_conform.errors import CsaConformError, GoldenChanged
-from csa_conform.exitcodes import ExitCode
+from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import chosen_engine
 from csa_conform.profiles.numerics import file_profile
@@ -121,7 +121,7 @@ def verify_command(
         with GoldenFile(file) as after:
             if after.manifest != golden.manifest:
                 raise GoldenChanged(f"{file}: the file changed while it was being verified")
-    code = ExitCode.OK if all(result.passed for result in results) else ExitCode.DIVERGED
+    code = verdicts_code(not all(result.passed for result in results), any(result.invalid for result in results))
     document = results_document(
         "verify", argv(), [result.entry() for result in results],
         exit_code=code, golden=golden_reference(file, schema_version, digest.result() if digest else None),
@@ -145,7 +145,9 @@ def _lines(results: list[CaseResult], document: dict, file: str) -> None:
 def _summary(document: dict, file: str) -> str:
     summary = document["summary"]
     verdict = "verified" if document["passed"] else "FAILED"
-    return f"{verdict}: {summary['passed']}/{summary['cases']} cases passed ({summary['steps']} steps) in {escaped(file)}"
+    invalid = f", {summary['invalid']} invalid" if summary["invalid"] else ""
+    return (f"{verdict}: {summary['passed']}/{summary['cases']} cases passed{invalid} ({summary['steps']} steps) "
+            f"in {escaped(file)}")
 
 
 def _table(results: list[CaseResult], document: dict, file: str) -> None:
@@ -159,6 +161,8 @@ def _table(results: list[CaseResult], document: dict, file: str) -> None:
         for result in failing:
             for line in result.failure_lines():
                 out.print(line, markup=False)
+            if result.invalid:
+                table.add_row(Text(escaped(result.case_id)), "", "invalid", Text(result.invalid))
             if result.problem:
                 table.add_row(Text(escaped(result.case_id)), "", "", Text(one_line(result.problem)))
             for step in result.steps:

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from csa_conform.compare.errorstats import Gap, TensorErrors
+from csa_conform.compare.errorstats import MODES, Gap, TensorErrors
 from csa_conform.errors import UsageError
 from csa_conform.profiles.numerics import REFERENCE
 
@@ -128,6 +128,9 @@ class Tolerances:
                 if name != "exact" and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                         or not math.isfinite(value) or value < 0):
                     raise UsageError(f"{path}: [{key!r}] {name} must be a finite number >= 0, not {value!r}")
+        if calibration.get("mode") not in MODES:
+            raise UsageError(f"{path}: [calibration] mode must be one of {', '.join(MODES)}, "
+                             f"not {calibration.get('mode')!r}")
         return cls(document, calibration)
 
     def judge_run(self, path: str, measured: list[Gap | None]) -> dict:

@@ -75,11 +75,13 @@ def oracle_outcomes(path: str, case: CaseItems) -> dict[str, Outcome]:
     try:
         with GoldenFile(path) as golden:
             result = verify_case(golden, case.case_id)
-            held = _held_payloads(golden, case.case_id)
+            held = set() if result.invalid else _held_payloads(golden, case.case_id)
             owners = _corrupt_owners(golden, case) if result.problem else set()
     except GoldenFormatError as error:
         line = f"FAIL {case.case_id}: {error} — reproduce: {reproduce_command(path, case.case_id)}"
         return {name: failed([line]) for name in case.oracle}
+    if result.invalid:
+        return {name: failed(result.failure_lines()) for name in case.oracle}
     if result.problem:
         return _corrupt_outcomes(result, owners, case)
     fragments: dict[str, list[StepResult]] = {name: [] for name in case.oracle}
@@ -182,6 +184,9 @@ def device_outcomes(
                            f"  reproduce: {reproduce(case.case_id, 'all')}"])
             for stage in case.stages
         }
+    if report.invalid:
+        reason = f"not compared: the golden case is invalid ({report.invalid}); its oracle items fail with it"
+        return {stage: skipped(reason) for stage in case.stages}
     return {stage: _device_outcome(report, report.stages[stage], runner.mode, reproduce) for stage in case.stages}
 
 

@@ -199,9 +199,21 @@ def _merge(shards: list[dict]) -> dict:
         kernels=_merge_kernels([shard["kernels"] for shard in ordered]),
         control=None if None in controls else all(controls),
         options={key: value for key, value in first["options"].items() if key != SHARD_OPTION},
+        extra=_merge_explain([shard.get("explain") for shard in ordered]),
     )
     document["tool"] = first["tool"]
     return document
+
+
+def _merge_explain(sections: list[dict | None]) -> dict | None:
+    """The shards' explanations as the unsharded run lists them: in case order, counts summed."""
+    present = [section for section in sections if section is not None]
+    if not present:
+        return None
+    explanations = sorted((entry for section in present for entry in section["explanations"]),
+                          key=lambda entry: entry["case"])
+    summary = {key: sum(section["summary"][key] for section in present) for key in present[0]["summary"]}
+    return {"explain": {"summary": summary, "explanations": explanations}}
 
 
 def _exit_code(codes: list[int]) -> int:

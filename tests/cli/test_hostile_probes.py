@@ -501,10 +501,14 @@ def test_attributes_outside_their_bounds_are_invalid_input(tmp_path, small, name
     path = tmp_path / "edited.h5"
     path.write_bytes(small.read_bytes())
     reseal(path, edit)
-    for command in ("verify", "inspect"):
-        result = invoke(command, path, *([SMALL] if command == "inspect" else []))
-        assert result.exit_code == ExitCode.USAGE, result.output
-        assert message in one_error_line(result.stderr)
+    result = invoke("inspect", path, SMALL)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert message in one_error_line(result.stderr)
+    # verify judges each case on its own: this one is `invalid`, with the reason, among the verdicts
+    result = invoke("verify", path)
+    assert result.exit_code == ExitCode.USAGE and result.stderr == "", result.output
+    invalid = [line for line in result.stdout.splitlines() if line.startswith(f"INVALID {SMALL}: ")]
+    assert len(invalid) == 1 and message in invalid[0]
 
 
 def test_a_nan_attribute_is_the_references_rejection_and_inspect_json_stays_standard(tmp_path, small):

@@ -1,5 +1,7 @@
-"""Malformed and tampered golden files: one line and exit 2 (unreadable) or exit 1 (altered,
-naming the object) from every command; never a traceback, never a silent pass."""
+"""Malformed and tampered golden files: exit 2 (unreadable) or exit 1 (altered, naming the object) from
+every command; never a traceback, never a silent pass. What makes the file unreadable is one stderr line;
+what makes one case unreadable is that case's `invalid` verdict among the others (verify, diff), its
+one-line reason on stdout (tests/cli/test_invalid_cases.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,22 @@ def refused(result, code: ExitCode, *fragments: str) -> str:
     assert "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def invalid(result, command: str, *fragments: str) -> str:
+    """The verdict line of a case that cannot be read (exit 2): one stdout line, none on stderr, for the
+    commands that judge each case on its own; the one stderr line of ``refused`` for the others."""
+    if command not in ("verify", "diff"):
+        return refused(result, ExitCode.USAGE, *fragments)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert result.stderr.strip() == "" or result.stderr.startswith("CONTROL RUN"), result.stderr
+    prefix = f"INVALID {STREAM}: " if command == "verify" else f"{STREAM}: invalid: "
+    lines = [line for line in result.stdout.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, result.stdout
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
@@ -151,7 +169,10 @@ def test_malformed_files_exit_2_with_one_line(copy, name, command):
     change, message = UNREADABLE[name]
     edit(copy, change)
     arguments = [command, str(copy)] + ([STREAM, "--step", "1"] if command == "inspect" else [])
-    refused(invoke(*arguments), ExitCode.USAGE, str(copy), message)
+    if name.startswith("schema_version"):
+        refused(invoke(*arguments), ExitCode.USAGE, str(copy), message)
+    else:
+        invalid(invoke(*arguments), command, str(copy), message)
 
 
 def unsealed(handle):
@@ -168,7 +189,7 @@ def test_a_declared_shape_beyond_the_geometry_is_refused_before_reading(copy):
     edit(copy, unsealed)
     edit(copy, replace_dataset(f"{STEP}/inputs/query", shape=(100 << 20,), dtype=np.uint8,
                                data=np.zeros(100 << 20, np.uint8), compression="gzip"))
-    line = refused(invoke("verify", str(copy)), ExitCode.USAGE, f"{STEP}/inputs/query")
+    line = invalid(invoke("verify", str(copy)), "verify", f"{STEP}/inputs/query")
     assert "more than the case's geometry allows" in line
 
 
@@ -277,7 +298,7 @@ def test_a_malformed_file_exits_2_in_every_command(copy):
     for arguments in (["verify"], ["inspect"], ["diff", "--force-host", "all"],
                       ["bisect", "--case", STREAM, "--force-host", "all"]):
         result = invoke(arguments[0], str(copy), *arguments[1:])
-        refused(result, ExitCode.USAGE, "is a soft link")
+        invalid(result, arguments[0], "is a soft link")
 
 
 # --- streams -----------------------------------------------------------------------------------
@@ -398,6 +419,6 @@ def test_a_carry_omitted_by_a_step_that_does_not_start_at_position_0_is_refused(
     write_goldens(copy, [case], force=True)
     for arguments in (["verify"], ["inspect", STREAM], ["diff", "--force-host", "all"],
                       ["bisect", "--case", STREAM, "--force-host", "all"]):
-        line = refused(invoke(arguments[0], str(copy), *arguments[1:]), ExitCode.USAGE,
+        line = invalid(invoke(arguments[0], str(copy), *arguments[1:]), arguments[0],
                        f"{STEP}: inputs/{name} is omitted, but the step starts at position ")
         assert "not 0 (only a step that starts at position 0 may omit its carries)" in line

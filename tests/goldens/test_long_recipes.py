@@ -51,6 +51,19 @@ def test_long_suite_reaches_every_length_on_both_ratios_and_stays_out_of_ci():
     assert not any(recipe.family == long_context.FAMILY for recipe in suite_recipes("ci"))
 
 
+def test_bench_suite_is_the_production_shapes_on_both_ratios_and_stays_out_of_ci():
+    specs = long_context._bench_specs()
+    assert sorted(f"{long_context.FAMILY}.{name}" for name in specs) == [r.case_id for r in suite_recipes("bench")]
+    shapes = {(spec.ratio, spec.start + sum(spec.chunks), spec.chunks) for spec in specs.values()}
+    decodes = {(ratio, tokens, (1,)) for ratio in (4, 128) for tokens in (1 << 12, 1 << 16, 1 << 20)}
+    prefills = {(ratio, tokens, (tokens,)) for ratio in (4, 128) for tokens in (1 << 10, 1 << 13)}
+    assert shapes == decodes | prefills
+    for spec in specs.values():
+        assert spec.batch == 1 and spec.heads == 64
+        assert spec.cache_format == ("fp8_e4m3_block64" if spec.ratio == 128 else "")
+    assert not any(recipe.case_id.startswith("long.bench-") for recipe in suite_recipes("ci") + suite_recipes("long"))
+
+
 def test_full_suite_carries_small_long_steps():
     long_cases = [recipe for recipe in suite_recipes("full") if recipe.family == long_context.FAMILY]
     assert {recipe.case_id for recipe in long_cases} >= {SMALL_R4, SMALL_R4_PREFILL, SMALL_R128}

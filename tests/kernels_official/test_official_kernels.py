@@ -80,3 +80,46 @@ def test_variant_on_the_host_emulation(variant, device_goldens, tolerances, tmp_
 @pytest.mark.parametrize("variant", sorted(EXPECTED))
 def test_variant_on_the_device(variant, cuda_device, tolerances, tmp_path):
     check(variant, CI, tolerances, tmp_path)
+
+
+# --- the official-profile workflow with default options: calibrate, then diff --tolerance -------------
+
+OFFICIAL_CASES = "random.r*-bias-[1B]*"  # ratio 128 and ratio 4 (its selection moves with the scores, chained)
+
+
+@pytest.fixture(scope="module")
+def official(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """Goldens of the official profile, and their envelope calibrated in each mode."""
+    folder = tmp_path_factory.mktemp("official-workflow")
+    goldens = folder / "official.h5"
+    made = invoke("generate", "--profile", "official", "--case", OFFICIAL_CASES, "-o", goldens, "-q")
+    assert made.exit_code == ExitCode.OK, made.output
+    envelopes = {}
+    for mode in ("isolated", "chained"):
+        envelopes[mode] = folder / f"{mode}.toml"
+        result = invoke("calibrate", goldens, "--mode", mode, "-o", envelopes[mode])
+        assert result.exit_code == ExitCode.OK, result.output
+    return goldens, envelopes
+
+
+# kernels -> inside the envelope: the reference's own numerics (the built-in kernels), a kernel written to
+# the official numerics, and one worse than both
+WORKFLOW = {"builtin": True, "official": True, "bf16_accumulation": False}
+
+
+@pytest.mark.slow  # generates and calibrates official goldens, then six emulated diff runs
+@pytest.mark.usefixtures("emulated_cuda")
+@pytest.mark.parametrize("mode", ["isolated", "chained"])
+@pytest.mark.parametrize("kernels", sorted(WORKFLOW))
+def test_official_goldens_calibrated_gate_a_diff_run_in_the_calibrated_mode(official, kernels, mode, tmp_path):
+    goldens, envelopes = official
+    directory = KERNELS if kernels == "builtin" else apply(kernels, KERNELS, tmp_path / "kernels")
+    code, document = run(directory, goldens, envelopes[mode])
+    assert document["options"]["mode"] == mode  # the file's mode, --mode left out
+    judged = document["tolerance"]
+    assert judged["within"] == WORKFLOW[kernels], json.dumps([stage for stage in judged["stages"]
+                                                               if not stage["within"]])
+    assert code == (ExitCode.OK if WORKFLOW[kernels] else ExitCode.DIVERGED)
+    if kernels == "builtin":  # the reference against official goldens: inside, not bit-exact
+        assert not verdicts(document)["sparse_sink_softmax_attention/Y"]["bit_exact"]
+

@@ -118,3 +118,46 @@ def test_calibrate_keeps_an_existing_file(calibrated):
     result = invoke("calibrate", str(calibrated.parent / "small.h5"), "-o", str(calibrated))
     assert result.exit_code == ExitCode.USAGE and "--force" in result.stderr
     assert calibrated.read_text() == before
+
+
+def test_diff_runs_in_the_mode_the_envelope_was_calibrated_in(golden, calibrated):
+    document = json.loads(invoke("diff", str(golden), "--force-host", "all", "--tolerance", str(calibrated),
+                                 "--json").stdout)
+    assert document["options"]["mode"] == ISOLATED
+    same = invoke("diff", str(golden), "--force-host", "all", "--tolerance", str(calibrated), "--mode", ISOLATED,
+                  "--json")
+    assert same.exit_code == ExitCode.OK and json.loads(same.stdout)["options"]["mode"] == ISOLATED
+    assert json.loads(invoke("diff", str(golden), "--force-host", "all", "--json").stdout)["options"]["mode"] == \
+        "chained"  # without --tolerance the default stays chained
+
+
+def test_another_mode_than_the_envelopes_is_refused_in_one_line(golden, calibrated):
+    result = invoke("diff", str(golden), "--force-host", "all", "--tolerance", str(calibrated), "--mode", "chained")
+    assert result.exit_code == ExitCode.USAGE and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{calibrated} was calibrated isolated" in lines[0]
+    assert "calibrate with --mode chained" in lines[0]
+
+
+def test_a_tolerance_file_without_a_mode_is_refused(golden, tmp_path):
+    path = tmp_path / "modeless.toml"
+    path.write_text('[calibration]\nformat = "csa-conform-tolerances"\n["a/Y"]\nexact = true\n')
+    result = invoke("diff", str(golden), "--force-host", "all", "--tolerance", str(path))
+    assert result.exit_code == ExitCode.USAGE and "[calibration] mode must be one of chained, isolated" in result.stderr
+
+
+def test_a_chained_envelope_bounds_a_selection_that_moves_by_its_sets(tmp_path):
+    """Chained, the official scores reorder some top-k rows of this case (8 of its 22 rows): the envelope
+    bounds the selection by the share of differing rows and the worst set overlap; isolated it is exact."""
+    from csa_conform.golden import GoldenFile, write_goldens
+
+    path = tmp_path / "chunks.h5"
+    with GoldenFile(Path(__file__).resolve().parents[2] / "goldens" / "ci.h5") as golden:
+        write_goldens(path, [golden.read_case("boundaries.r4-chunks-3-3-6-2")])
+    limits = {}
+    for mode in ("chained", ISOLATED):
+        assert invoke("calibrate", str(path), "--mode", mode, "-o", str(tmp_path / f"{mode}.toml")).exit_code == 0
+        limits[mode] = Tolerances.read(tmp_path / f"{mode}.toml").limits["selection/selected_indices"]
+    assert limits[ISOLATED] == {"exact": True}
+    assert limits["chained"]["exact"] is False
+    assert 0 < limits["chained"]["rows_differing"] <= 1 and 0 < limits["chained"]["overlap_deficit"] <= 1

@@ -306,3 +306,24 @@ def test_device_items_run_on_the_cuda_device(inner, cuda_device, tmp_path):
     assert [node for node, outcome in found.items() if outcome != "passed"] == [
         f"goldens.h5::{R4_ID}::index_scoring[device]"
     ]
+
+
+def test_an_invalid_case_is_one_failing_item_and_the_other_cases_run(inner, monkeypatch):
+    """A case that cannot be read (here a string tensor) is collected as one validation item that fails
+    with verify's `invalid` line; the file's other cases get their items as usual."""
+    inner.without_device(monkeypatch)
+    query = f"/cases/{R4_ID}/steps/0000/inputs/query"
+    with h5py.File(inner.pytester.path / inner.goldens, "r+") as handle:
+        del handle[query]
+        handle.create_dataset(query, data="text")
+        handle[query].attrs["sha256"] = "0" * 64
+    result = inner.run()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    found = outcomes(result)
+    r4 = {node: value for node, value in found.items() if f"::{R4_ID}::" in node}
+    assert list(r4) == [f"goldens.h5::{R4_ID}::validation[oracle]"]
+    outcome, text = r4[f"goldens.h5::{R4_ID}::validation[oracle]"]
+    assert outcome == "failed" and text.startswith(f"INVALID {R4_ID}: ") and "golden tensors are numbers" in text
+    assert text.endswith(f" — reproduce: csa-conform verify goldens.h5 --case {R4_ID}")
+    others = [node for node in ORACLE_IDS if R4_ID not in node]
+    assert others and {found[node][0] for node in others} == {"passed"}

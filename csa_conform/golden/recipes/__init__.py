@@ -9,7 +9,9 @@ resumed at 2^16 .. 2^20 + 3 tokens).
 Suites: ``ci`` — every family at small shapes, committed as goldens/ci.h5;
 ``full`` — larger shapes and more seeds; ``prod`` — production geometry
 (N=64, I=64, index_topk=512, S up to 1024), generated on demand; ``long`` — production
-geometry resumed at up to 2^20 + 3 tokens, generated on demand.
+geometry resumed at up to 2^20 + 3 tokens, generated on demand; ``bench`` — the production
+shapes ``csa-conform bench`` times (decodes at T = 4K, 64K, 1M, prefills of 1K and 8K, both
+ratios), generated on demand.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ SUITES = {
     "full": tuple(FAMILIES),
     "prod": (randomized.FAMILY,),
     "long": (long_context.FAMILY,),
+    "bench": (long_context.FAMILY,),
 }
 
 

@@ -19,8 +19,10 @@ Steps store no decoded caches (``logical_records``, ``logical_keys``): at
 
 Suites: ``long`` — production geometry (N = I = 64, top-k 512; ratio 128
 with f32 and FP8 caches) at T = 2^16, 2^17 - 1, 2^17, 2^18, 2^20, 2^20 + 3,
-decodes and short prefills (not committed); ``full`` — a few small long
-steps (B = 1, N = 1-2).
+decodes and short prefills (not committed); ``bench`` — the production
+shapes ``csa-conform bench`` times: one decode at T = 4K, 64K and 1M for
+ratio 4 and ratio 128 (FP8), and prefills of S = 1K and 8K from position 0
+for both (not committed); ``full`` — a few small long steps (B = 1, N = 1-2).
 """
 
 from __future__ import annotations
@@ -280,8 +282,24 @@ def _full_specs() -> dict[str, StreamSpec]:
     }
 
 
+BENCH_TOKENS = {"t4096": 1 << 12, "t65536": T16, "t1048576": T20}
+BENCH_PREFILLS = {"s1024": 1 << 10, "s8192": PREFILL_TOKENS}
+
+
+def _bench_specs() -> dict[str, StreamSpec]:
+    """One decode step ending on T (a block end) and one prefill from position 0, for both ratios."""
+    specs = {}
+    for name, tokens in BENCH_TOKENS.items():
+        specs[f"bench-r4-n64-{name}"] = _r4(tokens - 1, (1,))
+        specs[f"bench-r128-fp8-n64-{name}"] = _r128(tokens - 1, (1,), FP8)
+    for name, tokens in BENCH_PREFILLS.items():
+        specs[f"bench-r4-n64-prefill-{name}"] = _r4(0, (tokens,))
+        specs[f"bench-r128-fp8-n64-prefill-{name}"] = _r128(0, (tokens,), FP8)
+    return specs
+
+
 def recipes(suite: str, seed: int) -> list[Recipe]:
-    specs = {"long": _long_specs, "full": _full_specs}.get(suite)
+    specs = {"long": _long_specs, "bench": _bench_specs, "full": _full_specs}.get(suite)
     if specs is None:
         return []
     cases = []

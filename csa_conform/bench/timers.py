@@ -1,0 +1,285 @@
+"""Timers: how one repetition of a row's launches is timed on each backend, and the SM clock it ran at.
+
+``CudaTimer`` (the cuda backend): CUDA events on a stream of its own, the
+stream held by a blocking kernel (it spins on a flag in mapped host memory)
+until every launch of the repetition and the end event are queued, so the
+start event does not run ahead of a launch still being issued. Cold samples
+first overwrite an L2 flush buffer (twice the L2's size, at least 64 MiB).
+The SM clock and temperature come from NVML (libnvidia-ml.so.1 through
+ctypes, when present) after each repetition. A step is timed as one CUDA
+graph of its launches. Any CUDA error of a timed launch is DeviceUnavailable
+(exit 4), never a time.
+
+``HostTimer`` (``--backend host``): the emulated launches timed with
+perf_counter, a 32 MiB buffer rewritten for cold samples; no clock. Its
+timings are labelled "host timings: not a device measurement".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from csa_conform.bench.recording import RecordedLaunch
+from csa_conform.bench.samples import Reading
+from csa_conform.bench.trust import Guard
+from csa_conform.device.kernels import Build, ModuleSource
+from csa_conform.errors import DeviceUnavailable
+
+HOST_CAVEAT = "host timings: not a device measurement"
+HOLD_TIMEOUT_NS = 2_000_000_000
+HOST_ALLOC_MAPPED = 0x02  # cudaHostAllocMapped
+NVML_CLOCK_SM = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_SUCCESS = 0
+HOST_FLUSH_BYTES = 32 << 20
+MIN_FLUSH_BYTES = 64 << 20
+
+UTILITIES = r"""
+extern "C" __global__ void csa_bench_hold(volatile const int* release, unsigned long long timeout_ns)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        if (*release != 0) return;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < timeout_ns);
+}
+
+extern "C" __global__ void csa_bench_copy(const float4* source, float4* target, long long count)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) target[i] = source[i];
+}
+
+extern "C" __global__ void csa_bench_fma(float* out, int iterations, float a, float b)
+{
+    float x[8];
+    for (int k = 0; k < 8; ++k) x[k] = (float)(threadIdx.x + k);
+    for (int i = 0; i < iterations; ++i)
+        for (int k = 0; k < 8; ++k) x[k] = fmaf(x[k], a, b);
+    float sum = 0.0f;
+    for (int k = 0; k < 8; ++k) sum += x[k];
+    out[(long long)blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+"""
+UTILITY_BUILD = Build("production", ("--fmad=true",), "csa-conform bench utilities")
+FMA_ITERATIONS = 4096
+FMA_CHAINS = 8
+COPY_BYTES = 256 << 20
+PEAK_REPEATS = 5
+
+
+class Nvml:
+    """The SM clock, its maximum and the temperature of one GPU, read through libnvidia-ml.so.1."""
+
+    def __init__(self, library: ctypes.CDLL, handle: ctypes.c_void_p):
+        self.library = library
+        self.handle = handle
+
+    @classmethod
+    def open(cls, pci_bus_id: str | None) -> Nvml | None:
+        """The GPU at ``pci_bus_id`` (else NVML's device 0); None when NVML is absent or refuses."""
+        try:
+            library = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError:
+            return None
+        handle = ctypes.c_void_p()
+        try:
+            if library.nvmlInit_v2() != NVML_SUCCESS:
+                return None
+            if pci_bus_id:
+                found = library.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(handle))
+            else:
+                found = library.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(0), ctypes.byref(handle))
+        except AttributeError:
+            return None
+        return cls(library, handle) if found == NVML_SUCCESS else None
+
+    def _query(self, function: str, kind: int) -> float | None:
+        value = ctypes.c_uint()
+        if getattr(self.library, function)(self.handle, ctypes.c_int(kind), ctypes.byref(value)) != NVML_SUCCESS:
+            return None
+        return float(value.value)
+
+    def sm_clock(self) -> float | None:
+        return self._query("nvmlDeviceGetClockInfo", NVML_CLOCK_SM)
+
+    def max_sm_clock(self) -> float | None:
+        return self._query("nvmlDeviceGetMaxClockInfo", NVML_CLOCK_SM)
+
+    def temperature(self) -> float | None:
+        return self._query("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)
+
+
+def _best(run: Callable[[], float], repeats: int = PEAK_REPEATS) -> float:
+    return min(run() for _ in range(repeats))
+
+
+class HostTimer:
+    """perf_counter around the emulated launches (synchronous on the CPU)."""
+
+    name = "host-perf-counter"
+    caveat = HOST_CAVEAT
+    max_clock_mhz = None
+    resolution_s = 1e-7
+
+    def __init__(self, backend):
+        self.backend = backend
+        self._flush = np.zeros(HOST_FLUSH_BYTES, np.uint8)
+
+    def issue(self, launches: Sequence[RecordedLaunch]) -> Callable[[], None]:
+        def run() -> None:
+            for launch in launches:
+                self.backend.launch(launch.entry, launch.function, launch.grid, launch.block, launch.args)
+        return run
+
+    graph = issue  # the host has no graphs: a step is its launches in order
+
+    def sample(self, issue: Callable[[], None], guard: Guard, cold: bool) -> Reading:
+        guard.poison()
+        if cold:
+            np.add(self._flush, 1, out=self._flush)
+        started = time.perf_counter()
+        issue()
+        return Reading(time.perf_counter() - started)
+
+    def measured_peaks(self) -> dict:
+        """The host's copy bandwidth and binary32 multiply-add rate, measured with NumPy."""
+        source = np.ones(COPY_BYTES // 8, np.float32)
+        target = np.empty_like(source)
+
+        def copy() -> float:
+            started = time.perf_counter()
+            np.copyto(target, source)
+            return time.perf_counter() - started
+
+        x, y = np.ones(1 << 22, np.float32), np.full(1 << 22, 1.0001, np.float32)
+        z = np.empty_like(x)
+
+        def multiply_add() -> float:
+            started = time.perf_counter()
+            np.multiply(x, y, out=z)
+            np.add(z, x, out=z)
+            return time.perf_counter() - started
+
+        return {"bandwidth_bytes_per_s": 2 * source.nbytes / _best(copy),
+                "ops_per_s": 2 * x.size / _best(multiply_add), "how": "NumPy copy and multiply-add on the host"}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class CudaTimer:
+    """CUDA events behind a blocking kernel, L2 flushed for cold samples, NVML clocks."""
+
+    name = "cuda-events"
+    caveat = None
+    resolution_s = 0.5e-6  # cudaEventElapsedTime's, as the CUDA documentation gives it
+
+    def __init__(self, backend):
+        self.backend = backend
+        cp = self.cp = backend.cp
+        try:
+            device = cp.cuda.Device()
+            attributes = device.attributes
+            self.sms = int(attributes["MultiProcessorCount"])
+            self.stream = cp.cuda.Stream(non_blocking=True)
+            self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
+            self._release = cp.cuda.pinned_memory.PinnedMemory(8, HOST_ALLOC_MAPPED)
+            self.flag = ctypes.c_int.from_address(self._release.ptr)
+            self._flush = cp.empty(max(2 * int(attributes["L2CacheSize"]), MIN_FLUSH_BYTES), dtype=cp.uint8)
+            bus = getattr(device, "pci_bus_id", None)
+        except Exception as error:
+            raise DeviceUnavailable(f"the bench cannot set up its CUDA timer: {error}") from None
+        self._flushes = 0
+        self.hold = self._utility("csa_bench_hold")
+        self.nvml = Nvml.open(bus)
+        self.max_clock_mhz = self.nvml.max_sm_clock() if self.nvml is not None else None
+
+    def _utility(self, entry: str):
+        module = ModuleSource(entry, entry, Path("csa_bench_utilities.cu"), UTILITIES, UTILITY_BUILD)
+        function = self.backend.function(module)
+        self.backend.builds.pop(entry, None)  # a utility is no module of the kernel directory
+        return function
+
+    def issue(self, launches: Sequence[RecordedLaunch]) -> Callable[[], None]:
+        def run() -> None:
+            for launch in launches:
+                launch.function(launch.grid, launch.block, launch.args, stream=self.stream)
+        return run
+
+    def graph(self, launches: Sequence[RecordedLaunch]) -> Callable[[], None]:
+        """The launches captured once into a CUDA graph; the result launches it on the timer's stream."""
+        try:
+            self.stream.begin_capture()
+            try:
+                self.issue(launches)()
+            finally:
+                graph = self.stream.end_capture()
+        except Exception as error:
+            raise DeviceUnavailable(f"CUDA graph capture of the step failed: {error}") from None
+        return lambda: graph.launch(self.stream)
+
+    def sample(self, issue: Callable[[], None], guard: Guard, cold: bool) -> Reading:
+        cp = self.cp
+        try:
+            guard.poison()
+            if cold:
+                self._flushes += 1
+                self._flush.fill(self._flushes & 0xFF)
+            cp.cuda.runtime.deviceSynchronize()
+            self.flag.value = 0
+            self.hold((1, 1, 1), (1, 1, 1), (np.uint64(self._release.ptr), np.uint64(HOLD_TIMEOUT_NS)),
+                      stream=self.stream)
+            self.start.record(self.stream)
+            issue()
+            self.end.record(self.stream)
+            self.flag.value = 1
+            self.end.synchronize()
+            seconds = cp.cuda.get_elapsed_time(self.start, self.end) / 1e3
+        except Exception as error:
+            self.flag.value = 1
+            raise DeviceUnavailable(f"a timed launch failed: {error}") from None
+        if self.nvml is None:
+            return Reading(seconds)
+        return Reading(seconds, self.nvml.sm_clock(), self.nvml.temperature())
+
+    def _timed(self, launch: Callable[[], None]) -> float:
+        self.start.record(self.stream)
+        launch()
+        self.end.record(self.stream)
+        self.end.synchronize()
+        return self.cp.cuda.get_elapsed_time(self.start, self.end) / 1e3
+
+    def measured_peaks(self) -> dict:
+        """HBM bandwidth of a float4 copy of 256 MiB and the FMA rate of 8 independent chains per thread."""
+        cp = self.cp
+        copy, fma = self._utility("csa_bench_copy"), self._utility("csa_bench_fma")
+        source = cp.zeros(COPY_BYTES // 4, dtype=cp.float32)
+        target = cp.empty_like(source)
+        count = np.int64(source.size // 4)
+        grid, block = (self.sms * 8, 1, 1), (256, 1, 1)
+        out = cp.empty(grid[0] * block[0], dtype=cp.float32)
+        try:
+            copy_s = _best(lambda: self._timed(lambda: copy(grid, block, (source, target, count), stream=self.stream)))
+            fma_s = _best(lambda: self._timed(lambda: fma(
+                grid, block, (out, np.int32(FMA_ITERATIONS), np.float32(0.999), np.float32(0.001)),
+                stream=self.stream)))
+        except Exception as error:
+            raise DeviceUnavailable(f"the bench's peak kernels failed: {error}") from None
+        operations = grid[0] * block[0] * FMA_ITERATIONS * FMA_CHAINS * 2
+        return {"bandwidth_bytes_per_s": 2 * COPY_BYTES / copy_s, "ops_per_s": operations / fma_s,
+                "how": "a float4 copy of 256 MiB and 8 independent fmaf chains per thread (an FMA counts 2)"}
+
+    def close(self) -> None:
+        self.flag.value = 1
+
+
+def timer_for(backend):
+    """The timer of a backend: CUDA events for the CUDA backend, perf_counter for the host emulation."""
+    return CudaTimer(backend) if hasattr(backend, "cp") else HostTimer(backend)

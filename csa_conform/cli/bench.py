@@ -1,0 +1,259 @@
+"""`csa-conform bench`: time the kernels stage by stage once they pass conformance, and gate on regressions.
+
+Presentation only: measuring, statistics, the gate and the roofline live in csa_conform.bench.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from csa_conform._base.atomic import refuse_special_target, write_atomically
+from csa_conform._base.bounded_json import read_text
+from csa_conform._base.case_glob import exact_glob, matching_cases
+from csa_conform._base.terminal import escaped, one_line, shell_join
+from csa_conform.bench.gate import AMBG, SLOW
+from csa_conform.bench.measure import COLD, MODES, STEP_ROW, BenchOptions, CaseBench, Subject, bench_case
+from csa_conform.bench.roofline import nominal_peaks
+from csa_conform.bench.samples import Policy
+from csa_conform.bench.section import case_section, dumps, read_baseline, samples_document, verdicts
+from csa_conform.bench.timers import HOST_CAVEAT
+from csa_conform.check.results import (
+    SLOWER,
+    TIMING_REFUSED,
+    device_case_entry,
+    failure_entry,
+    golden_reference,
+    kernel_provenance,
+    load_results,
+    results_document,
+)
+from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.exit_status import exits
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, quiet_option
+from csa_conform.device.backend import BACKENDS, CUDA, HOST, backend_named
+from csa_conform.device.kernels import BUILDS, MANIFEST, KernelDirectory
+from csa_conform.errors import UsageError
+from csa_conform.exitcodes import ExitCode
+from csa_conform.golden import GoldenFile
+
+
+def _reproduce(file: str, case: str, kernels: str | None, profile: str | None, backend: str, mode: str) -> str:
+    words = ["csa-conform", "bench", file, "--case", exact_glob(case), "--mode", mode]
+    words += ["--kernels", kernels] if kernels else []
+    words += ["--build", profile] if profile else []
+    words += ["--backend", backend] if backend != CUDA else []
+    return shell_join(words)
+
+
+def _gate_failures(bench: CaseBench, strict: bool) -> list[tuple[str, str]]:
+    failures = []
+    for row in bench.rows:
+        if row.message and row.status == "refused":
+            failures.append((TIMING_REFUSED, f"{row.name}: refused: {row.message}"))
+        judgement = row.judgement
+        if judgement is not None and (judgement.verdict == SLOW or strict and judgement.verdict == AMBG):
+            failures.append((SLOWER, f"{row.name}: {judgement.verdict}: {judgement.reason}"))
+    return failures
+
+
+def _case_entry(bench: CaseBench, reproduce: str, strict: bool) -> dict:
+    entry = device_case_entry(bench.report, lambda stage: reproduce, bench.conformance_s)
+    failures = _gate_failures(bench, strict)
+    if failures and entry.get("failure") is None:
+        kind, message = failures[0]
+        entry["failure"] = failure_entry(kind, "; ".join(message for _, message in failures), reproduce)
+    entry["passed"] = entry["passed"] and not failures
+    return entry
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.4f}"
+
+
+def _row_line(case: str, entry: dict) -> str:
+    cells = [escaped(case), entry["row"], entry["status"]]
+    if "median_s" in entry:
+        low, high = entry["ci_s"]
+        cells.append(f"median {_ms(entry['median_s'])} ms [{_ms(low)}, {_ms(high)}] n={entry['samples']}"
+                     + (" noisy" if entry["noisy"] else "")
+                     + (f" throttled={entry['throttled']}" if entry["throttled"] else ""))
+    roof = entry.get("roofline")
+    if roof:
+        for label in ("nominal", "measured"):
+            if roof[label]:
+                cells.append(f"{roof[label]['percent']:.1f}% of {label} {roof[label]['bound']} peak")
+    if entry.get("gate"):
+        cells.append(f"{entry['gate']['verdict']} x{entry['gate']['ratio']:.3f}")
+    if entry.get("message"):
+        cells.append(entry["message"])
+    return one_line("  ".join(cells))
+
+
+def markdown(section: dict) -> str:
+    """A Markdown summary of the bench section for a CI job's page."""
+    lines = ["# csa-conform bench", ""]
+    if section["caveat"]:
+        lines += [f"**{section['caveat']}**", ""]
+    lines += [f"timer `{section['timer']}`, mode `{section['mode']}`"
+              + (f", baseline `{section['baseline']['path']}`" if section["baseline"] else ""), "",
+              "| case | row | status | median ms | 95% CI ms | n | % peak (bound) | gate |", "|---|---|---|---|---|---|---|---|"]
+    for case in section["cases"]:
+        for row in case["rows"]:
+            ci = f"{_ms(row['ci_s'][0])} – {_ms(row['ci_s'][1])}" if "ci_s" in row else "-"
+            roof = (row.get("roofline") or {}).get("measured") or (row.get("roofline") or {}).get("nominal")
+            peak = f"{roof['percent']:.1f}% ({roof['bound']})" if roof else "-"
+            gate = f"{row['gate']['verdict']} ×{row['gate']['ratio']:.3f}" if row.get("gate") else "-"
+            lines.append(f"| `{case['case']}` | {row['row']} | {row['status']} | {_ms(row.get('median_s'))} | {ci} | "
+                         f"{row.get('samples', 0)} | {peak} | {gate} |")
+    counts = section["summary"]
+    lines += ["", ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
+    return KernelDirectory(kernels, build=profile)
+
+
+@exits("conformant and no row SLOW", "a divergence, or a row refused (its timed outputs differ from the "
+       "conformance run)", own={ExitCode.SLOW: "a row SLOW against the baseline (or AMBG with --strict)"})
+@click.command("bench")
+@golden_file(DEFAULT_FILE)
+@click.option("--kernels", default=None, type=click.Path(file_okay=False),
+              help=f"Kernel directory (block_quant.cuh + one .cu per module, optionally {MANIFEST}); default: the "
+              "built-in kernels.")
+@click.option("--build", "profile", type=click.Choice(list(BUILDS)), default=None,
+              help="Build profile (as diff's --build); default: strict for the built-in kernels, else the "
+              "directory's manifest, else production.")
+@case_selection()
+@click.option("--mode", type=click.Choice(MODES), default=COLD, show_default=True,
+              help="cold: each launch alone, L2 flushed before every sample; hot: no flush; step: only the whole "
+              "step, as one CUDA graph.")
+@click.option("--baseline", "baseline", type=click.Path(dir_okay=False), default=None, metavar="RESULTS.json",
+              help="Gate every row against an earlier `bench --json --samples FILE` run.")
+@click.option("--baseline-kernels", "baseline_kernels", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Gate every row against this kernel directory, sampled interleaved in the same process.")
+@click.option("--backend", type=click.Choice(BACKENDS), default=CUDA, show_default=True,
+              help=f"cuda (device 0), or host (the g++ emulation; every time is labelled '{HOST_CAVEAT}').")
+@click.option("--strict", is_flag=True, help="An AMBG row fails the run too (exit 3).")
+@click.option("--time-diverged", is_flag=True,
+              help="Time launches whose stages diverged anyway, marked untrusted (the run still exits 1).")
+@click.option("--time-cap", "time_cap", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+              metavar="SECONDS", help="Sampling time per row; a row not settled by then is marked noisy.")
+@click.option("--samples", "samples_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Write every kept sample (with its SM clock and temperature) to FILE (JSON).")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Write a Markdown summary for a CI job's page.")
+@click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md).")
+@quiet_option("No header or rows: failures and the summary only.")
+@boundary
+def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_kernels, backend, strict, time_diverged,
+                  time_cap, samples_path, markdown_path, as_json, quiet):
+    """Time each kernel launch and the whole step, once it passes conformance, against the roofline and a baseline.
+
+    \b
+    Examples:
+      csa-conform generate --suite bench -o build/bench.h5
+      csa-conform bench build/bench.h5 --kernels ./my-kernels --json --samples build/samples.json > base.json
+      csa-conform bench build/bench.h5 --kernels ./my-kernels --baseline base.json
+      csa-conform bench build/bench.h5 --kernels ./new --baseline-kernels ./old --markdown build/bench.md
+      csa-conform bench --backend host --case 'random.*' --time-cap 0.5   # the gate logic, no GPU
+    """
+    if baseline and baseline_kernels:
+        raise UsageError("give --baseline or --baseline-kernels, not both")
+    for path in (samples_path, markdown_path):
+        if path is not None:
+            refuse_special_target(path)
+    recorded = read_baseline(load_results(read_text(baseline), baseline), baseline) if baseline else None
+    factory = backend_named(backend)
+    subjects = [Subject(_directory(kernels, profile), factory)]
+    if baseline_kernels:
+        subjects.append(Subject(_directory(baseline_kernels, profile), factory))
+    options = BenchOptions(mode, Policy(time_cap=time_cap), time_diverged)
+    peaks_cache: dict = {}
+
+    def peaks():
+        if "peaks" not in peaks_cache:
+            runner = subjects[0].runner
+            device = runner.provenance.device
+            peaks_cache["peaks"] = (nominal_peaks(device.name if device else None),
+                                    subjects[0].timer.measured_peaks() if runner.recorder is not None else None)
+        return peaks_cache["peaks"]
+
+    with GoldenFile(file) as golden:
+        cases = matching_cases(golden.case_ids(), case_glob, golden.path)
+        golden_ref = golden_reference(file, golden.schema_version)
+        benches = list(progress((bench_case(golden, case, subjects, options, recorded, peaks) for case in cases),
+                                len(cases), "bench", lambda done: done.case, quiet or as_json))
+    for subject in subjects:
+        subject.close()
+    caveat = HOST_CAVEAT if backend == HOST else None
+    nominal, measured = peaks_cache.get("peaks", (None, None))
+    section = {
+        "timer": subjects[0].timer_name, "caveat": caveat, "mode": mode,
+        "policy": {"time_cap_s": time_cap, "min_samples": options.policy.min_samples,
+                   "target_noise": options.policy.target_noise},
+        "strict": strict, "time_diverged": time_diverged,
+        "baseline": ({"kind": "kernels", "path": baseline_kernels} if baseline_kernels
+                     else {"kind": "results", "path": baseline} if baseline else None),
+        "samples_file": str(samples_path.resolve()) if samples_path is not None else None,
+        "peaks": {"nominal": nominal, "measured": measured},
+        "summary": verdicts(benches),
+        "cases": [case_section(bench) for bench in benches],
+    }
+    entries = [_case_entry(bench, _reproduce(file, bench.case, kernels, profile, backend, mode), strict)
+               for bench in benches]
+    code = _exit_code(benches, strict)
+    if samples_path is not None:
+        write_atomically(samples_path, dumps(samples_document(benches)))
+    if markdown_path is not None:
+        write_atomically(markdown_path, markdown(section).encode("utf-8"))
+    provenance = subjects[0].runner.provenance
+    if as_json:
+        emit_json(results_document(
+            "bench", argv(), entries, exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance),
+            control=False, options={"mode": mode, "kernels": kernels, "build": profile, "backend": backend,
+                                    "baseline": baseline, "baseline_kernels": baseline_kernels, "strict": strict,
+                                    "time_diverged": time_diverged, "time_cap_s": time_cap},
+            extra={"bench": section}))
+        return code
+    _print(section, entries, provenance, quiet)
+    return code
+
+
+def _exit_code(benches: list[CaseBench], strict: bool) -> ExitCode:
+    if not all(bench.passed for bench in benches):
+        return ExitCode.DIVERGED
+    verdicts_seen = {row.judgement.verdict for bench in benches for row in bench.rows if row.judgement is not None}
+    if SLOW in verdicts_seen or strict and AMBG in verdicts_seen:
+        return ExitCode.SLOW
+    return ExitCode.OK
+
+
+def _print(section: dict, entries: list[dict], provenance, quiet: bool) -> None:
+    device = provenance.device
+    if not quiet:
+        where = device.name if device is not None else "no device launch"
+        click.echo(one_line(f"csa-conform bench: timer {section['timer']}, mode {section['mode']}, device {where}, "
+                            f"kernels {provenance.kernels['path']}"))
+        if section["caveat"]:
+            click.echo(section["caveat"].upper())
+        for label, peaks in section["peaks"].items():
+            if peaks:
+                click.echo(f"{label} peak: {peaks['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+                           f"{peaks['ops_per_s'] / 1e9:.1f} Gops/s")
+        for case in section["cases"]:
+            for row in case["rows"]:
+                click.echo(_row_line(case["case"], row))
+            if case["step_vs_sum"] is not None:
+                click.echo(one_line(f"{escaped(case['case'])}  {STEP_ROW} / sum of launches: {case['step_vs_sum']:.3f}"))
+    for entry in entries:
+        if not entry["passed"]:
+            failure = entry.get("failure") or {}
+            message = failure.get("message") or "diverged from the oracle: " + ", ".join(
+                stage for stage, verdict in entry["verdicts"].items() if verdict == "diverged")
+            click.echo(one_line(f"FAIL {escaped(entry['case'])}: {message} — reproduce: {entry['reproduce']}"))
+    counts = section["summary"]
+    click.echo(f"{len(entries)} cases, " + ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())
+               + (f" ({section['caveat']})" if section["caveat"] else ""))

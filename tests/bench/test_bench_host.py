@@ -1,0 +1,106 @@
+"""`csa-conform bench --backend host` end to end on one small ci case: timed rows that validate, a kernel
+made slower that is SLOW (exit 3) against the unchanged one, a kernel that writes only once refused."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+import csa_conform.device.cuda as cuda
+from csa_conform.cli import main
+from csa_conform.device.host import GXX
+from csa_conform.errors import DeviceUnavailable
+from csa_conform.exitcodes import ExitCode
+from csa_conform.check.results import schema
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variants import skip_write, spun  # noqa: E402
+
+pytestmark = [pytest.mark.skipif(GXX is None, reason="the host backend needs g++"), pytest.mark.slow]
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+CASE = "random.r4-5out-i4-k3"  # one step, ratio 4: all five launches
+LAUNCHES = ["csa_ratio4_main_compression", "csa_ratio4_index_compression", "csa_ratio4_index_select",
+            "csa_ratio4_index_replicate", "csa_ratio4_attention"]
+CAVEAT = "host timings: not a device measurement"
+
+
+@pytest.fixture(autouse=True)
+def no_cuda(monkeypatch):
+    def refuse():
+        raise DeviceUnavailable("CUDA was asked for under --backend host")
+
+    monkeypatch.setattr(cuda, "CudaBackend", refuse)
+
+
+def bench(*args: str, cap: str = "0.5"):
+    return CliRunner().invoke(main, ["bench", "--backend", "host", "--case", CASE, "--time-cap", cap, *args])
+
+
+def _rows(document: dict) -> dict[str, dict]:
+    (case,) = document["bench"]["cases"]
+    return {row["row"]: row for row in case["rows"]}
+
+
+def test_the_builtin_kernels_are_timed_per_launch_and_step_labelled_as_host(tmp_path):
+    samples = tmp_path / "samples.json"
+    markdown = tmp_path / "bench.md"
+    result = bench("--json", "--samples", str(samples), "--markdown", str(markdown))
+    assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    section = document["bench"]
+    assert section["caveat"] == CAVEAT and section["timer"] == "host-perf-counter"
+    rows = _rows(document)
+    assert list(rows) == LAUNCHES + ["step"]
+    for row in rows.values():
+        assert row["status"] == "timed" and row["samples"] >= 1
+        assert row["ci_s"][0] <= row["median_s"] <= row["ci_s"][1]
+        assert row["roofline"]["bytes"] > 0 and row["roofline"]["measured"]["bound"] in ("memory", "compute")
+        assert row["gate"] is None
+    assert section["cases"][0]["step_vs_sum"] > 0
+    kept = json.loads(samples.read_text())
+    assert {(row["case"], row["row"]) for row in kept["rows"]} == {(CASE, name) for name in rows}
+    assert CAVEAT in markdown.read_text()
+    again = bench("--json", "--baseline", str(tmp_path / "base.json"))
+    assert again.exit_code == ExitCode.USAGE  # no such file
+    (tmp_path / "base.json").write_text(result.stdout)
+    gated = bench("--json", "--baseline", str(tmp_path / "base.json"))
+    assert gated.exit_code in (ExitCode.OK, ExitCode.SLOW), gated.output
+    assert all(row["gate"]["verdict"] in ("SLOW", "FAST", "SAME", "AMBG") for row in _rows(json.loads(gated.stdout)).values())
+
+
+def test_a_kernel_made_slower_is_slow_against_the_unchanged_one(tmp_path):
+    slower = spun(KERNELS, tmp_path / "slower")
+    result = bench("--kernels", str(slower), "--baseline-kernels", str(KERNELS), "--json", cap="1.0")
+    document = json.loads(result.stdout)
+    assert result.exit_code == ExitCode.SLOW, [row["gate"] for row in _rows(document).values()]
+    jsonschema.validate(document, schema())
+    replicate = _rows(document)["csa_ratio4_index_replicate"]
+    assert replicate["gate"]["verdict"] == "SLOW" and replicate["gate"]["reruns"] == 1
+    assert replicate["gate"]["ratio"] > 2
+    assert document["cases"][0]["failure"]["type"] == "slow"
+
+
+def test_a_kernel_that_writes_only_once_is_refused_not_timed(tmp_path):
+    lazy = skip_write(KERNELS, tmp_path / "lazy")
+    result = bench("--kernels", str(lazy), "--json")
+    assert result.exit_code == ExitCode.DIVERGED, result.output
+    document = json.loads(result.stdout)
+    rows = _rows(document)
+    for name in ("csa_ratio4_index_replicate", "step"):
+        assert rows[name]["status"] == "refused" and "median_s" not in rows[name]
+        assert "argument 1 (selected)" in rows[name]["message"]
+    assert rows["csa_ratio4_index_select"]["status"] == "timed"
+    assert document["cases"][0]["verdicts"]["selection"] == "identical"  # the conformance run itself passed
+    results = tmp_path / "bench.json"
+    results.write_text(result.stdout)
+    junit = tmp_path / "junit.xml"
+    assert CliRunner().invoke(main, ["report", str(results), "--junit", str(junit)]).exit_code == 0
+    failure = ElementTree.parse(junit).getroot().find(".//failure")
+    assert failure is not None and failure.get("type") == "timing-refused"
