@@ -38,7 +38,7 @@ from csa_conform.terminal import escaped, one_line
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
-COMMANDS = ("verify", "diff", "bisect", "explain")
+COMMANDS = ("verify", "diff", "bisect", "explain", "bridge")
 
 # Failure types (JUnit's failure/@type).
 BIT_MISMATCH = "bit-mismatch"
@@ -52,6 +52,8 @@ STEP_REJECTED = "step-rejected"
 BATCH_VARIANT = "batch-variant"
 CHUNK_VARIANT = "chunk-variant"
 SANITIZER = "sanitizer"
+UNSUPPORTED = "unsupported"  # bridge: the runtime has no kernel for the operator
+RUNNER_ERROR = "runner-error"  # bridge: the runner failed, crashed, hung or broke the protocol
 ERROR = "error"
 
 

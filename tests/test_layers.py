@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("diff", "errorstats", "gap", "specials", "tolerance"),
     ("device", "diagnosis"),
     ("explain",),
-    ("results", "report", "html_report", "verify", "invariance", "reduce", "fuzz", "testing"),
+    ("results", "report", "html_report", "verify", "invariance", "reduce", "fuzz", "testing", "bridge"),
     ("run",),
     ("cli", "pytest_plugin", "__main__"),
 )
