@@ -55,7 +55,7 @@ def _variable(context, param, value: str) -> str:
     return value
 
 
-def _cases(file: str, case_ids: list[str], options: BridgeOptions, work: Path, jobs: int,
+def _cases(golden: GoldenFile, case_ids: list[str], options: BridgeOptions, work: Path, jobs: int,
            quiet: bool) -> list[BridgeCase]:
     """Every case judged, in case-id order; with --jobs each worker thread reads the file through its own handle."""
     local = threading.local()
@@ -63,16 +63,22 @@ def _cases(file: str, case_ids: list[str], options: BridgeOptions, work: Path, j
     lock = threading.Lock()
 
     def judge(case_id: str) -> BridgeCase:
+        if jobs == 1:
+            return judge_case(golden, case_id, options, work)
         if not hasattr(local, "golden"):
-            local.golden = GoldenFile(file)
+            local.golden = GoldenFile(golden.path)
             with lock:
                 opened.append(local.golden)
         return judge_case(local.golden, case_id, options, work)
 
+    def describe(done: BridgeCase) -> str:
+        return f"{'ok  ' if done.result.passed else 'FAIL'} {done.result.case_id}"
+
     try:
+        if jobs == 1:
+            return list(progress(map(judge, case_ids), len(case_ids), "bridge", describe, quiet))
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(progress(pool.map(judge, case_ids), len(case_ids), "bridge",
-                                 lambda done: f"{'ok  ' if done.result.passed else 'FAIL'} {done.result.case_id}", quiet))
+            return list(progress(pool.map(judge, case_ids), len(case_ids), "bridge", describe, quiet))
     except BaseException:
         stop_runners()
         raise
@@ -150,9 +156,9 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         schema_version = golden.schema_version
-    with tempfile.TemporaryDirectory(prefix="csa-conform-bridge-") as work:
-        with removed_on_signal(Path(work), stop_runners):
-            cases = _cases(file, case_ids, options, Path(work), jobs, quiet or as_json)
+        with tempfile.TemporaryDirectory(prefix="csa-conform-bridge-") as work:
+            with removed_on_signal(Path(work), stop_runners):
+                cases = _cases(golden, case_ids, options, Path(work), jobs, quiet or as_json)
     code = _exit_code(cases)
     if as_json:
         emit_json(results_document(
