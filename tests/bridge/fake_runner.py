@@ -2,11 +2,14 @@
 
 ``python fake_runner.py MODE MODEL CASE_DIR`` answers from the goldens the export put beside the model
 (``expected_K.nxrt``, ``step.json``): ``echo`` is a conformant runtime; every other mode is one fault.
-``FAKE_PID_FILE`` (optional) is where ``hang`` writes the pid of the child it leaves sleeping.
+``FAKE_PID_FILE`` is where ``hang`` writes the pid of the child it leaves sleeping; ``FAKE_LOG`` (optional)
+gets one JSON line per step with the sha256 of every input file; ``perturb-present`` flips the last byte
+of present_compression_carry at step ``FAKE_PERTURB_STEP``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,6 +23,11 @@ from pathlib import Path
 def main() -> None:
     mode, _model, case_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     step = json.loads((case_dir / "step.json").read_text())
+    if "FAKE_LOG" in os.environ:
+        inputs = {entry["name"]: hashlib.sha256((case_dir / entry["file"]).read_bytes()).hexdigest()
+                  for entry in step["inputs"]}
+        with open(os.environ["FAKE_LOG"], "a") as log:
+            log.write(json.dumps({"step": step["step"], "inputs": inputs}) + "\n")
     if mode == "unsupported":
         print("UNSUPPORTED_OP\top type not supported by any available EP: CompressedSparseAttention")
         sys.exit(2)
@@ -50,6 +58,9 @@ def main() -> None:
             data[8] = 6  # float32 (1) relabelled int32 (6): same size, another dtype
         elif index == 0 and mode == "malformed":
             data = data[:-3]
+        elif (mode == "perturb-present" and output["name"] == "present_compression_carry"
+              and step["step"] == int(os.environ["FAKE_PERTURB_STEP"])):
+            data[-1] ^= 0x01
         elif index == 1 and mode == "missing":
             target.unlink()
             continue
