@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import jsonschema
@@ -163,3 +164,24 @@ def test_a_bad_env_setting_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["bridge", str(CI), "--runner", "r {model} {case_dir}", "--env", "1X=2"])
     assert result.exit_code == ExitCode.USAGE
     assert "'1X=2' is not K=V with K a variable name" in result.stderr
+
+
+def test_report_turns_a_bridge_document_into_junit_and_html(tmp_path):
+    result = bridge("wrong", "--json", tmp_path=tmp_path)
+    (tmp_path / "bridge.json").write_text(result.stdout)
+    done = CliRunner().invoke(main, ["report", str(tmp_path / "bridge.json"), "--junit", str(tmp_path / "junit.xml"),
+                                     "--html", str(tmp_path / "report.html")])
+    assert done.exit_code == ExitCode.OK, done.output
+    suite = ElementTree.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite.get("name") == f"csa-conform bridge {CI}"
+    (case,) = suite.findall("testcase")
+    assert case.get("name") == CASE and case.find("failure").get("type") == "bit-mismatch"
+    assert "outputs/Y: 1/" in case.find("failure").get("message")
+    assert CASE in (tmp_path / "report.html").read_text()
+
+
+def test_a_failed_run_still_prints_its_document(tmp_path):
+    result = bridge("echo", "--json", case="no-such-case", tmp_path=tmp_path)
+    assert result.exit_code == ExitCode.USAGE
+    found = document(result)
+    assert found["command"] == "bridge" and found["cases"] == [] and "no case" in found["error"]["message"]
