@@ -26,7 +26,7 @@ from csa_conform.bridge import nxrt
 from csa_conform.bridge.export import ExportedStep, case_folder, exported_steps, step_folder, write_bridge_step
 from csa_conform.bridge.protocol import ERROR, OK, UNSUPPORTED, RunnerRun, run_runner
 from csa_conform.case_glob import exact_glob
-from csa_conform.diff import TensorDiff, compare_tensor
+from csa_conform.diff import TensorDiff, compare_tensor, default_axes
 from csa_conform.errors import TensorFileError
 from csa_conform.golden import GoldenFile
 from csa_conform.results import REJECTION_MISMATCH, RUNNER_ERROR, CaseResult, StepResult
@@ -169,9 +169,10 @@ def _read_outputs(folder: Path, step: ExportedStep, run: StepRun, label: str, ul
         path = folder / f"output_{index}.nxrt"
         expected = step.outputs[name]
         if not path.exists():
-            diff = compare_tensor(expected, expected, stage=label, tensor=name)
-            diff.passed, diff.problem = False, f"missing: the runner wrote no output_{index}.nxrt"
-            run.diffs.append(diff)
+            run.diffs.append(TensorDiff(label, name, tuple(expected.shape), str(expected.dtype),
+                                        default_axes(label, name, expected.shape, expected.dtype), passed=False,
+                                        total=int(expected.size),
+                                        problem=f"missing: the runner wrote no output_{index}.nxrt"))
             continue
         try:
             actual = nxrt.read_tensor(path)
@@ -210,35 +211,41 @@ def _runner_problem(run: str, said: RunnerRun) -> RunProblem:
     return RunProblem(kind, f"{run} run: {said.line}")
 
 
+def _run_stream(golden: GoldenFile, case_id: str, options: BridgeOptions, run: str, work: Path) -> list[StepRun]:
+    """One run of a case's stream, read step by step; it stops at its first step the runner failed (nothing
+    is left to chain). Only the step before keeps the runtime's outputs."""
+    count = golden.step_count(case_id)
+    done: list[StepRun] = []
+    before: tuple[ExportedStep, StepRun] | None = None
+    for step in exported_steps(golden, case_id):
+        ran = run_step(options, step, run, work / run / case_folder(case_id) / step_folder(step.step), before)
+        done.append(ran)
+        if before is not None:
+            before[1].outputs.clear()
+        if ran.problem is not None and ran.problem.type != REJECTION_MISMATCH:
+            if step.step + 1 < count:
+                ran.problem.message += f" (steps {step.step + 1}..{count - 1} of this run not run)"
+            break
+        before = (step, ran) if step.expect_error is None else None
+    return done
+
+
 def judge_case(golden: GoldenFile, case_id: str, options: BridgeOptions, work: Path) -> BridgeCase:
-    """Every run of a case; a run stops at its first step the runner failed (nothing left to chain)."""
+    """Every run of a case, and the case's verdict: each step judged across the runs."""
     started = time.perf_counter()
-    steps = list(exported_steps(golden, case_id))
-    runs: dict[str, list[StepRun]] = {}
-    for run in options.runs:
-        done: list[StepRun] = []
-        before: tuple[ExportedStep, StepRun] | None = None
-        for step in steps:
-            folder = work / run / case_folder(case_id) / step_folder(step.step)
-            ran = run_step(options, step, run, folder, before)
-            done.append(ran)
-            if ran.problem is not None and ran.problem.type != REJECTION_MISMATCH:
-                if step.step + 1 < len(steps):
-                    ran.problem.message += f" (steps {step.step + 1}..{len(steps) - 1} of this run not run)"
-                break
-            before = (step, ran) if step.expect_error is None else None
-        runs[run] = done
-    result = CaseResult(case_id, passed=False, reproduce=options.reproduce(case_id),
-                        family=golden.case_info(case_id).family)
-    for step in steps:
-        ran = [found for run in options.runs for found in runs[run] if found.step == step.step]
+    runs = {run: _run_stream(golden, case_id, options, run, work) for run in options.runs}
+    info = golden.case_info(case_id)
+    result = CaseResult(case_id, passed=False, reproduce=options.reproduce(case_id), family=info.family)
+    for index in range(info.step_count):
+        ran = [found for run in options.runs for found in runs[run] if found.step == index]
         problems = [found.problem for found in ran if found.problem is not None]
         result.steps.append(StepResult(
-            step.step, passed=all(found.passed for found in ran), compared=int(any(found.compared for found in ran)),
-            expect_error=step.expect_error, problem="; ".join(problem.message for problem in problems) or None,
+            index, passed=all(found.passed for found in ran), compared=int(any(found.compared for found in ran)),
+            expect_error=golden.step_attrs(case_id, index).get("expect_error"),
+            problem="; ".join(problem.message for problem in problems) or None,
             problem_type=problems[0].type if problems else REJECTION_MISMATCH,
             diffs=[diff for found in ran for diff in found.diffs if not diff.passed]))
     result.passed = all(step.passed for step in result.steps) and all(
-        len(done) == len(steps) for done in runs.values())
+        len(done) == info.step_count for done in runs.values())
     result.time_s = time.perf_counter() - started
     return BridgeCase(result, runs)
