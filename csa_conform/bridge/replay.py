@@ -28,10 +28,12 @@ from csa_conform.bridge.protocol import ERROR, OK, UNSUPPORTED, RunnerRun, run_r
 from csa_conform.case_glob import exact_glob
 from csa_conform.diff import TensorDiff, compare_tensor, default_axes
 from csa_conform.errors import TensorFileError
+from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile
+from csa_conform.profile import REFERENCE
 from csa_conform.results import REJECTION_MISMATCH, RUNNER_ERROR, CaseResult, StepResult
 from csa_conform.results import UNSUPPORTED as UNSUPPORTED_FAILURE
-from csa_conform.spec import STATE_THREADING
+from csa_conform.spec import STATE_THREADING, WRITEBACK_SOURCES
 from csa_conform.terminal import shell_join
 
 CHAINED = "chained"
@@ -55,6 +57,7 @@ class BridgeOptions:
     mode: str = CHAINED
     ulp: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
+    tolerance: str | None = None  # --tolerance FILE: the outputs also judged against a calibrated envelope
 
     @property
     def runs(self) -> tuple[str, ...]:
@@ -79,6 +82,7 @@ class BridgeOptions:
         words += ["--mode", self.mode] if self.mode != CHAINED else []
         words += ["--ulp", str(self.ulp)] if self.ulp else []
         words += ["--timeout-s", f"{self.timeout_s:g}"] if self.timeout_s != DEFAULT_TIMEOUT_S else []
+        words += ["--tolerance", self.tolerance] if self.tolerance else []
         return shell_join(words)
 
     def describe(self) -> dict:
@@ -118,10 +122,18 @@ class StepRun:
 @dataclass
 class BridgeCase:
     """A case's runs and the verdict they make: the CaseResult of the document, per run the first step
-    that left the goldens."""
+    that left the goldens; ``errors``, with --tolerance, the outputs' error statistics (under the stages
+    that compute them)."""
 
     result: CaseResult
     runs: dict[str, list[StepRun]]
+    errors: Gap | None = None
+
+    @property
+    def sound(self) -> bool:
+        """Every step ran and every output came back with the golden's dtype and shape: only numbers can differ."""
+        return all(run.problem is None and not any(diff.problem for diff in run.diffs)
+                   for runs in self.runs.values() for run in runs)
 
     def first_divergence(self, run: str) -> int | None:
         return next((step.step for step in self.runs.get(run, []) if not step.passed), None)
@@ -183,8 +195,17 @@ def _read_outputs(folder: Path, step: ExportedStep, run: StepRun, label: str, ul
         run.diffs.append(compare_tensor(expected, actual, stage=label, tensor=name, ulp=ulp))
 
 
+def _by_source(outputs: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Outputs as the payloads of the stages that compute them, the keys a tolerance file has."""
+    stages: dict[str, dict[str, np.ndarray]] = {}
+    for name, array in outputs.items():
+        stage, tensor = WRITEBACK_SOURCES[name]
+        stages.setdefault(stage, {})[tensor] = array
+    return stages
+
+
 def run_step(options: BridgeOptions, step: ExportedStep, run: str, folder: Path,
-             before: tuple[ExportedStep, StepRun] | None) -> StepRun:
+             before: tuple[ExportedStep, StepRun] | None, errors: Gap | None = None) -> StepRun:
     """One step of one run: its case directory written, the runner run on it, its outputs judged."""
     inputs = _threaded(step, before) if options.mode == CHAINED else {}
     write_bridge_step(folder, step, inputs)
@@ -200,6 +221,9 @@ def run_step(options: BridgeOptions, step: ExportedStep, run: str, folder: Path,
             ran.problem = _runner_problem(run, said)
     elif said.status == OK:
         _read_outputs(folder, step, ran, label, options.ulp)
+        if errors is not None:
+            errors.steps += 1
+            errors.add_step(step.case, step.step, _by_source(step.outputs), _by_source(ran.outputs))
     else:
         ran.problem = _runner_problem(run, said)
     shutil.rmtree(folder, ignore_errors=True)
@@ -211,14 +235,16 @@ def _runner_problem(run: str, said: RunnerRun) -> RunProblem:
     return RunProblem(kind, f"{run} run: {said.line}")
 
 
-def _run_stream(golden: GoldenFile, case_id: str, options: BridgeOptions, run: str, work: Path) -> list[StepRun]:
+def _run_stream(golden: GoldenFile, case_id: str, options: BridgeOptions, run: str, work: Path,
+                errors: Gap | None) -> list[StepRun]:
     """One run of a case's stream, read step by step; it stops at its first step the runner failed (nothing
     is left to chain). Only the step before keeps the runtime's outputs."""
     count = golden.step_count(case_id)
     done: list[StepRun] = []
     before: tuple[ExportedStep, StepRun] | None = None
     for step in exported_steps(golden, case_id):
-        ran = run_step(options, step, run, work / run / case_folder(case_id) / step_folder(step.step), before)
+        ran = run_step(options, step, run, work / run / case_folder(case_id) / step_folder(step.step), before,
+                       errors)
         done.append(ran)
         if before is not None:
             before[1].outputs.clear()
@@ -230,10 +256,13 @@ def _run_stream(golden: GoldenFile, case_id: str, options: BridgeOptions, run: s
     return done
 
 
-def judge_case(golden: GoldenFile, case_id: str, options: BridgeOptions, work: Path) -> BridgeCase:
-    """Every run of a case, and the case's verdict: each step judged across the runs."""
+def judge_case(golden: GoldenFile, case_id: str, options: BridgeOptions, work: Path,
+               measure: bool = False) -> BridgeCase:
+    """Every run of a case, and the case's verdict: each step judged across the runs; ``measure`` also
+    gathers the outputs' error statistics (--tolerance)."""
     started = time.perf_counter()
-    runs = {run: _run_stream(golden, case_id, options, run, work) for run in options.runs}
+    errors = Gap(REFERENCE, "runtime") if measure else None
+    runs = {run: _run_stream(golden, case_id, options, run, work, errors) for run in options.runs}
     info = golden.case_info(case_id)
     result = CaseResult(case_id, passed=False, reproduce=options.reproduce(case_id), family=info.family)
     for index in range(info.step_count):
@@ -248,4 +277,4 @@ def judge_case(golden: GoldenFile, case_id: str, options: BridgeOptions, work: P
     result.passed = all(step.passed for step in result.steps) and all(
         len(done) == info.step_count for done in runs.values())
     result.time_s = time.perf_counter() - started
-    return BridgeCase(result, runs)
+    return BridgeCase(result, runs, errors)

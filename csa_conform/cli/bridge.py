@@ -29,12 +29,16 @@ from csa_conform.bridge.replay import (
 )
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.diff import envelope_lines
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, golden_file, jobs_option, output_options
 from csa_conform.exitcodes import ExitCode
+from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile
+from csa_conform.profile import REFERENCE
 from csa_conform.results import golden_reference, results_document
 from csa_conform.terminal import escaped, one_line
+from csa_conform.tolerance import Tolerances
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -56,7 +60,7 @@ def _variable(context, param, value: str) -> str:
 
 
 def _cases(golden: GoldenFile, case_ids: list[str], options: BridgeOptions, work: Path, jobs: int,
-           quiet: bool) -> list[BridgeCase]:
+           quiet: bool, measure: bool) -> list[BridgeCase]:
     """Every case judged, in case-id order; with --jobs each worker thread reads the file through its own handle."""
     local = threading.local()
     opened: list[GoldenFile] = []
@@ -64,12 +68,12 @@ def _cases(golden: GoldenFile, case_ids: list[str], options: BridgeOptions, work
 
     def judge(case_id: str) -> BridgeCase:
         if jobs == 1:
-            return judge_case(golden, case_id, options, work)
+            return judge_case(golden, case_id, options, work, measure)
         if not hasattr(local, "golden"):
             local.golden = GoldenFile(golden.path)
             with lock:
                 opened.append(local.golden)
-        return judge_case(local.golden, case_id, options, work)
+        return judge_case(local.golden, case_id, options, work, measure)
 
     def describe(done: BridgeCase) -> str:
         return f"{'ok  ' if done.result.passed else 'FAIL'} {done.result.case_id}"
@@ -87,11 +91,25 @@ def _cases(golden: GoldenFile, case_ids: list[str], options: BridgeOptions, work
             golden.close()
 
 
-def _exit_code(cases: list[BridgeCase]) -> ExitCode:
+def _exit_code(cases: list[BridgeCase], judged: dict | None) -> ExitCode:
+    """4 for a runner that failed; else, with --tolerance, the envelope (and every output back) is the gate;
+    else bit equality."""
     problems = [run.problem.type for case in cases for runs in case.runs.values() for run in runs if run.problem]
     if RUNNER_ERROR in problems:
         return ExitCode.ENVIRONMENT
+    if judged is not None:
+        return ExitCode.OK if judged["within"] and all(case.sound for case in cases) else ExitCode.DIVERGED
     return ExitCode.OK if all(case.result.passed for case in cases) else ExitCode.DIVERGED
+
+
+def _judged(envelope: Tolerances, path: str, cases: list[BridgeCase]) -> dict:
+    """The dual verdict per output: bit-exact, and within the calibrated envelope of the stage computing it."""
+    measured = Gap(REFERENCE, "runtime")
+    for case in cases:
+        if case.errors is not None:
+            measured.merge(case.errors)
+    verdicts = [envelope.judge(errors) for errors in measured.rows()]
+    return {"file": path, "within": all(verdict["within"] for verdict in verdicts), "stages": verdicts}
 
 
 def _summary(cases: list[BridgeCase], file: str) -> str:
@@ -129,12 +147,15 @@ def _summary(cases: list[BridgeCase], file: str) -> str:
               help="Accept float differences up to N ULP (packed records and indices stay exact).")
 @click.option("--timeout-s", default=DEFAULT_TIMEOUT_S, type=click.FloatRange(min=0, min_open=True),
               show_default=True, help="Seconds one runner process may take before it is killed.")
+@click.option("--tolerance", "tolerance", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also judge every output against the envelope a tolerance file (csa-conform calibrate) gives "
+              "the stage computing it; the envelope, not bit equality, is then the gate.")
 @jobs_option("Cases run at once (each a stream of runner processes).")
 @output_options
 @boundary
 def bridge_command(file: str, runner: str, case_glob: str | None, environment: tuple[tuple[str, str], ...],
-                   force_host_env: str, mode: str, ulp: int, timeout_s: float, jobs: int, as_json: bool,
-                   quiet: bool) -> ExitCode:
+                   force_host_env: str, mode: str, ulp: int, timeout_s: float, tolerance: str | None, jobs: int,
+                   as_json: bool, quiet: bool) -> ExitCode:
     """Run every step of FILE through the runtime's conformance runner and compare its outputs bit for bit.
 
     Each step is exported as a single-node model with its .nxrt inputs (as
@@ -151,23 +172,27 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
       csa-conform bridge goldens/ci.h5 --case 'random.*' --runner './runner {model} {case_dir}' --env RUST_LOG=warn --json
     """
     options = BridgeOptions(file, runner, tuple(runner_words(runner)), environment, force_host_env, mode, ulp,
-                            timeout_s)
+                            timeout_s, tolerance)
+    envelope = Tolerances.read(tolerance) if tolerance else None
     onnx_module()
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
         schema_version = golden.schema_version
         with tempfile.TemporaryDirectory(prefix="csa-conform-bridge-") as work:
             with removed_on_signal(Path(work), stop_runners):
-                cases = _cases(golden, case_ids, options, Path(work), jobs, quiet or as_json)
-    code = _exit_code(cases)
+                cases = _cases(golden, case_ids, options, Path(work), jobs, quiet or as_json, envelope is not None)
+    judged = _judged(envelope, str(tolerance), cases) if envelope is not None else None
+    code = _exit_code(cases, judged)
     if as_json:
         emit_json(results_document(
             "bridge", argv(), [case.result.entry() for case in cases], exit_code=code,
-            golden=golden_reference(file, schema_version), options={"mode": mode, "ulp": ulp},
+            golden=golden_reference(file, schema_version),
+            options={"mode": mode, "ulp": ulp, **({"tolerance": tolerance} if tolerance else {})},
             extra={"bridge": {**options.describe(), "runs": list(options.runs),
                               "streams": [case.differential() for case in cases],
                               "statuses": [run.record(case.result.case_id) for case in cases
-                                           for runs in case.runs.values() for run in runs]}}))
+                                           for runs in case.runs.values() for run in runs]},
+                   **({"tolerance": judged} if judged is not None else {})}))
         return code
     if not quiet:
         runs = "plain and force-host" + f" ({force_host_env}=1)" if force_host_env else PLAIN
@@ -180,4 +205,7 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
         if differential is not None:
             click.echo(one_line(differential))
     click.echo(_summary(cases, file))
+    if judged is not None and envelope is not None:
+        for line in envelope_lines(judged, envelope):
+            click.echo(line)
     return code

@@ -185,3 +185,16 @@ def test_a_failed_run_still_prints_its_document(tmp_path):
     assert result.exit_code == ExitCode.USAGE
     found = document(result)
     assert found["command"] == "bridge" and found["cases"] == [] and "no case" in found["error"]["message"]
+
+
+@pytest.mark.parametrize("limit, code", [(1e30, ExitCode.OK), (0.0, ExitCode.DIVERGED)])
+def test_a_tolerance_envelope_is_the_gate_when_given(tmp_path, limit, code):
+    envelope = tmp_path / "tolerances.toml"
+    envelope.write_text('[calibration]\nformat = "csa-conform-tolerances"\n\n'
+                        f'["sparse_sink_softmax_attention/Y"]\nexact = false\n"abs.max" = {limit!r}\n')
+    result = bridge("wrong", "--tolerance", str(envelope), "--json", tmp_path=tmp_path)
+    assert result.exit_code == code, result.output
+    found = document(result)
+    (y,) = [verdict for verdict in found["tolerance"]["stages"] if verdict["tensor"] == "Y"]
+    assert (y["bit_exact"], y["within"]) == (False, code == ExitCode.OK)
+    assert not found["cases"][0]["passed"]  # the bit-exact verdict stands beside the envelope's
