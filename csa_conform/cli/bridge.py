@@ -29,13 +29,11 @@ from csa_conform.bridge.replay import (
 )
 from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import envelope_lines
+from csa_conform.cli.diff import envelope_lines, judge_envelope
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, golden_file, jobs_option, output_options
 from csa_conform.exitcodes import ExitCode
-from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile
-from csa_conform.profile import REFERENCE
 from csa_conform.results import golden_reference, results_document
 from csa_conform.terminal import escaped, one_line
 from csa_conform.tolerance import Tolerances
@@ -100,16 +98,6 @@ def _exit_code(cases: list[BridgeCase], judged: dict | None) -> ExitCode:
     if judged is not None:
         return ExitCode.OK if judged["within"] and all(case.sound for case in cases) else ExitCode.DIVERGED
     return ExitCode.OK if all(case.result.passed for case in cases) else ExitCode.DIVERGED
-
-
-def _judged(envelope: Tolerances, path: str, cases: list[BridgeCase]) -> dict:
-    """The dual verdict per output: bit-exact, and within the calibrated envelope of the stage computing it."""
-    measured = Gap(REFERENCE, "runtime")
-    for case in cases:
-        if case.errors is not None:
-            measured.merge(case.errors)
-    verdicts = [envelope.judge(errors) for errors in measured.rows()]
-    return {"file": path, "within": all(verdict["within"] for verdict in verdicts), "stages": verdicts}
 
 
 def _summary(cases: list[BridgeCase], file: str) -> str:
@@ -181,7 +169,8 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
         with tempfile.TemporaryDirectory(prefix="csa-conform-bridge-") as work:
             with removed_on_signal(Path(work), stop_runners):
                 cases = _cases(golden, case_ids, options, Path(work), jobs, quiet or as_json, envelope is not None)
-    judged = _judged(envelope, str(tolerance), cases) if envelope is not None else None
+    # diff's dual verdict over the cases' error statistics (each output under the stage computing it)
+    judged = judge_envelope(envelope, str(tolerance), cases) if envelope is not None else None
     code = _exit_code(cases, judged)
     if as_json:
         emit_json(results_document(
