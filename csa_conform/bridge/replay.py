@@ -156,8 +156,8 @@ class BridgeCase:
         if entry["leaves_first"] == "neither":
             return None
         said = ", ".join(f"{run} at step {step}" if step is not None else f"{run} never" for run, step in firsts.items())
-        verdict = {"both": "both at the same step", "neither": ""}.get(entry["leaves_first"],
-                                                                        f"{entry['leaves_first']} first")
+        first = entry["leaves_first"]
+        verdict = "both at the same step" if first == "both" else f"{first} first"
         return f"{self.result.case_id}: leaves the goldens: {said}" + (f" ({verdict})" if len(firsts) > 1 else "")
 
 
