@@ -70,6 +70,7 @@ def test_a_wrong_output_element_is_a_bit_mismatch(tmp_path):
     (line,) = failure_lines(result)
     assert f"FAIL {CASE} step 0 outputs/Y: 1/" in line and "elements differ" in line
     assert "reproduce: csa-conform bridge" in line
+    assert f"{CASE}: leaves the goldens: plain at step 0" in result.stdout.splitlines()
 
 
 def test_a_missing_output_is_a_missing_tensor(tmp_path):
