@@ -39,8 +39,8 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--perturb-when", metavar="NAME", default=None)
     try:
         return parser.parse_args(argv)
-    except SystemExit:
-        sys.exit(USAGE_EXIT)
+    except SystemExit as done:
+        sys.exit(USAGE_EXIT if done.code else 0)
 
 
 def _perturbation(spec: str | None) -> tuple[str, int, str] | None:
