@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from csa_conform._base.terminal import one_line
 from csa_conform.errors import UsageError
-from csa_conform.terminal import one_line
 
 OK = "OK"
 UNSUPPORTED = "UNSUPPORTED_OP"

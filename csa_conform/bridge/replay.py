@@ -2,7 +2,7 @@
 
 Each step runs in a fresh case directory (csa_conform.bridge.export's
 nxrt-bridge layout); the runner's outputs are compared with the golden
-outputs by csa_conform.diff, as ``diff`` compares stages. Chained, a step's
+outputs by csa_conform.compare.bitwise, as ``diff`` compares stages. Chained, a step's
 ``past_*`` inputs are the runtime's own ``present_*`` of the step before
 wherever the golden stream threads them (bit-identical golden tensors), so
 the runtime's state flows through the stream as in production; isolated,
@@ -22,19 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
+from csa_conform._base.case_glob import exact_glob
+from csa_conform._base.terminal import shell_join
 from csa_conform.bridge import nxrt
 from csa_conform.bridge.export import ExportedStep, case_folder, exported_steps, step_folder, write_bridge_step
 from csa_conform.bridge.protocol import ERROR, OK, UNSUPPORTED, RunnerRun, run_runner
-from csa_conform.case_glob import exact_glob
-from csa_conform.diff import TensorDiff, compare_tensor, default_axes
+from csa_conform.check.gap import Gap
+from csa_conform.check.results import REJECTION_MISMATCH, RUNNER_ERROR, CaseResult, StepResult
+from csa_conform.check.results import UNSUPPORTED as UNSUPPORTED_FAILURE
+from csa_conform.compare.bitwise import TensorDiff, compare_tensor, default_axes
 from csa_conform.errors import TensorFileError
-from csa_conform.gap import Gap
 from csa_conform.golden import GoldenFile
-from csa_conform.profile import REFERENCE
-from csa_conform.results import REJECTION_MISMATCH, RUNNER_ERROR, CaseResult, StepResult
-from csa_conform.results import UNSUPPORTED as UNSUPPORTED_FAILURE
+from csa_conform.numerics.bits import same_bits
+from csa_conform.profiles.numerics import REFERENCE
 from csa_conform.spec import STATE_THREADING, WRITEBACK_SOURCES
-from csa_conform.terminal import shell_join
 
 CHAINED = "chained"
 ISOLATED = "isolated"
@@ -161,19 +162,14 @@ class BridgeCase:
         return f"{self.result.case_id}: leaves the goldens: {said}" + (f" ({verdict})" if len(firsts) > 1 else "")
 
 
-def _same_bits(left: np.ndarray | None, right: np.ndarray) -> bool:
-    return (left is not None and left.dtype == right.dtype and left.shape == right.shape
-            and left.tobytes() == right.tobytes())
-
-
 def _threaded(step: ExportedStep, before: tuple[ExportedStep, StepRun] | None) -> dict[str, np.ndarray]:
     """The runtime's own present_* of the step before, for every past_* the golden stream threads."""
     if before is None:
         return {}
     golden, ran = before
     return {past: ran.outputs[present] for present, past in STATE_THREADING.items()
-            if past in step.inputs and present in ran.outputs and _same_bits(golden.outputs.get(present),
-                                                                             step.inputs[past])}
+            if past in step.inputs and present in ran.outputs and present in golden.outputs
+            and same_bits(golden.outputs[present], step.inputs[past])}
 
 
 def _read_outputs(folder: Path, step: ExportedStep, run: StepRun, label: str, ulp: int) -> None:

@@ -61,7 +61,7 @@ def _compute(backend: str, attrs: dict, inputs: dict, output_names: tuple[str, .
         return run_step(attrs, inputs, output_names).outputs
     from csa_conform.device.backend import HOST as HOST_BACKEND
     from csa_conform.device.backend import backend_named
-    from csa_conform.device.modes import force_host_from_environment
+    from csa_conform.device.plan import force_host_from_environment
     from csa_conform.device.runner import DeviceRunner
 
     runner = DeviceRunner(force_host=force_host_from_environment(), backend_factory=backend_named(HOST_BACKEND))

@@ -27,16 +27,16 @@ from csa_conform.bridge.replay import (
     BridgeOptions,
     judge_case,
 )
-from csa_conform.case_glob import matching_cases
+from csa_conform._base.case_glob import matching_cases
+from csa_conform._base.terminal import escaped, one_line
+from csa_conform.check.results import golden_reference, results_document
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import envelope_lines, judge_envelope
+from csa_conform.cli.diff import envelope_lines
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, golden_file, jobs_option, output_options
+from csa_conform.compare.tolerance import Tolerances
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.results import golden_reference, results_document
-from csa_conform.terminal import escaped, one_line
-from csa_conform.tolerance import Tolerances
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -170,7 +170,7 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
             with removed_on_signal(Path(work), stop_runners):
                 cases = _cases(golden, case_ids, options, Path(work), jobs, quiet or as_json, envelope is not None)
     # diff's dual verdict over the cases' error statistics (each output under the stage computing it)
-    judged = judge_envelope(envelope, str(tolerance), cases) if envelope is not None else None
+    judged = envelope.judge_run(str(tolerance), [case.errors for case in cases]) if envelope is not None else None
     code = _exit_code(cases, judged)
     if as_json:
         emit_json(results_document(

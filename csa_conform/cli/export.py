@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
+from csa_conform._base.case_glob import matching_cases
+from csa_conform._base.terminal import escaped
 from csa_conform.bridge.export import FORMATS, NXRT_BRIDGE, export, new_directory
 from csa_conform.bridge.model import onnx_module
-from csa_conform.case_glob import matching_cases
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, golden_file, quiet_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.terminal import escaped
 
 
 @exits("written")

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 
 CI = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 FAKE = Path(__file__).with_name("fake_runner.py")

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 
 CI = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 STAND_IN = f"{sys.executable} -m csa_conform.bridge.stand_in"
