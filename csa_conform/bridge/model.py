@@ -37,7 +37,7 @@ def onnx_module():
     try:
         import onnx
     except ImportError as error:
-        raise MissingExtra(f"exporting ONNX models needs the onnx package ({error}): "
+        raise MissingExtra(f"reading and writing ONNX models needs the onnx package ({error}): "
                            "pip install 'csa-conform[onnx]'") from None
     return onnx
 
