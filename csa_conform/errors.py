@@ -146,6 +146,10 @@ class MissingExtra(CsaConformError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class TensorFileError(CsaConformError):
+    """A ``.nxrt`` tensor file (the runtime bridge's interchange) that does not follow its layout."""
+
+
 class WorkerCrashed(CsaConformError):
     """A worker process of --jobs died (killed, out of memory) before returning its result."""
 

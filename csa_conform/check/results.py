@@ -40,7 +40,7 @@ from csa_conform.errors import UsageError
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
-COMMANDS = ("verify", "diff", "bisect", "explain", "bench")
+COMMANDS = ("verify", "diff", "bisect", "explain", "bench", "bridge")
 
 # Failure types (JUnit's failure/@type).
 BIT_MISMATCH = "bit-mismatch"
@@ -56,6 +56,8 @@ CHUNK_VARIANT = "chunk-variant"
 SANITIZER = "sanitizer"
 TIMING_REFUSED = "timing-refused"
 SLOWER = "slow"
+UNSUPPORTED = "unsupported"  # bridge: the runtime has no kernel for the operator
+RUNNER_ERROR = "runner-error"  # bridge: the runner failed, crashed, hung or broke the protocol
 ERROR = "error"
 INVALID_CASE = INVALID  # a case that cannot be judged: its failure's type, and its verdict
 

@@ -10,11 +10,13 @@ import click
 from csa_conform import __version__
 from csa_conform.cli.bench import bench_command
 from csa_conform.cli.bisect import bisect as bisect_command
+from csa_conform.cli.bridge import bridge_command
 from csa_conform.cli.calibrate import calibrate_command
 from csa_conform.cli.common import OneLineErrors
 from csa_conform.cli.diff import diff as diff_command
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explain import explain_command
+from csa_conform.cli.export import export_command
 from csa_conform.cli.fuzz import fuzz_command
 from csa_conform.cli.gap import gap_command
 from csa_conform.cli.generate import generate_command
@@ -40,7 +42,8 @@ def main() -> None:
 
 
 COMMANDS = (generate_command, verify_command, diff_command, bisect_command, reduce_command, fuzz_command,
-            explain_command, inspect_command, report_command, gap_command, calibrate_command, bench_command)
+            explain_command, inspect_command, report_command, gap_command, calibrate_command, bench_command, export_command,
+            bridge_command)
 for command in COMMANDS:
     main.add_command(command)
 exits("verified, conformant or written", "a divergence or a verification failure", bisect=True)(main)

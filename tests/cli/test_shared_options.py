@@ -14,9 +14,9 @@ def _params(option: str):
 
 
 @pytest.mark.parametrize("option, commands", [
-    ("--case", ["bench", "bisect", "diff", "explain", "gap", "generate", "reduce", "verify"]),
-    ("--jobs", ["generate", "verify"]),
-    ("-q", ["bench", "bisect", "diff", "explain", "fuzz", "generate", "reduce", "report", "verify"]),
+    ("--case", ["bench", "bisect", "bridge", "diff", "explain", "export", "gap", "generate", "reduce", "verify"]),
+    ("--jobs", ["bridge", "generate", "verify"]),
+    ("-q", ["bench", "bisect", "bridge", "diff", "explain", "export", "fuzz", "generate", "reduce", "report", "verify"]),
     ("--stage", ["diff", "explain", "inspect"]),
 ])
 def test_every_command_declares_the_option_alike(option, commands):
