@@ -3,10 +3,14 @@
 A drawn case is a random stream of the ``random`` family's kind
 (``fixtures.randomized.StreamSpec``) at the edges the suite covers thinly:
 both ratios, f32 and FP8 ratio-128 caches, 5 and 6 outputs, every broadcast
-shape of attention_bias, streams from position 0 and resumed ones (near
-block ends too), kv windows from the dense window's minimum up, B, N and I
-in 1..8 (not only powers of two), top-k from 1 to 512, and head sinks far
-below, near and far above the row maximum. The oracle makes its goldens (a
+shape of attention_bias, streams from position 0 and resumed ones, kv windows
+from the dense window's minimum up, B in 1..4 (mostly above 1: the per-row
+offsets), N and I in 1..8 (not only powers of two), top-k from 1 to 512, and
+head sinks far below, near and far above the row maximum. The draw leans
+toward the boundaries the contract defines: starts past the dense window's
+fill (then Kc at every offset past its minimum), at power-of-two record counts
+and at the block phases that matter (a long ratio-128 carry), and steps that
+end at a block end or one past it. The oracle makes its goldens (a
 draw the contract rejects, or whose index scores tie, is discarded); the
 device run must agree with them bit for bit. On a divergence Hypothesis
 shrinks the draw (fewer steps, tokens, rows, heads, smaller seeds) while it

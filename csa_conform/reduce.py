@@ -2,10 +2,13 @@
 
 A case's divergence is named by the first divergent step's earliest stage and
 tensor (what ``bisect`` reports). Any smaller case whose chained device run
-diverges at the same stage and tensor replaces it: first the stream started
-at the failing step from its stored past state (earlier steps put back only
-when the divergence needs the device's own state from them) with the later
-steps dropped, then, greedily, fewer batch rows, the failing token (or the
+diverges at the same stage and tensor replaces it. The search starts from
+each of: the stream from its first step with the later steps dropped, the
+failing step from its stored past state (earlier steps put back only when the
+divergence needs the device's own state from them), and the file's smallest
+case diverging alike; the smallest result (input elements, then bytes) wins,
+and the case as given competes too, so the output is never larger. From each
+start, greedily: fewer batch rows, the failing token (or the
 step) restarted as a prefill from position 0 (no past records, cleared
 carries, a current_kv of just its own positions), the failing token restarted
 from position 0 after the positions before it in its block (a record still ends
@@ -13,11 +16,13 @@ there) or before it at all (RoPE and the dense window see its position), the
 carries of a stream that starts at position 0 omitted (a reader supplies the cleared carries the
 contract would make of any: a kernel that reads what it should have cleared
 keeps them), fewer past records (the stream moved back a block per record),
-fewer query tokens of the last step, a shorter current_kv, fewer heads, index
+fewer query tokens of the last step (a prefix, or a suffix from a block end or the
+divergent token resumed from the oracle's state), a shorter current_kv, fewer heads, index
 heads and top-k slots, no or a more broadcast attention_bias, no
 selected_indices output, and fewer leading steps. What the contract fixes (the
-compressors' ape and norm, the cursors, one row's carries where the step does
-not start at position 0) never shrinks: ``Stream.fixed_elements`` is that floor.
+compressors' ape and norm, the cursors, one row's carries and the past records
+its position holds where the step does not start at position 0) never shrinks:
+``Stream.fixed_elements`` is that floor.
 Every candidate is a fresh oracle run of the transformed inputs (one the
 contract rejects is skipped), so the reduced case verifies by construction;
 the search stops at a fixed point or when its time budget is spent.

@@ -112,15 +112,15 @@ class Stream:
         """Each input whose shape the contract fixes for a one-step case of this stream's ratio, rows and
         position, with that shape and its elements over the rows (``fixed_elements`` is their sum)."""
         step = self.steps[-1]
-        per_row = FIXED_ROW_INPUTS + (CARRIES if step_start(step) else ())
+        per_row = FIXED_ROW_INPUTS + (CARRIES + PAST_RECORDS if step_start(step) else ())
         fixed = {name: (tuple(step[name].shape), int(step[name].size)) for name in FIXED_INPUTS if name in step}
         fixed.update({name: (tuple(step[name].shape), int(step[name].size)) for name in per_row if name in step})
         return fixed
 
     def fixed_elements(self) -> int:
         """The input elements the contract fixes for a one-step case of this stream's ratio, rows and
-        position: the compressors' ape and norm, the cursors, and each row's carries unless the step
-        starts at position 0."""
+        position: the compressors' ape and norm, the cursors, and unless the step starts at position 0
+        each row's carries and the start // ratio past records (and index keys) its position holds."""
         return sum(elements for _, elements in self.fixed_inputs().values())
 
     def window_floor(self) -> tuple[int, int]:

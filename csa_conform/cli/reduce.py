@@ -57,7 +57,7 @@ def _elements(original: Stream, reduced: Stream) -> str:
     fixed = reduced.fixed_elements() + window
     rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
     from_zero = step_start(reduced.steps[-1]) == 0
-    state = "cursors" if from_zero else "carries and cursors"
+    state = "cursors" if from_zero else "carries, past records and cursors"
     line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
             f"(compressor ape and norm, {rows} {state}, a current_kv from position {first}"
             + ("; no carries: a step from position 0 may omit them)" if from_zero else ")"))
