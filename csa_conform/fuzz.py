@@ -75,9 +75,9 @@ class Draw:
 
 
 def _start(draw, st, ratio: int) -> int:
-    """A thin-edge start (as before), a start past the window fill, or one at a power-of-two record
-    count, each at a block phase the contract distinguishes."""
-    kind = draw(st.sampled_from(("thin", "window", "records")))
+    """A thin-edge start (as before, a quarter of the draws), a start past the window fill (half), or
+    one at a power-of-two record count (a quarter), each at a block phase the contract distinguishes."""
+    kind = draw(st.sampled_from(("thin", "window", "records", "window")))
     if kind == "thin":
         return draw(st.sampled_from(STARTS[ratio]))
     if kind == "window":
