@@ -58,6 +58,9 @@ RECORD_POWERS = {4: 6, 128: 3}
 # From this position on (16 records at ratio 4), one or two index heads' random FP4 keys tie in most
 # draws: three or more are drawn.
 MANY_RECORDS = 64
+# The longest step a block-end draw makes (longer ratio-128 ones cost seconds a draw; a long carry
+# comes from a start late in its block instead).
+BLOCK_CHUNK = 9
 # Kc past the window's minimum for "window" streams: a window of one extra position up to the full history.
 WINDOW_OFFSETS = (1, 2, 3, 64, 127, 128)
 
@@ -94,11 +97,6 @@ def _chunk(draw, st, ratio: int, position: int, longest: int) -> int:
     if kind == "short" or to_end + 1 > BLOCK_CHUNK:
         return draw(st.integers(1, longest))
     return to_end if kind == "block end" else to_end + 1
-
-
-# The longest step a block-end draw makes (longer ratio-128 ones cost seconds a draw; a long carry
-# comes from a start late in its block instead).
-BLOCK_CHUNK = 9
 
 
 def _window(draw, st, start: int) -> str | int:
