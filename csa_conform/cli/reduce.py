@@ -66,11 +66,10 @@ def _elements(original: Stream, reduced: Stream) -> str:
     return line
 
 
-def _starting_points(reduction: Reduction, case: str) -> str:
-    """Which starting point won, and what each reduced to."""
+def _starting_points(reduction: Reduction) -> str:
+    """Which starting point won (another case of the file names itself), and what each reduced to."""
     tried = "; ".join(f"{name} -> {elements:,}" for name, elements in reduction.starts)
-    source = "" if reduction.source == case else f" ({reduction.source}: it diverges at the same stage and tensor)"
-    return f"smallest from {reduction.start}{source}; starting points tried: {tried}"
+    return f"smallest from {reduction.start}; starting points tried: {tried}"
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -170,7 +169,7 @@ def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s
     click.echo(f"reduced {case} in {reduction.trials} trials, {reduction.seconds:.1f} s (stopped at {stop}): "
                f"{_sizes(reduction.original.shape(), reduction.reduced.shape())}")
     click.echo(_elements(reduction.original, reduction.reduced))
-    click.echo(_starting_points(reduction, case))
+    click.echo(_starting_points(reduction))
     click.echo(_floor(reduction))
     click.echo(f"still diverges first at {describe(found)} (step {found['step']}), as the original")
     click.echo("verified against the oracle: " + ("yes" if verified.passed else "NO (a bug in reduce)"))
