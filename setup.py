@@ -1,7 +1,7 @@
 """Maps the top-level kernels/ and goldens/ci.h5 into the wheel's package at build time.
 
 The design keeps both folders at the repository root; an installed package
-must still find them through importlib.resources (csa_conform/resources.py).
+must still find them through importlib.resources (csa_conform/_base/resources.py).
 """
 
 from pathlib import Path

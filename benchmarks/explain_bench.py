@@ -64,7 +64,7 @@ def _child(scenario: str, sequence: int) -> dict:
     """One measurement in this process (the tree on sys.path is the side measured)."""
     import numpy as np
 
-    from csa_conform.diff import compare_payloads
+    from csa_conform.compare.bitwise import compare_payloads
     from csa_conform.explain import explain_step
     from csa_conform.explain.rounded_libm import correctly_rounded
     from csa_conform.explain.stages import run_stage

@@ -46,7 +46,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
 from before_tree import before_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +61,8 @@ CHILD = "--child"
 
 def build_inputs() -> None:
     """Save each case's first step (attrs, outputs, inputs) as this tree's recipes build it."""
-    from csa_conform.fixtures import long_context, suite_recipes
-    from csa_conform.fixtures.stream import assemble
+    from csa_conform.golden.recipes import long_context, suite_recipes
+    from csa_conform.golden.recipes.stream import assemble
 
     DATA.mkdir(parents=True, exist_ok=True)
     for name, (case_id, _) in CASES.items():
@@ -88,7 +87,7 @@ def _resident_kib(field: str) -> int:
 def child(case: str) -> None:
     """One step in this process (the tree on PYTHONPATH): prints a JSON line of timings and memory."""
     from csa_conform.oracle import run_step, stage_functions
-    from csa_conform.spec import STAGES
+    from csa_conform.spec import PIPELINE
 
     baseline = _resident_kib("VmRSS")
     data = np.load(DATA / f"{case}.npz")
@@ -98,7 +97,7 @@ def child(case: str) -> None:
     run_step(attrs, inputs, outputs)  # compile or load the numba cache, warm up
     stage_seconds: dict[str, float] = {}
     stage_cpu: dict[str, float] = {}
-    for stage in STAGES:
+    for stage in PIPELINE:
         original = stage_functions.STAGE_FUNCTIONS[stage.name]
 
         def timed(run, original=original, name=stage.name):

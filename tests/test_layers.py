@@ -1,9 +1,10 @@
-"""The package's layers, written down once, and the imports that keep to them (ast, whole package).
+"""The package's layers, as csa_conform/layers.txt lists them, and the imports that keep to them (ast).
 
 Every import counts: module level, inside functions (lazy), under TYPE_CHECKING, and in package
 ``__init__`` files; importing ``a.b.c`` also runs ``a.b``'s ``__init__``. A module may import its
 own layer or a lower one, never a higher one, and no set of modules may import each other in a
-circle. Only cli/ imports the CLI (the pytest plugin shares the top layer with it but not its code).
+circle. Only cli/ imports the CLI (the pytest plugin shares the top layer with it but not its code), and the
+device runner imports nothing that judges (golden, compare, check, explain).
 """
 
 from __future__ import annotations
@@ -14,22 +15,16 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "csa_conform"
 
-# Bottom to top. A name is a top-level module or package of csa_conform ("" is the package's __init__).
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "exitcodes", "atomic", "resources", "shards", "terminal", "case_glob", "memory", "bounded_json",
-     "placement", "statuses"),
-    ("numerics",),
-    ("contract",),
-    ("spec",),
-    ("oracle", "official", "profile", ""),
-    ("golden", "fixtures", "streams"),
-    ("diff", "errorstats", "gap", "specials", "tolerance"),
-    ("device", "diagnosis"),
-    ("explain",),
-    ("results", "report", "html_report", "verify", "invariance", "reduce", "fuzz", "testing"),
-    ("run",),
-    ("cli", "pytest_plugin", "__main__"),
-)
+
+
+def read_layers(path: Path = PACKAGE / "layers.txt") -> tuple[tuple[str, ...], ...]:
+    """The layer listing at the package root, bottom to top ("__init__" stands for the package root)."""
+    rows = [line.partition("|")[0].split() for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+    return tuple(tuple("" if name == "__init__" else name for name in row) for row in rows)
+
+
+LAYERS = read_layers()
 LAYER_OF = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 
@@ -87,6 +82,24 @@ def test_only_the_cli_imports_the_cli():
     outside = sorted(f"{name} -> {other}" for name, others in GRAPH.items() for other in others
                      if top(other) == "cli" and top(name) not in ("cli", "__main__"))
     assert outside == []
+
+
+def test_every_listed_package_exists_and_sits_on_one_layer():
+    listed = [name for row in LAYERS for name in row]
+    assert len(listed) == len(set(listed))
+    assert sorted(name for name in listed if name and name not in {top(module) for module in MODULES}) == []
+
+
+def test_nothing_flat_but_the_error_root():
+    flat = sorted(name for name, path in MODULES.items() if name.count(".") == 1 and path.name != "__init__.py")
+    assert flat == ["csa_conform.__main__", "csa_conform.errors", "csa_conform.exitcodes"]
+
+
+def test_the_device_runner_judges_nothing():
+    judging = ("golden", "compare", "check", "explain")
+    found = sorted(f"{name} -> {other}" for name, others in GRAPH.items() if top(name) == "device"
+                   for other in others if top(other) in judging)
+    assert found == []
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:

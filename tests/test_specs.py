@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from csa_conform._base.resources import builtin_kernels
 from csa_conform.contract import INPUT_NAMES, claim_metadata, unsupported_reason, validate_step
 from csa_conform.device.kernels import MODULES, PRELUDE, STRICT_OPTIONS
 from csa_conform.device.launches import ATTENTION_BLOCK, REPLICATE_BLOCK
 from csa_conform.device.ptx import CATEGORIES
-from csa_conform.fixtures.closed_form import ratio4_plan, ratio128_plan
-from csa_conform.fixtures.stream import assemble, play
-from csa_conform.oracle import STAGES, run_step
-from csa_conform.resources import builtin_kernels
-from csa_conform.spec import LAUNCHES, payload_table
+from csa_conform.golden.recipes.closed_form import ratio4_plan, ratio128_plan
+from csa_conform.golden.recipes.stream import assemble, play
+from csa_conform.oracle import run_step
+from csa_conform.spec import LAUNCHES, STAGE_NAMES, payload_table
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "stage-payloads.md"
 
@@ -38,7 +38,7 @@ def emitted(plan) -> set[tuple[str, str]]:
 def test_spec_lists_every_payload_of_both_ratios():
     produced = emitted(ratio4_plan(((0, 8),))) | emitted(ratio128_plan(((0, 128, None),)))
     assert produced == documented()
-    assert {stage for stage, _ in produced} == set(STAGES)
+    assert {stage for stage, _ in produced} == set(STAGE_NAMES)
 
 
 def test_the_payload_table_is_the_one_the_spec_generates():
@@ -153,7 +153,7 @@ def test_attribute_values_each_ratio_accepts(name, ratio):
 
 def test_contract_names_the_stages_in_pipeline_order():
     named = re.findall(r"^\d\. `(\w+)`", CONTRACT.read_text(), flags=re.MULTILINE)
-    assert tuple(named) == STAGES
+    assert tuple(named) == STAGE_NAMES
 
 
 def test_contract_input_table_is_the_positional_schema():

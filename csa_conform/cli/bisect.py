@@ -11,24 +11,10 @@ import time
 
 import click
 
-from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import control_banner
-from csa_conform.cli.exit_status import exits
-from csa_conform.device.launches import kernel_of
-from csa_conform.cli.options import (
-    DEFAULT_FILE,
-    case_selection,
-    device_options,
-    effective_force_host,
-    golden_file,
-    output_options,
-)
-from csa_conform.device.conformance import compare_step, first_divergence, replay
-from csa_conform.device.modes import STAGES, Mode
-from csa_conform.errors import UsageError
-from csa_conform.exitcodes import ExitCode
-from csa_conform.golden import GoldenFile
-from csa_conform.results import (
+from csa_conform._base.terminal import escaped
+from csa_conform.check.conformance import compare_step, first_divergence, replay
+from csa_conform.check.options import RunOptions
+from csa_conform.check.results import (
     STEP_REJECTED,
     case_entry,
     control_run,
@@ -39,23 +25,37 @@ from csa_conform.results import (
     stage_entry,
     step_entry,
 )
-from csa_conform.run import RunOptions
-from csa_conform.terminal import escaped
+from csa_conform.cli.common import argv, boundary, emit_json, progress
+from csa_conform.cli.exit_status import exits
+from csa_conform.cli.options import (
+    DEFAULT_FILE,
+    case_selection,
+    device_options,
+    golden_file,
+    output_options,
+    run_options,
+)
+from csa_conform.cli.run_header import control_banner
+from csa_conform.device.launches import kernel_of
+from csa_conform.errors import UsageError
+from csa_conform.exitcodes import ExitCode
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES, Mode
 
 
 def _first_divergence(golden: GoldenFile, case: str, options: RunOptions, runner, steps: int,
                       quiet: bool) -> dict | None:
     outcomes = progress(replay(golden, case, runner), steps, "bisect (chained)",
                         lambda outcome: f"step {outcome.index}", quiet)
-    return first_divergence(outcomes, STAGES, options.ulp)
+    return first_divergence(outcomes, STAGE_NAMES, options.ulp)
 
 
 def _isolated_stages(golden: GoldenFile, case: str, step: int, options: RunOptions, runner) -> list[str]:
     """Stages that diverge when the divergent step runs with the oracle's inputs everywhere."""
     for outcome in replay(golden, case, runner, upto=step):
         if outcome.index == step and outcome.actual is not None:
-            failing = [diff for diff in compare_step(outcome, STAGES, options.ulp) if not diff.passed]
-            return sorted({diff.stage for diff in failing}, key=STAGES.index)
+            failing = [diff for diff in compare_step(outcome, STAGE_NAMES, options.ulp) if not diff.passed]
+            return sorted({diff.stage for diff in failing}, key=STAGE_NAMES.index)
         if outcome.index == step and outcome.failure is not None:
             return [outcome.failure_stage]
     return []
@@ -131,7 +131,7 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
       csa-conform bisect --case random.r4-stream-3 --kernels ./my-kernels
       csa-conform bisect goldens/ci.h5 --case random.r4-stream-3 --json > bisect.json
     """
-    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(file, force_host, build, backend, ulp)
     started = time.perf_counter()
     chained, isolated_runner = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     with GoldenFile(file) as golden:

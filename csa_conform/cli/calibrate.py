@@ -6,16 +6,17 @@ from pathlib import Path
 
 import click
 
-from csa_conform.atomic import write_atomically
+from csa_conform._base.atomic import write_atomically
+from csa_conform.check.gap import measure_file
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import engine_option
+from csa_conform.compare.errorstats import ISOLATED, MODES, Gap
+from csa_conform.compare.tolerance import MARGIN, Tolerances
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.gap import ISOLATED, MODES, Gap, measure_file
 from csa_conform.oracle.engine import chosen_engine
-from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
-from csa_conform.tolerance import MARGIN, Tolerances
+from csa_conform.profiles.numerics import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 
 
 @exits("written")

@@ -13,31 +13,28 @@ from __future__ import annotations
 import functools
 import json
 import math
-import multiprocessing
 import os
 import signal
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import click
 from rich.console import Console
 
+from csa_conform._base.memory import headroom as memory_headroom
+from csa_conform._base.memory import human, shared_headroom
+from csa_conform._base.pool import ordered_map, stop_workers
+from csa_conform._base.terminal import one_line
+from csa_conform.check.results import COMMANDS, error_document
 from csa_conform.cli.output import final_exit_code, guard_streams, say_error
-from csa_conform.errors import CsaConformError, MemoryShortage, WorkerCrashed, exit_code_of
-from csa_conform.memory import headroom as memory_headroom
-from csa_conform.memory import human, shared_headroom
+from csa_conform.errors import CsaConformError, MemoryShortage, exit_code_of
 from csa_conform.exitcodes import ExitCode
-from csa_conform.oracle.parallel import share_cores
-from csa_conform.results import COMMANDS, error_document
-from csa_conform.terminal import one_line
+from csa_conform.oracle.compiled.parallel import share_cores
 
 PROGRAM = "csa-conform"
 # More worker processes than this many per core only cost memory and file handles.
 JOBS_PER_CORE = 2
-STOPPING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 # What one --jobs worker is budgeted: a numba worker's address space peaks near 450 MB on the ci suite.
 WORKER_BYTES = 512 << 20
 
@@ -186,64 +183,22 @@ def capped_jobs(jobs: int) -> int:
     return jobs
 
 
-def _start_worker(processes: int) -> None:
-    """Ctrl-C reaches the whole process group; the parent alone answers it, once. Workers are born
-    with SIGINT and SIGTERM blocked (see fan_out), so one arriving while a worker starts cannot print
-    a traceback there; SIGINT is ignored from here on, SIGTERM ends the worker. The oracle's threads in each worker get their
-    share of the cores, not all of them."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
-    share_cores(processes)
-
-
 def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int,
             weights: list[float] | None = None) -> Iterator[Result]:
-    """``function`` over ``items`` in order, on ``jobs`` processes when jobs > 1.
-
-    Results come back in item order whatever the worker timing, which is what
-    keeps ``--jobs N`` output identical to ``--jobs 1``. With ``weights`` (the
-    rough work of each item) the heaviest items are started first, so the
-    last one to finish is not a heavy item started late (prod's 3 cases on 2
-    workers); a result that is ready before those ahead of it waits for them.
-    """
+    """``function`` over ``items`` in order, on ``jobs`` processes when jobs > 1 (csa_conform._base.pool);
+    the oracle's threads in each worker get their share of the cores, not all of them. With ``weights``
+    the heaviest items start first (prod's 3 cases on 2 workers)."""
     processes = min(jobs, len(items))
     if processes <= 1:
         yield from map(function, items)
         return
-    order = sorted(range(len(items)), key=lambda index: -weights[index]) if weights else None
-    pool = ProcessPoolExecutor(max_workers=processes, initializer=_start_worker, initargs=(processes,))
-    try:
-        # Submitting forks the workers. SIGINT and SIGTERM stay pending until all of them exist and
-        # are registered: a handler running mid-fork would miss the newest worker, which then holds the
-        # output pipes open for ever.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
-        try:
-            if weights is None:
-                results = pool.map(function, items)
-            else:
-                futures = {index: pool.submit(function, items[index]) for index in order}
-                results = (futures.pop(index).result() for index in range(len(items)))
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        yield from results
-    except BrokenProcessPool:
-        raise WorkerCrashed("a worker process died before finishing; rerun with --jobs 1 to see why") from None
-    except KeyboardInterrupt:
-        _stop_workers()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _stop_workers() -> None:
-    for worker in multiprocessing.active_children():
-        worker.kill()
+    yield from ordered_map(function, items, processes, weights, start=functools.partial(share_cores, processes),
+                           crashed="a worker process died before finishing; rerun with --jobs 1 to see why")
 
 
 def _terminated(_number, _frame) -> None:
     """SIGTERM outside a file write: workers stopped, one line, exit 143 (atomic_file has its own)."""
-    _stop_workers()
+    stop_workers()
     say_error(f"{PROGRAM}: error: terminated")
     os._exit(int(ExitCode.TERMINATED))
 

@@ -1,23 +1,34 @@
 """`csa-conform diff`: run the device kernels on golden cases and compare every stage.
 
-Presentation only: the replay and comparison live in csa_conform.device.
+Presentation only: the run is csa_conform.check.device_run's, the comparison csa_conform.compare's.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
-import shlex
 import sys
-import tempfile
-import time
-from pathlib import Path
-from typing import Sequence
 
 import click
 
-from csa_conform.case_glob import matching_cases
+from csa_conform._base.statuses import (
+    DIVERGED,
+    IDENTICAL,
+    NONDETERMINISTIC,
+    NOT_APPLICABLE,
+    REPLAY_MISMATCH,
+)
+from csa_conform._base.terminal import escaped, one_line
+from csa_conform.check.conformance import CaseReport
+from csa_conform.check.device_run import run_cases
+from csa_conform.check.invariance import KINDS as INVARIANCES
+from csa_conform.check.invariance import VARIANT
+from csa_conform.check.options import RunOptions
+from csa_conform.check.results import (
+    control_run,
+    device_case_entry,
+    kernel_provenance,
+    results_document,
+)
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section
@@ -26,45 +37,20 @@ from csa_conform.cli.options import (
     case_selection,
     device_depth_options,
     device_options,
-    effective_force_host,
     effective_shard,
     golden_file,
     output_options,
+    run_options,
     stage_option,
 )
+from csa_conform.cli.run_header import control_banner, run_header
+from csa_conform.cli.sanitized import sanitized_diff
+from csa_conform.compare.tolerance import Tolerances
 from csa_conform.device.backend import CUDA
-from csa_conform.device.conformance import CaseReport, check_case
-from csa_conform.device.devices import resolve_devices, spread
-from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES, Mode
-from csa_conform.device.provenance import RunProvenance
-from csa_conform.device.runner import DeviceRunner
-from csa_conform.device.sanitizer import SANITIZER, run_sanitized
-from csa_conform.errors import DeviceUnavailable, SanitizedRunFailed, UsageError
+from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.gap import Gap
-from csa_conform.golden import GoldenFile
-from csa_conform.invariance import KINDS as INVARIANCES
-from csa_conform.invariance import VARIANT, check_invariance
-from csa_conform.profile import REFERENCE
-from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
-from csa_conform.run import RunOptions
-from csa_conform.shards import Shard
-from csa_conform.spec import BY_NAME
-from csa_conform.statuses import DIVERGED, IDENTICAL, NONDETERMINISTIC, NOT_APPLICABLE, NOT_COMPARED, REPLAY_MISMATCH
-from csa_conform.terminal import escaped, one_line, shell_join
-from csa_conform.tolerance import Tolerances
-
-
-def control_banner(options: RunOptions) -> str:
-    """What an all-host run must say loudly: it compared the oracle with itself, not with kernels."""
-    sources = []
-    if os.environ.get(SEED_FORCE_HOST_ENV, "") not in ("", "0"):
-        sources.append(f"{SEED_FORCE_HOST_ENV}={os.environ[SEED_FORCE_HOST_ENV]} (inherited)")
-    if os.environ.get(FORCE_HOST_ENV):
-        sources.append(f"{FORCE_HOST_ENV}={os.environ[FORCE_HOST_ENV]}")
-    why = ", ".join(sources) or f"--force-host {options.forced or 'none'}"
-    return (f"CONTROL RUN: no kernel was launched; every compared stage ran on the host oracle ({why}). "
-            "This checks the harness, not your kernels.")
+from csa_conform.explain.patterns import stage_findings
+from csa_conform.spec import BY_NAME, Mode
 
 
 def _cell(report: CaseReport, stage: str) -> str:
@@ -204,132 +190,6 @@ def _summary(reports: list[CaseReport]) -> str:
             + "".join(f", {count} {kind}" for kind, count in kinds.items()))
 
 
-def build_lines(provenance: RunProvenance) -> list[str]:
-    """The build and, per compiled module, its NVRTC options and PTX report (once per run)."""
-    build = provenance.kernels["build"]
-    lines = [f"build {build['profile']} ({build['origin']}): {' '.join(build['options']) or 'no options'}"
-             + (", strict PTX" if build["strict_ptx"] else "")]
-    for name, module in sorted(provenance.modules.items()):
-        report = "no PTX (host emulation)" if module.ptx is None else module.ptx.summary()
-        lines.append(f"  {name}: {' '.join(module.options)}")
-        lines.append(f"    ptx: {report}")
-    return lines
-
-
-def run_header(command: str, provenance: RunProvenance, options: RunOptions,
-               stages: tuple[str, ...]) -> list[str]:
-    """What a device run's text output starts with: options, kernels, device, build and PTX."""
-    kernels = provenance.kernels
-    device = provenance.device
-    where = "host only (no device launch)" if device is None else (
-        f"{device.name} (sm {device.compute_capability}, CUDA runtime {device.cuda_runtime}, "
-        f"driver {device.cuda_driver}, NVRTC {device.nvrtc})"
-    )
-    forced = options.forced or "none"
-    return [
-        f"csa-conform {command} {options.file}: mode {options.mode.value}, stages "
-        f"{'all' if stages == STAGES else ','.join(stages)}, ulp {options.ulp}"
-        + (f", every launch run {options.repeat} times" if options.repeat > 1 else "")
-        + (f", replayed on a CUDA {options.replay}" if options.replay else ""),
-        f"kernels {kernels['path']}{' (builtin)' if kernels['builtin'] else ''}; force-host {forced}; device {where}",
-        *build_lines(provenance),
-    ]
-
-
-def sanitized_diff(tool: str, options: RunOptions, stages: tuple[str, ...], case_glob: str | None,
-                   shard: Shard | None, as_json: bool, git_bisect: bool) -> ExitCode:
-    """The diff re-run under compute-sanitizer: its document plus the sanitizer's findings.
-
-    The child gets --git-bisect too, so an error it stops on keeps its exit code (125 included).
-    """
-    words = [options.file, "--stage", "all" if stages == STAGES else ",".join(stages), "--mode", options.mode.value,
-             "--shard", str(shard or "1/1")]
-    words += ["--case", case_glob] if case_glob else []
-    words += ["--force-host", options.forced] if options.force_host else []
-    words += options.build.words()
-    words += ["--ulp", str(options.ulp), "--repeat", str(options.repeat)]
-    words += ["--replay", options.replay] if options.replay else []
-    words += ["--git-bisect"] if git_bisect else []
-    run = run_sanitized(tool, words)
-    try:
-        document = json.loads(run.stdout)
-    except json.JSONDecodeError:
-        reason = (run.stderr.strip().splitlines() or [f"exit code {run.exit_code}"])[-1]
-        raise DeviceUnavailable(f"the diff under {shlex.join(run.command[:3])} printed no results: {reason}") from None
-    findings = [finding.to_dict() for finding in run.findings]
-    if "error" in document and not (findings or run.error_count):
-        # What the tool reported explains a child that stopped (a kernel it aborted); nothing else does.
-        raise SanitizedRunFailed(f"the diff under {SANITIZER} --tool {tool} stopped: "
-                                 f"{document['error']['message']}", document["exit_code"])
-    code = ExitCode.DIVERGED if findings or run.error_count else ExitCode(document["exit_code"])
-    document.update(argv=argv(), passed=document["passed"] and code == ExitCode.OK, exit_code=int(code))
-    document["options"]["sanitize"] = tool
-    reproduce = shell_join([SANITIZER, "--tool", tool, "csa-conform", "diff", *words])
-    document["sanitizer"] = {"tool": tool, "reproduce": reproduce, "error_count": run.error_count,
-                             "findings": findings}
-    if as_json:
-        emit_json(document)
-        return code
-    summary = document["summary"]
-    click.echo(f"csa-conform diff under {SANITIZER} --tool {tool}: {summary['cases']} cases, "
-               f"{summary['failed']} failed; {tool} reported {run.error_count or 0} errors")
-    if "error" in document:
-        click.echo(f"  the diff stopped: {document['error']['message']}")
-    for finding in run.findings:
-        click.echo(f"  {finding.summary()}")
-    if findings:
-        click.echo(f"  reproduce: {reproduce}")
-    return code
-
-
-def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...],
-           ulp: int, measure: bool = False, invariance: tuple[str, ...] = ()) -> tuple[CaseReport, float]:
-    started = time.perf_counter()
-    report = check_case(golden, case, runner, stages, ulp, measure)
-    if invariance:
-        with tempfile.TemporaryDirectory(prefix="csa-invariance-") as work:
-            found, _ = check_invariance(golden, case, runner, invariance, Path(work))
-        report.findings.extend(found)
-        for finding in found:
-            verdict = report.stages.get(finding["stage"])
-            if verdict is not None and verdict.status in (IDENTICAL, NOT_COMPARED):
-                verdict.status, verdict.step = finding["type"], finding["step"]
-    return report, time.perf_counter() - started
-
-
-def check_cases(options: RunOptions, stages: tuple[str, ...], cases: Sequence[str]):
-    """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
-    runner = options.runner()
-    with GoldenFile(options.file) as golden:
-        return [_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance)
-                for case in cases], runner.provenance
-
-
-def run_diff(options: RunOptions, stages: tuple[str, ...], case_glob: str | None, quiet: bool = False,
-             shard: Shard | None = None, devices: tuple[int, ...] | None | bool = False):
-    """The reports of every selected case (of this shard) with their times, the run's provenance, and the
-    golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs."""
-    runner = options.runner()
-    with GoldenFile(options.file) as golden:
-        cases = matching_cases(golden.case_ids(), case_glob, golden.path)
-        golden_ref = golden_reference(options.file, golden.schema_version)
-    if shard is not None:
-        cases = shard.select(cases)
-    if devices is not False:
-        timed_reports, provenance = spread(resolve_devices(devices), functools.partial(check_cases, options, stages),
-                                           cases)
-        return timed_reports, provenance, golden_ref
-
-    def describe(done: tuple[CaseReport, float]) -> str:
-        return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
-
-    with GoldenFile(options.file) as golden:
-        timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance)
-                 for case in cases)
-        timed_reports = list(progress(timed, len(cases), "diff", describe, quiet))
-    return timed_reports, runner.provenance, golden_ref
-
-
 @exits("conformant", "divergence", bisect=True)
 @click.command("diff")
 @golden_file(DEFAULT_FILE)
@@ -367,8 +227,8 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
-    options = RunOptions(file, Mode(mode), effective_force_host(force_host), ulp, build, repeat, replay, tolerance,
-                          tuple(dict.fromkeys(invariance)), backend)
+    options = run_options(file, force_host, build, backend, ulp, mode=Mode(mode), repeat=repeat, replay=replay,
+                          tolerance=tolerance, invariance=invariance)
     if backend != CUDA and (devices is not False or sanitize):
         raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")
     shard = effective_shard(shard)
@@ -380,11 +240,13 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
         return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json, git_bisect)
-    timed_reports, provenance, golden_ref = run_diff(options, stages, case_glob, quiet or as_json, shard, devices)
+    timed_reports, provenance, golden_ref = run_cases(options, stages, case_glob, shard, devices,
+                                                     watch=functools.partial(progress, quiet=quiet or as_json),
+                                                     diagnose=stage_findings)
     reports = [report for report, _ in timed_reports]
     explanations = explain_reports(file, reports, options, stages) if explain else None
     code = ExitCode.OK if all(report.passed for report in reports) else ExitCode.DIVERGED
-    judged = judge_envelope(envelope, tolerance, reports) if envelope is not None else None
+    judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None
     if judged is not None:
         sound = all(report.failure is None and not report.findings for report in reports)
         code = ExitCode.OK if judged["within"] and sound else ExitCode.DIVERGED
@@ -412,16 +274,6 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
     for line in envelope_lines(judged, envelope) if judged is not None else ():
         click.echo(line)
     return code
-
-
-def judge_envelope(envelope: Tolerances, path: str, reports: list[CaseReport]) -> dict:
-    """The run's dual verdict per stage and tensor: bit-exact, and within the calibrated envelope."""
-    measured = Gap(REFERENCE, "device")
-    for report in reports:
-        if report.errors is not None:
-            measured.merge(report.errors)
-    verdicts = [envelope.judge(errors) for errors in measured.rows()]
-    return {"file": path, "within": all(verdict["within"] for verdict in verdicts), "stages": verdicts}
 
 
 def envelope_lines(judged: dict, envelope: Tolerances) -> list[str]:

@@ -9,28 +9,34 @@ import time
 
 import click
 
-from csa_conform.case_glob import matching_cases
+from csa_conform._base.case_glob import matching_cases
+from csa_conform._base.terminal import one_line
+from csa_conform.check.conformance import check_case
+from csa_conform.check.results import (
+    control_run,
+    device_case_entry,
+    golden_reference,
+    kernel_provenance,
+    results_document,
+)
 from csa_conform.cli.common import argv, boundary, emit_json, progress
-from csa_conform.cli.diff import control_banner, run_header
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explanation_lines, explanations_section
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
     device_options,
-    effective_force_host,
     golden_file,
     output_options,
+    run_options,
     stage_option,
 )
-from csa_conform.device.conformance import check_case
-from csa_conform.device.modes import Mode
+from csa_conform.cli.run_header import control_banner, run_header
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import explain_report
+from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import GoldenFile
-from csa_conform.results import control_run, device_case_entry, golden_reference, kernel_provenance, results_document
-from csa_conform.run import RunOptions
-from csa_conform.terminal import one_line
+from csa_conform.spec import Mode
 
 
 @exits("no divergence", "divergences (explained or not)", bisect=True)
@@ -53,7 +59,7 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
       csa-conform explain goldens/ci.h5 --case 'random.r4-*' --stage 7:attention --json > explain.json
       csa-conform explain --nvrtc-option=-DCSA_LIBM_PLATFORM -q
     """
-    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(file, force_host, build, backend, ulp)
     chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     entries, explanations = [], []
     with GoldenFile(file) as golden:
@@ -61,7 +67,7 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
         golden_ref = golden_reference(file, golden.schema_version)
         for case in progress(cases, len(cases), "explain", str, quiet or as_json):
             started = time.perf_counter()
-            report = check_case(golden, case, chained, stages, ulp)
+            report = check_case(golden, case, chained, stages, ulp, diagnose=stage_findings)
             if not report.passed:
                 explanations += explain_report(golden, report, isolated, stages, ulp)
             entries.append(device_case_entry(report, lambda stage, case=case: options.command(case, stage),

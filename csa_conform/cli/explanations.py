@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from csa_conform.device.conformance import CaseReport, check_case
-from csa_conform.device.modes import Mode
+from csa_conform.check.conformance import CaseReport, check_case
+from csa_conform.check.options import RunOptions
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, Explanation, explain_report
+from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import GoldenFile
-from csa_conform.run import RunOptions
+from csa_conform.spec import Mode
 
 
 def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
@@ -24,7 +25,7 @@ def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
             if report.passed:
                 continue
             if chained is not None:
-                report = check_case(golden, report.case, chained, stages, options.ulp)
+                report = check_case(golden, report.case, chained, stages, options.ulp, diagnose=stage_findings)
             explanations += explain_report(golden, report, isolated, stages, options.ulp)
     return explanations
 

@@ -1,6 +1,6 @@
 """`csa-conform fuzz`: Hypothesis-drawn valid cases, device against oracle, the first divergence shrunk.
 
-Presentation only: the search is csa_conform.fuzz. Progress goes to stderr,
+Presentation only: the search is csa_conform.repro.fuzz. Progress goes to stderr,
 the outcome to stdout; the found case is written as a one-case golden file.
 """
 
@@ -14,13 +14,11 @@ import click
 
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import device_options, effective_force_host, quiet_option
-from csa_conform.device.modes import Mode
+from csa_conform.cli.options import device_options, quiet_option, run_options
 from csa_conform.errors import MissingExtra, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import write_goldens
-from csa_conform.reduce import Probe, describe
-from csa_conform.run import RunOptions
+from csa_conform.repro.reduce import Probe, describe
 
 
 @exits("the budget ran out without a divergence", "a divergence was found (and written)", bisect=True)
@@ -51,13 +49,13 @@ def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, da
       csa-conform fuzz --kernels ./my-kernels --seed 3        # the same draws every time
     """
     try:
-        from csa_conform.fuzz import fuzz
+        from csa_conform.repro.fuzz import fuzz
     except ImportError as error:
         raise MissingExtra(f"fuzz needs hypothesis ({error}): pip install 'csa-conform[fuzz]'") from None
     output = Path(output)
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
-    options = RunOptions(str(output), Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(str(output), force_host, build, backend, ulp)
 
     def say(line: str) -> None:
         if not quiet:

@@ -7,17 +7,18 @@ import time
 import click
 from rich.table import Table
 
-from csa_conform.case_glob import exact_glob, matching_cases
+from csa_conform._base.case_glob import exact_glob, matching_cases
+from csa_conform._base.terminal import shell_join
+from csa_conform.check.gap import COLUMNS, headline, markdown_table, measure_file, table_rows
+from csa_conform.check.results import golden_reference, results_document
 from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
+from csa_conform.compare.errorstats import CHAINED, MODES, Gap
 from csa_conform.exitcodes import ExitCode
-from csa_conform.gap import CHAINED, COLUMNS, MODES, Gap, headline, markdown_table, measure_file, table_rows
 from csa_conform.golden import GoldenFile
 from csa_conform.oracle.engine import chosen_engine
-from csa_conform.profile import NUMERICS_PROFILES, OFFICIAL, REFERENCE
-from csa_conform.results import golden_reference, results_document
-from csa_conform.terminal import shell_join
+from csa_conform.profiles.numerics import NUMERICS_PROFILES, OFFICIAL, REFERENCE
 
 
 @exits("measured (the gap is a measurement, not a gate)")

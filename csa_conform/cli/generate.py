@@ -12,18 +12,18 @@ from typing import Callable, Iterable, Iterator
 
 import click
 
-from csa_conform.case_glob import exact_glob
+from csa_conform._base.case_glob import exact_glob
+from csa_conform._base.memory import small_pages
+from csa_conform._base.terminal import shell_join
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, jobs_option, quiet_option
 from csa_conform.exitcodes import ExitCode
-from csa_conform.fixtures import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.golden import Compression, GoldenCase, write_goldens
 from csa_conform.golden.chunks import StoredCase, store_case
-from csa_conform.memory import small_pages
+from csa_conform.golden.recipes import SUITES, FixtureError, Recipe, suite_recipes
 from csa_conform.oracle.engine import chosen_engine
-from csa_conform.profile import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
-from csa_conform.terminal import shell_join
+from csa_conform.profiles.numerics import NUMERICS_PROFILES, REFERENCE, provenance_entry, runner
 
 
 def generate_case(recipe: Recipe, profile: str = REFERENCE, engine: str | None = None) -> GoldenCase:

@@ -9,14 +9,14 @@ import numpy as np
 from rich.table import Table
 from rich.text import Text
 
+from csa_conform._base.terminal import escaped, one_line
 from csa_conform.cli.common import boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import OneStage
-from csa_conform.diff import default_axes
+from csa_conform.compare.bitwise import default_axes
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, array_sha256
-from csa_conform.terminal import escaped, one_line
 from csa_conform.numerics.bf16 import bf16_to_f32
 from csa_conform.numerics.e8m0 import e8m0_decode
 from csa_conform.numerics.records import (

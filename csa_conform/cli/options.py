@@ -18,21 +18,28 @@ from typing import Callable
 
 import click
 
+from csa_conform._base.resources import ci_goldens
+from csa_conform._base.shards import (
+    NODE_INDEX_ENV,
+    NODE_TOTAL_ENV,
+    SHARD_ENV,
+    Shard,
+    parse_shard,
+    shard_from_environment,
+)
+from csa_conform.check.options import BuildChoice, RunOptions
 from csa_conform.device.backend import BACKENDS, CUDA
 from csa_conform.device.devices import parse_devices
-from csa_conform.device.kernels import MANIFEST, PROFILES
-from csa_conform.device.modes import force_host_from_environment, parse_force_host
+from csa_conform.device.kernels import BUILDS, MANIFEST
+from csa_conform.device.plan import force_host_from_environment, parse_force_host
 from csa_conform.device.replay import REPLAY_MODES
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
-from csa_conform.resources import ci_goldens
-from csa_conform.run import BuildChoice
-from csa_conform.shards import NODE_INDEX_ENV, NODE_TOTAL_ENV, SHARD_ENV, Shard, parse_shard, shard_from_environment
-from csa_conform.spec import STAGE_NAMES, STAGES, resolve_stage
+from csa_conform.spec import PIPELINE, STAGE_NAMES, Mode, resolve_stage
 
 DEFAULT_FILE = str(ci_goldens())
-STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in STAGES)
+STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in PIPELINE)
 
 
 def _compose(*decorators: Callable) -> Callable:
@@ -112,6 +119,16 @@ def stage_option(function: Callable) -> Callable:
     )(function)
 
 
+def run_options(file: str, force_host: str | None, build: BuildChoice, backend: str, ulp: int, *,
+                mode: Mode = Mode.CHAINED, repeat: int = 1, replay: str | None = None, tolerance: str | None = None,
+                invariance: tuple[str, ...] = ()) -> RunOptions:
+    """The one place a command turns its device options (``device_options``, and the depth options where it
+    has them) into the RunOptions every device run takes; --force-host gets the environment's stages."""
+    return RunOptions(file=file, mode=mode, force_host=effective_force_host(force_host), ulp=ulp, build=build,
+                      repeat=repeat, replay=replay, tolerance=tolerance, invariance=tuple(dict.fromkeys(invariance)),
+                      backend=backend)
+
+
 def effective_force_host(option: str | None) -> frozenset[str]:
     """--force-host plus the environment switches (CSA_CONFORM_FORCE_HOST, ONNX_GENAI_CSA_FORCE_HOST)."""
     try:
@@ -122,8 +139,9 @@ def effective_force_host(option: str | None) -> frozenset[str]:
 
 def _build_choice(command: Callable) -> Callable:
     @functools.wraps(command)
-    def wrapped(*args, kernels, profile, nvrtc_options, strict_ptx, **kwargs):
-        return command(*args, build=BuildChoice(kernels, profile, tuple(nvrtc_options), strict_ptx), **kwargs)
+    def wrapped(*args, kernels, build_name, nvrtc_options, strict_ptx, **kwargs):
+        return command(*args, build=BuildChoice(kernels=kernels, name=build_name, nvrtc_options=tuple(nvrtc_options),
+                                                strict_ptx=strict_ptx), **kwargs)
 
     return wrapped
 
@@ -135,7 +153,7 @@ device_options = _compose(
     click.option("--kernels", default=None, type=click.Path(file_okay=False),
                  help=f"Kernel directory (block_quant.cuh + one .cu per module, optionally {MANIFEST}); "
                  "default: the built-in kernels shipped with csa-conform."),
-    click.option("--build", "profile", type=click.Choice(list(PROFILES)), default=None,
+    click.option("--build", "build_name", type=click.Choice(list(BUILDS)), default=None,
                  help="strict: --fmad=false --prec-div=true --prec-sqrt=true --ftz=false; production: only "
                  "--gpu-architecture, as the CUDA provider builds. Default: strict for the built-in kernels, "
                  f"else the directory's {MANIFEST}, else production."),
@@ -155,7 +173,7 @@ device_options = _compose(
 )
 
 def effective_shard(option: str | None) -> Shard | None:
-    """--shard K/N, else the CI's parallel-job variables (csa_conform.shards); 1/1 is no shard."""
+    """--shard K/N, else the CI's parallel-job variables (csa_conform._base.shards); 1/1 is no shard."""
     try:
         shard = parse_shard(option) if option is not None else shard_from_environment()
     except UsageError as error:

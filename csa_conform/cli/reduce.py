@@ -1,6 +1,6 @@
 """`csa-conform reduce`: shrink a divergent case to a one-case golden file that still diverges.
 
-Presentation only: the search is csa_conform.reduce. Progress goes to stderr,
+Presentation only: the search is csa_conform.repro.reduce. Progress goes to stderr,
 the outcome to stdout; the file is written only once the reduced case has
 been checked against the oracle and the built-in kernels.
 """
@@ -8,29 +8,32 @@ been checked against the oracle and the built-in kernels.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from csa_conform.check.options import RunOptions
+from csa_conform.check.verify import verify_case
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     case_selection,
     device_options,
-    effective_force_host,
     golden_file,
     quiet_option,
+    run_options,
 )
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.modes import Mode
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.golden.carries import step_start
-from csa_conform.reduce import (
+from csa_conform.golden.edits import Stream, stream_of
+from csa_conform.repro.reduce import (
     FILE_CASES,
     Probe,
     Reduction,
@@ -40,9 +43,7 @@ from csa_conform.reduce import (
     reduce_case,
     reduce_file,
 )
-from csa_conform.run import RunOptions
-from csa_conform.streams import Stream, stream_of
-from csa_conform.verify import verify_case
+from csa_conform.spec import Mode
 
 
 def _sizes(before: dict[str, int], after: dict[str, int]) -> str:
@@ -122,7 +123,7 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
       csa-conform reduce goldens/ci.h5 --case boundaries.r4-prefill-9 --kernels ./my-kernels --build production
       csa-conform reduce goldens/ci.h5 --kernels ./my-kernels --budget-s 120
     """
-    options = RunOptions(file, Mode.CHAINED, effective_force_host(force_host), ulp, build, backend=backend)
+    options = run_options(file, force_host, build, backend, ulp)
     output = Path(output or (f"{case}.reduced.h5" if case else "reduced.h5"))
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
@@ -176,5 +177,5 @@ def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else
                                        f"DIVERGE at {describe(builtin_found)} (not a kernel bug alone)"))
     click.echo(f"wrote {output}")
-    reproduce = RunOptions(str(output), Mode.CHAINED, options.force_host, ulp, build, backend=backend)
+    reproduce = replace(options, file=str(output))
     click.echo(f"reproduce: {reproduce.command(reduction.case.case_id, 'all')}")

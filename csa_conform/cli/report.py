@@ -7,17 +7,17 @@ from pathlib import Path
 
 import click
 
-from csa_conform.atomic import refuse_special_target, write_atomically
-from csa_conform.bounded_json import read_text
+from csa_conform._base.atomic import refuse_special_target, write_atomically
+from csa_conform._base.bounded_json import read_text
+from csa_conform.check.results import load_results
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import quiet_option
 from csa_conform.cli.output import stdin_closed
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.html_report import render_html
-from csa_conform.report import junit_xml, merge_shards, merged_summary
-from csa_conform.results import load_results
+from csa_conform.report.html import render_html
+from csa_conform.report.merge import junit_xml, merge_shards, merged_summary
 
 
 @exits("written, whatever the results say (the run's own exit code is the gate)")

@@ -12,6 +12,11 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from csa_conform._base.case_glob import matching_cases
+from csa_conform._base.memory import small_pages
+from csa_conform._base.terminal import escaped, one_line
+from csa_conform.check.results import CaseResult, file_sha256, golden_reference, results_document
+from csa_conform.check.verify import verify_case, verify_case_in
 from csa_conform.cli.common import (
     argv,
     boundary,
@@ -23,18 +28,13 @@ from csa_conform.cli.common import (
     progress,
     stdout_is_terminal,
 )
-from csa_conform.case_glob import matching_cases
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import case_selection, engine_option, golden_file, jobs_option, output_options
-from csa_conform.errors import CsaConformError, GoldenChanged, UsageError
+from csa_conform.errors import CsaConformError, GoldenChanged
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.memory import small_pages
 from csa_conform.oracle.engine import chosen_engine
-from csa_conform.profile import file_profile
-from csa_conform.results import CaseResult, file_sha256, golden_reference, results_document
-from csa_conform.terminal import escaped, one_line
-from csa_conform.verify import verify_case, verify_case_in
+from csa_conform.profiles.numerics import file_profile
 
 
 def hashed_ahead(path: str) -> Future:

@@ -23,13 +23,11 @@ from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
 from csa_conform.device.sanitizer import INITCHECK, MEMCHECK, SANITIZER_ENV
 from csa_conform.errors import DeviceUnavailable
+from csa_conform.spec import POISON
 
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
 initialised = False  # whether this process has a CUDA context (a fork of it could not use CUDA)
 
-# What an uninitialised buffer holds: a fixed non-zero byte, so a plain run is reproducible and
-# a kernel that reads scratch it never wrote does not pass by the luck of zeroed memory.
-POISON = 0xA5
 GUARD_BYTES = 256
 
 # explain's probe: CUDA's own libm function on given binary32 arguments, one thread each.

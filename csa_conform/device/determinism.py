@@ -19,9 +19,10 @@ from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-from csa_conform.statuses import NONDETERMINISTIC
+from csa_conform._base.statuses import NONDETERMINISTIC
+from csa_conform.numerics.bits import unsigned
 
-# One byte pattern per run, cycled; 0xA5 first, the pattern a plain run's scratch holds (cuda.POISON).
+# One byte pattern per run, cycled; 0xA5 first, the pattern a plain run's scratch holds (spec.POISON).
 POISON = (0xA5, 0xFF, 0x5A, 0xC3, 0x3C, 0x96, 0x69, 0xE1)
 
 
@@ -109,8 +110,7 @@ class Nondeterminism:
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
-    array = np.ascontiguousarray(array).reshape(-1)
-    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[array.dtype.itemsize])
+    return unsigned(array).reshape(-1)
 
 
 def repeat_launch(backend: PoisonedScratch, launch: Callable[[tuple], None], args: tuple, runs: int, *,

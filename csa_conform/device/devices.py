@@ -2,7 +2,7 @@
 
 One worker process per GPU, each seeing only its GPU (CUDA_VISIBLE_DEVICES is
 set in the worker before anything there touches CUDA), runs its share of the
-cases (round robin, as csa_conform.shards splits them over machines). The
+cases (round robin, as csa_conform._base.shards splits them over machines). The
 parent merges the reports in case order and the launch records case by case,
 so the results document is the one a single GPU writes, timings aside.
 Workers are forked, which keeps what the parent set up; the parent itself
@@ -13,18 +13,17 @@ one (a test session that used the device) spawns its workers instead.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
+from csa_conform._base.pool import ordered_map
+from csa_conform._base.shards import Shard, interleave
 from csa_conform.device import cuda
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.errors import DeviceUnavailable, UsageError
-from csa_conform.shards import Shard, interleave
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 ALL = "all"
@@ -76,7 +75,8 @@ def visible_device(ordinal: int) -> str:
     return inherited[ordinal]
 
 
-def _worker(visible: str, work: Work, cases: Sequence[str]):
+def _worker(share: tuple[str, Work, Sequence[str]]):
+    visible, work, cases = share
     os.environ[VISIBLE_ENV] = visible
     return work(cases)
 
@@ -85,9 +85,9 @@ def spread(devices: Sequence[int], work: Work, cases: Sequence[str]) -> tuple[li
     """``work(cases)`` split over one forked worker per device; reports and launches merged in case order."""
     visible = [visible_device(ordinal) for ordinal in devices]
     shards = [Shard(index + 1, len(devices)).select(cases) for index in range(len(devices))]
-    context = multiprocessing.get_context("spawn" if cuda.initialised else "fork")
-    with ProcessPoolExecutor(max_workers=len(devices), mp_context=context) as pool:
-        done = list(pool.map(_worker, visible, [work] * len(devices), shards))
+    method = "spawn" if cuda.initialised else "fork"
+    done = list(ordered_map(_worker, list(zip(visible, [work] * len(devices), shards)), len(devices), method=method,
+                            crashed="a --devices worker process died before finishing; rerun without --devices"))
     reports = interleave([reports for reports, _ in done])
     provenances = [provenance for _, provenance in done]
     merged = provenances[0]

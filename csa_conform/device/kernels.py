@@ -5,12 +5,12 @@ drops in with ``--kernels DIR``. A module's compiled source is the prelude,
 a newline and the module file; its sha256 names it in the module cache and in
 every launch record.
 
-How NVRTC compiles it is a build profile. ``strict`` makes CUDA arithmetic
+How NVRTC compiles it is its build. ``strict`` makes CUDA arithmetic
 the reference's: IEEE division and square root, no flush-to-zero and, above
 all, no contraction of a*b+c into an fma. ``production`` is what the CUDA
 execution provider does: NVRTC with no option but the device's virtual
 architecture, so NVRTC's defaults apply (--fmad=true). A directory may say how
-it builds in ``csa-kernels.toml`` (profile, extra options, include paths,
+it builds in ``csa-kernels.toml`` (build, extra options, include paths,
 other file names); the built-in kernels are judged strict, any other
 directory by its manifest, else production.
 """
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
+from csa_conform._base.resources import builtin_kernels
 from csa_conform.errors import DeviceUnavailable, UsageError
-from csa_conform.resources import builtin_kernels
 from csa_conform.spec import kernel_modules
 
 PRELUDE = "block_quant.cuh"
@@ -34,7 +35,7 @@ MANIFEST = "csa-kernels.toml"
 MODULES = kernel_modules()
 
 STRICT_OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false")
-PROFILES = {"strict": STRICT_OPTIONS, "production": ()}
+BUILDS = {"strict": STRICT_OPTIONS, "production": ()}
 
 # Line info changes no instruction; it lets the PTX report name the source line of each one.
 LINE_INFO = "--generate-line-info"
@@ -52,9 +53,10 @@ def builtin_directory() -> Path:
 
 @dataclass(frozen=True)
 class Build:
-    """How a directory's modules are compiled: profile, options (without the arch), and where they came from."""
+    """How a directory's modules are compiled: the build (strict or production), options (without the arch),
+    and where they came from."""
 
-    profile: str
+    name: str
     options: tuple[str, ...]
     origin: str
     include_paths: tuple[Path, ...] = ()
@@ -66,7 +68,7 @@ class Build:
         return self.options + includes + (f"--gpu-architecture={architecture}", LINE_INFO)
 
     def to_dict(self) -> dict:
-        return {"profile": self.profile, "options": list(self.options), "origin": self.origin,
+        return {"profile": self.name, "options": list(self.options), "origin": self.origin,
                 "include_paths": [str(path) for path in self.include_paths], "strict_ptx": self.strict_ptx}
 
 
@@ -74,7 +76,7 @@ class Build:
 class Manifest:
     """A kernel directory's csa-kernels.toml."""
 
-    profile: str | None = None
+    build: str | None = None
     options: tuple[str, ...] = ()
     include_paths: tuple[Path, ...] = ()
     prelude: str = PRELUDE
@@ -93,9 +95,9 @@ class Manifest:
         unknown = sorted(set(data) - known)
         if unknown:
             raise UsageError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-        profile = data.get("build")
-        if profile is not None and profile not in PROFILES:
-            raise UsageError(f"{path}: build must be one of {', '.join(PROFILES)}, got {profile!r}")
+        build = data.get("build")
+        if build is not None and build not in BUILDS:
+            raise UsageError(f"{path}: build must be one of {', '.join(BUILDS)}, got {build!r}")
         options = _strings(path, data, "nvrtc-options")
         includes = tuple((directory / include).resolve() for include in _strings(path, data, "include-paths"))
         prelude = data.get("prelude", PRELUDE)
@@ -106,7 +108,7 @@ class Manifest:
             if module not in MODULES or not isinstance(name, str):
                 raise UsageError(f"{path}: [modules] maps the module names {', '.join(MODULES)} to file names; "
                                  f"got {module!r} = {name!r}")
-        return cls(profile, options, includes, prelude, dict(modules))
+        return cls(build, options, includes, prelude, dict(modules))
 
 
 def _strings(path: Path, data: dict, key: str) -> tuple[str, ...]:
@@ -116,24 +118,24 @@ def _strings(path: Path, data: dict, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def resolve_build(manifest: Manifest | None, builtin: bool, profile: str | None,
+def resolve_build(manifest: Manifest | None, builtin: bool, name: str | None,
                   extra_options: tuple[str, ...] = (), strict_ptx: bool = False) -> Build:
-    """--build wins, then the manifest's profile, then strict (built-in) or production.
+    """--build wins, then the manifest's build, then strict (built-in) or production.
 
     The manifest's options and include paths always apply (they are how the
     directory builds); --nvrtc-option options come last, so they win in NVRTC.
     """
-    if profile is not None:
+    if name is not None:
         origin = "--build"
-    elif manifest is not None and manifest.profile is not None:
-        profile, origin = manifest.profile, MANIFEST
+    elif manifest is not None and manifest.build is not None:
+        name, origin = manifest.build, MANIFEST
     elif builtin:
-        profile, origin = "strict", "default for the built-in kernels"
+        name, origin = "strict", "default for the built-in kernels"
     else:
-        profile, origin = "production", "default for --kernels"
+        name, origin = "production", "default for --kernels"
     manifest_options = manifest.options if manifest else ()
     includes = manifest.include_paths if manifest else ()
-    return Build(profile, PROFILES[profile] + manifest_options + tuple(extra_options), origin, includes, strict_ptx)
+    return Build(name, BUILDS[name] + manifest_options + tuple(extra_options), origin, includes, strict_ptx)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
-from csa_conform.statuses import REPLAY_MISMATCH
+from csa_conform._base.statuses import REPLAY_MISMATCH
+from csa_conform.numerics.bits import unsigned
 
 GRAPH = "graph"
 REPLAY_MODES = (GRAPH,)  # what --replay takes
@@ -252,5 +253,4 @@ def _plain(value):
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
-    array = np.ascontiguousarray(array).reshape(-1)
-    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[array.dtype.itemsize])
+    return unsigned(array).reshape(-1)

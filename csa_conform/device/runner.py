@@ -21,13 +21,13 @@ from csa_conform.device.backend import CUDA, Backend, backend_named
 from csa_conform.device.determinism import PoisonedScratch
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.launches import reserved_caches
-from csa_conform.device.modes import Mode, StepPlan, plan_step
+from csa_conform.device.plan import StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.replay import LaunchRecorder, Replayer
 from csa_conform.device.step import DeviceStepResult, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
-from csa_conform.spec import LAUNCHES
+from csa_conform.spec import LAUNCHES, Mode
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
 

@@ -20,7 +20,7 @@ from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
 from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.modes import DEVICE, Mode, StepPlan
+from csa_conform.device.plan import DEVICE, StepPlan
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import ContractError, HostStageRejected
@@ -28,7 +28,7 @@ from csa_conform.oracle import StepResult
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
-from csa_conform.spec import STAGE_NAMES, STATE_THREADING, WRITEBACK, Launch, Role, Stage, stages_for_ratio
+from csa_conform.spec import STAGE_NAMES, STATE_THREADING, WRITEBACK, Launch, Mode, Role, Stage, stages_for_ratio
 
 
 @cache

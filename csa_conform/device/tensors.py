@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from csa_conform.device.cuda import POISON
+from csa_conform.spec import POISON
 
 
 class StepTensors:

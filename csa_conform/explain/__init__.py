@@ -4,7 +4,7 @@ Each divergent (case, step, stage) is first localized: the case is replayed
 isolated, so a stage is judged on the oracle's inputs and upstream noise is
 excluded (a stage that diverges only chained inherits it). For each isolated
 divergence the pattern of the difference is diagnosed first
-(csa_conform.diagnosis: shifts, restrictions, never-written memory,
+(csa_conform.explain.patterns: shifts, restrictions, never-written memory,
 permutations, scale exponents, constant factors); a structural pattern no
 numeric ingredient can produce ends there. Otherwise the stage is re-run on
 the host with the inputs the kernel read, once per hypothesis
@@ -31,24 +31,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from csa_conform.check.conformance import CaseReport, check_case, compare_step, replay
+from csa_conform.compare.bitwise import default_axes
 from csa_conform.contract import validate_step
-from csa_conform.device.conformance import CaseReport, check_case, compare_step, replay
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
-from csa_conform.device.modes import STAGES, Mode
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.device.cuda import POISON
-from csa_conform.diagnosis import (
-    NEVER_WRITTEN,
-    ROUNDING_CONVENTION,
-    STRUCTURAL,
-    SUB_STEP,
-    Context,
-    Finding,
-    diagnose,
-)
-from csa_conform.diagnosis.substeps import localize
-from csa_conform.diff import default_axes
 from csa_conform.errors import ContractError, DeviceUnavailable
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.hypotheses import (
@@ -57,12 +45,23 @@ from csa_conform.explain.hypotheses import (
     stage_hypotheses,
     structural_hypotheses,
 )
+from csa_conform.explain.patterns import (
+    NEVER_WRITTEN,
+    ROUNDING_CONVENTION,
+    STRUCTURAL,
+    SUB_STEP,
+    Context,
+    Finding,
+    diagnose,
+    stage_findings,
+)
+from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.rows import Rerun
-from csa_conform.explain.trial import Trial
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
+from csa_conform.explain.trial import Trial
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import PAIR_FUSIONS, Numerics, Tally
-from csa_conform.spec import BY_NAME
+from csa_conform.spec import BY_NAME, POISON, STAGE_NAMES, Mode
 
 EXPLAINED = "explained"
 UNEXPLAINED = "unexplained"
@@ -370,7 +369,7 @@ def _sub_step(explanation: Explanation, g, inputs, upstream, target, skip: tuple
 
 
 def _diagnose(stage: str, g, inputs, expected, target, upstream) -> list[Finding]:
-    """The structural findings on the stage's diverged tensors (csa_conform.diagnosis)."""
+    """The structural findings on the stage's diverged tensors (csa_conform.explain.patterns)."""
     def tracer() -> dict:
         trace: dict = {}
         try:
@@ -403,14 +402,15 @@ def _device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
-                 stages: Sequence[str] = STAGES, ulp: int = 0) -> list[Explanation]:
+                 stages: Sequence[str] = STAGE_NAMES, ulp: int = 0) -> list[Explanation]:
     """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
-    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp)
+    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp,
+                         diagnose=stage_findings)
     return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
                           stages, ulp)
 
 
-def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGES,
+def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,
                    ulp: int = 0) -> list[Explanation]:
     """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay."""
     case = chained.case
@@ -430,7 +430,7 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                 skipped = {"device libm": reason}
         step = golden.read_step(case, outcome.index)
         g = validate_step(info.attrs, step.inputs, info.output_names)
-        for stage in STAGES:
+        for stage in STAGE_NAMES:
             diffs = [diff for diff in failing if diff.stage == stage]
             if diffs:
                 explanations.append(explain_step(case, outcome.index, stage, g, step.inputs, outcome.expected,

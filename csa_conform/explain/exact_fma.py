@@ -32,7 +32,7 @@ def _kernel() -> Callable:
     if not _KERNEL:
         from numba import njit
 
-        from csa_conform.oracle.compile_cache import kernel_cache
+        from csa_conform.oracle.compiled.cache import kernel_cache
 
         @njit(cache=kernel_cache(), fastmath=False)
         def fused(a, b, c, out):  # pragma: no cover - compiled

@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-
-from csa_conform.diagnosis.substeps import SUB_STEPS
 from csa_conform.explain import exact_fma
+from csa_conform.explain.patterns.substeps import SUB_STEPS
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,

@@ -23,6 +23,7 @@ from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.stages import mismatches, run_stage
 from csa_conform.explain.trial import Trial
+from csa_conform.numerics.bits import differing_bits
 
 ROW_STAGES = ("sparse_sink_softmax_attention",)
 SCREENED_SHARE = 0.5  # screen only when at most this share of the rows differ
@@ -33,8 +34,7 @@ def differing_rows(target: Mapping[str, np.ndarray], reference: Mapping[str, np.
     rows = None
     for name, array in target.items():
         mine, theirs = np.asarray(reference[name]), np.asarray(array)
-        width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[theirs.dtype.itemsize]
-        differ = mine.view(width) != theirs.view(width)
+        differ = differing_bits(mine, theirs)
         found = differ.any(axis=tuple(axis for axis in range(differ.ndim) if axis != 1))
         rows = found if rows is None else rows | found
     return np.flatnonzero(rows) if rows is not None else np.zeros(0, dtype=np.int64)

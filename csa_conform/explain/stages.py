@@ -15,6 +15,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
+from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
@@ -91,7 +92,5 @@ def mismatches(payload: Mapping[str, np.ndarray], target: Mapping[str, np.ndarra
         if mine.shape != array.shape or mine.dtype != array.dtype:
             differing += array.size
             continue
-        width = array.dtype.itemsize
-        view = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width]
-        differing += int(np.count_nonzero(mine.view(view) != array.view(view)))
+        differing += int(np.count_nonzero(differing_bits(mine, array)))
     return differing, total

@@ -14,6 +14,7 @@ import numpy as np
 
 from csa_conform.golden.layout import MANIFEST_DIGEST, TensorEntry
 
+
 def array_sha256(array: np.ndarray) -> str:
     """sha256 of the raw little-endian C-order bytes (the attribute every dataset carries)."""
     array = little_endian(array)

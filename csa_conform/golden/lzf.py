@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 from h5py import h5z
 
-from csa_conform.oracle.parallel import worker_count
+from csa_conform.oracle.compiled.parallel import worker_count
 
 __all__ = ["FILTER_LZF", "available", "chunk_offsets", "compress", "pool", "read_into", "shuffle", "threaded_options"]
 

@@ -16,16 +16,15 @@ from typing import Iterator
 import h5py
 import numpy as np
 
+from csa_conform._base.memory import headroom, require
 from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError
-from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
 from csa_conform.golden.carries import cleared_carry
 from csa_conform.golden.checking import IN_TURN, CaseChecks
+from csa_conform.golden.layout import WINDOW, CaseInfo, GoldenCase, GoldenStep, TensorEntry
 from csa_conform.golden.streams import CaseIndex, CaseIndexer, StepIndex, input_rank
 from csa_conform.golden.validation import CheckedFile
-from csa_conform.memory import headroom, require
 from csa_conform.numerics.records import decode_fp4_record, decode_fp8_record
 from csa_conform.spec import DECODED_PAYLOADS
-
 
 # A case smaller than this is read and hashed in the caller's thread, and never read ahead: the
 # ci suite's cases (at most about 1 MB each) verified 15% slower on threads.

@@ -18,12 +18,19 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-from csa_conform import bounded_json
+from csa_conform._base import bounded_json
+from csa_conform._base.memory import address_space_left, allocate
 from csa_conform.errors import CorruptDataset, CsaConformError, GoldenFormatError, GoldenIntegrityError, MemoryShortage
 from csa_conform.golden import lzf
 from csa_conform.golden.digest import array_sha256, manifest_digest
-from csa_conform.golden.layout import CASE_DIGEST, FORMAT, MANIFEST_DIGEST, READABLE_SCHEMAS, SCHEMA_VERSION, TensorEntry
-from csa_conform.memory import address_space_left, allocate
+from csa_conform.golden.layout import (
+    CASE_DIGEST,
+    FORMAT,
+    MANIFEST_DIGEST,
+    READABLE_SCHEMAS,
+    SCHEMA_VERSION,
+    TensorEntry,
+)
 
 # Deflate cannot expand data more than 1032-fold; a dataset claiming more is not what it says.
 DEFLATE_MAX_RATIO = 1100

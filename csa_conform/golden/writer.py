@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from csa_conform import ORACLE_VERSION, __version__
-from csa_conform.atomic import atomic_file
+from csa_conform._base.atomic import atomic_file
 from csa_conform.errors import GoldenFormatError, GoldenWriteError, UsageError
 from csa_conform.golden.chunks import ChunkCache, StoredArray, StoredCase, store_case
 from csa_conform.golden.digest import case_digest, manifest_digest
@@ -35,6 +35,7 @@ from csa_conform.golden.layout import (
     TensorEntry,
 )
 from csa_conform.golden.validation import attr_value, first_line
+
 
 @dataclass(frozen=True)
 class Compression:

@@ -5,6 +5,7 @@ csa_conform.oracle.stage_functions; csa_conform.oracle.pipeline runs them.
 """
 
 from csa_conform.contract import unsupported_reason
-from csa_conform.oracle.pipeline import STAGES, StepResult, run_step
+from csa_conform.oracle.pipeline import StepResult, run_step
+from csa_conform.spec import STAGE_NAMES
 
-__all__ = ["STAGES", "StepResult", "run_step", "unsupported_reason"]
+__all__ = ["STAGE_NAMES", "StepResult", "run_step", "unsupported_reason"]

@@ -3,8 +3,8 @@
 `numpy` is the reference formulation: readable, one module per stage, always
 available. `numba` runs index scoring, attention's dot products and value
 sums, the softmax's expf, compressor pooling and record finalization, and
-index-query finalization as compiled kernels (compiled_kernels.py,
-compiled_records.py, compiled_libm.py) with the same binary32 operations in
+index-query finalization as compiled kernels (compiled/dots.py,
+compiled/record_kernels.py, compiled/libm_kernels.py) with the same binary32 operations in
 the same order, so both engines give the same bytes
 (tests/oracle/test_engines.py compares them on every golden step). `auto`,
 the default, picks numba when it can be imported and the address-space
@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from functools import cache, partial
 from typing import Callable
 
+from csa_conform._base.memory import address_space_left, human
 from csa_conform.errors import MemoryShortage, UsageError
-from csa_conform.memory import address_space_left, human
 from csa_conform.numerics.variant import REFERENCE, Numerics
 
 ENGINE_VARIABLE = "CSA_CONFORM_ENGINE"
 ENGINE_CHOICES = ("auto", "numpy", "numba")
 # Measured: a verify with cached kernels peaks at 450 MB of address space; compiling them takes more.
 NUMBA_ADDRESS_SPACE = 1 << 30
-STAGES = ("compression_update", "index_key_update", "index_query_finalize", "index_scoring",
+ENGINE_SLOTS = ("compression_update", "index_key_update", "index_query_finalize", "index_scoring",
           "sparse_sink_softmax_attention")  # Engine's fields after its name, in order
 
 
@@ -76,7 +76,7 @@ def resolve_engine(choice: str | None = None, numerics: Numerics = REFERENCE) ->
     if numerics is not REFERENCE:
         # The compiled kernels are the reference arithmetic only; a swapped ingredient (explain) needs numpy.
         numpy = _engine("numpy")
-        return Engine("numpy", *(partial(getattr(numpy, stage), numerics=numerics) for stage in STAGES))
+        return Engine("numpy", *(partial(getattr(numpy, stage), numerics=numerics) for stage in ENGINE_SLOTS))
     return _engine(name)
 
 
@@ -94,7 +94,7 @@ def chosen_engine(choice: str | None) -> str | None:
 @cache
 def _engine(name: str) -> Engine:
     if name == "numba":
-        from csa_conform.oracle import compiled_stages as stages
+        from csa_conform.oracle.compiled import stage_kernels as stages
 
         return Engine(
             name, stages.compression_update, stages.index_key_update, stages.index_query_finalize,

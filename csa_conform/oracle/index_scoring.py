@@ -11,9 +11,9 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import operator_message
-from csa_conform.numerics.variant import REFERENCE, Numerics
 from csa_conform.numerics.records import decode_fp4_record
-from csa_conform.oracle.parallel import map_chunks, query_chunks
+from csa_conform.numerics.variant import REFERENCE, Numerics
+from csa_conform.oracle.compiled.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure
 
 STAGE_RANK = 1

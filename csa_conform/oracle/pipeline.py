@@ -18,9 +18,7 @@ from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
 from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
-from csa_conform.spec import STAGE_NAMES, WRITEBACK, stages_for_ratio
-
-STAGES = STAGE_NAMES
+from csa_conform.spec import WRITEBACK, stages_for_ratio
 
 
 @dataclass

@@ -9,7 +9,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError, operator_message
 from csa_conform.numerics.rustfmt import rust_display_f32
-from csa_conform.oracle.parallel import map_chunks, query_chunks
+from csa_conform.oracle.compiled.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure, earliest
 
 STAGE_RANK = 2

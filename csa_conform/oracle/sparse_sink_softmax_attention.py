@@ -20,9 +20,8 @@ from csa_conform.contract import StepGeometry
 from csa_conform.errors import invalid
 from csa_conform.numerics.records import decode_fp8_record
 from csa_conform.numerics.variant import REFERENCE, Numerics
-from csa_conform.oracle.parallel import map_chunks, query_chunks
+from csa_conform.oracle.compiled.parallel import map_chunks, query_chunks
 from csa_conform.oracle.payloads import StagePayload
-
 
 # Attention's scores are held in the payload up to this size. Beyond it (a long prefill: 1.25 GiB at
 # S = 8192, N = 64, more than Y's 1 GiB) each query chunk's scores are used and dropped, and the

@@ -1,6 +1,6 @@
 """The choices of the plugin's device options, spelled here so that declaring them imports nothing.
 
-tests/plugin checks them against csa_conform.device.modes.Mode and csa_conform.device.backend.
+tests/plugin checks them against csa_conform.device.plan.Mode and csa_conform.device.backend.
 """
 
 MODES = ("chained", "isolated")

@@ -14,14 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from csa_conform.device.conformance import CaseReport, StageVerdict, check_case
-from csa_conform.device.modes import Mode
+from csa_conform._base.statuses import DIVERGED, IDENTICAL
+from csa_conform.check.conformance import CaseReport, StageVerdict, check_case
+from csa_conform.check.results import CaseResult, StepResult
+from csa_conform.check.verify import reproduce_command, verify_case
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, DeviceUnavailable, GoldenFormatError
+from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import CorruptDataset, GoldenFile
-from csa_conform.results import CaseResult, StepResult
-from csa_conform.statuses import DIVERGED, IDENTICAL
-from csa_conform.verify import reproduce_command, verify_case
+from csa_conform.spec import Mode
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 VALIDATION = "validation"
@@ -165,7 +166,7 @@ def device_outcomes(
     """``reproduce(case, stage)`` is the diff command line that re-runs one stage of the case."""
     try:
         with GoldenFile(path) as golden:
-            report = check_case(golden, case.case_id, runner, case.stages)
+            report = check_case(golden, case.case_id, runner, case.stages, diagnose=stage_findings)
     except GoldenFormatError as error:
         reason = f"not compared: the golden case cannot be read ({error}); its oracle items fail with it"
         return {stage: skipped(reason) for stage in case.stages}

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from csa_conform.check.options import BuildChoice, RunOptions
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.modes import Mode, stages_for_ratio
+from csa_conform.device.plan import stages_for_ratio
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError
 from csa_conform.golden import GoldenFile
-from csa_conform.oracle import STAGES
 from csa_conform.pytest_plugin.choices import DEFAULT_BACKEND, DEFAULT_BUILD, DEFAULT_MODE
 from csa_conform.pytest_plugin.outcomes import (
     FAILED,
@@ -31,7 +31,7 @@ from csa_conform.pytest_plugin.outcomes import (
     oracle_outcomes,
     skipped,
 )
-from csa_conform.run import BuildChoice, RunOptions
+from csa_conform.spec import STAGE_NAMES, Mode
 
 ORACLE, DEVICE = "oracle", "device"
 MARKER = "csa_conform"
@@ -150,8 +150,9 @@ class GoldenSession:
             return {stage: skipped(f"no device: {runner}") for stage in case.stages}
         if isinstance(runner, Exception):
             return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
-        options = RunOptions(self.settings.file, self.settings.mode, frozenset(), 0,
-                              BuildChoice(self.settings.kernels, self.settings.build), backend=self.settings.backend)
+        options = RunOptions(file=self.settings.file, mode=self.settings.mode, force_host=frozenset(), ulp=0,
+                             build=BuildChoice(kernels=self.settings.kernels, name=self.settings.build),
+                             backend=self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 
     def runner(self) -> DeviceRunner | Exception:
@@ -180,7 +181,7 @@ def _case_items(golden: GoldenFile, case_id: str) -> CaseItems:
     info = golden.case_info(case_id)
     accepted = info.step_count > len(info.errors)
     ratio = info.attrs.get("compression_ratio")
-    stages = (stages_for_ratio(ratio) if ratio in (4, 128) else STAGES) if accepted else ()
+    stages = (stages_for_ratio(ratio) if ratio in (4, 128) else STAGE_NAMES) if accepted else ()
     return CaseItems(case_id, stages, validation=bool(info.errors))
 
 

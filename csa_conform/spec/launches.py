@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+# What an uninitialised device buffer holds: a fixed non-zero byte, so a plain run is reproducible and
+# a kernel that reads scratch it never wrote does not pass by the luck of zeroed memory.
+POISON = 0xA5
+
 
 class ReadBack(Enum):
     """The launch shapes the device runner knows how to set up and read back."""

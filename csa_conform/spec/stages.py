@@ -2,10 +2,10 @@
 
 A ``Stage`` holds no code. The oracle registers a function for every stage
 (csa_conform.oracle.stage_functions); the device plan and its host fallbacks
-(csa_conform.device.modes / step), the state a stream threads from step to
+(csa_conform.device.plan / step), the state a stream threads from step to
 step, the names ``--stage`` accepts, the axis names a diff prints, the
 ingredients ``explain`` swaps and the table of specs/stage-payloads.md all
-derive from ``STAGES``. The kernel launches that compute the stages are
+derive from ``PIPELINE``. The kernel launches that compute the stages are
 csa_conform.spec.launches.
 """
 
@@ -94,7 +94,7 @@ COMPRESSOR_INPUTS = {
 BOTH = (4, 128)
 RATIO4 = (4,)
 
-STAGES: tuple[Stage, ...] = (
+PIPELINE: tuple[Stage, ...] = (
     Stage(
         1, "compression_update", "compress", BOTH, (PAST_STATE,),
         (
@@ -176,17 +176,26 @@ STAGES: tuple[Stage, ...] = (
 
 # --- derived views --------------------------------------------------------------------------
 
-STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in STAGES)
-BY_NAME: dict[str, Stage] = {stage.name: stage for stage in STAGES}
-WRITEBACK: Stage = next(stage for stage in STAGES if stage.role is Role.WRITEBACK)
+STAGE_NAMES: tuple[str, ...] = tuple(stage.name for stage in PIPELINE)
+BY_NAME: dict[str, Stage] = {stage.name: stage for stage in PIPELINE}
+WRITEBACK: Stage = next(stage for stage in PIPELINE if stage.role is Role.WRITEBACK)
 
 # Operator output -> (stage, tensor) it is written back from.
 WRITEBACK_SOURCES: dict[str, tuple[str, str]] = {
-    output: (stage.name, output) for stage in STAGES for output in stage.outputs
+    output: (stage.name, output) for stage in PIPELINE for output in stage.outputs
 }
 
 # present_* output -> the past_* input it becomes in the next step of a stream.
-STATE_THREADING: dict[str, str] = {present: past for stage in STAGES for present, past in stage.state.items()}
+class Mode(str, Enum):
+    """What feeds a device stage: chained, this run's own upstream payloads (production: a stream threads
+    its present_* into the next step's past_*); isolated, the oracle's payloads and past_* inputs, so a
+    divergence shows at the stage that makes it."""
+
+    CHAINED = "chained"
+    ISOLATED = "isolated"
+
+
+STATE_THREADING: dict[str, str] = {present: past for stage in PIPELINE for present, past in stage.state.items()}
 
 # Payloads that only decode a cache their stage also stores: (stage, tensor) -> that cache. A
 # golden step may leave them out (the long suite does: at 2^20 tokens the decoded records are
@@ -197,11 +206,11 @@ DECODED_PAYLOADS: dict[tuple[str, str], str] = {
 }
 
 # Stages whose float arithmetic a fused multiply-add can change.
-FLOAT_STAGES: tuple[str, ...] = tuple(stage.name for stage in STAGES if stage.fusions)
+FLOAT_STAGES: tuple[str, ...] = tuple(stage.name for stage in PIPELINE if stage.fusions)
 
 
 def stages_for_ratio(ratio: int) -> tuple[Stage, ...]:
-    return tuple(stage for stage in STAGES if ratio in stage.ratios)
+    return tuple(stage for stage in PIPELINE if ratio in stage.ratios)
 
 
 def stage_spellings(stage: Stage) -> tuple[str, ...]:
@@ -211,4 +220,4 @@ def stage_spellings(stage: Stage) -> tuple[str, ...]:
 
 def resolve_stage(spelling: str) -> Stage | None:
     text = spelling.strip()
-    return next((stage for stage in STAGES if text in stage_spellings(stage)), None)
+    return next((stage for stage in PIPELINE if text in stage_spellings(stage)), None)

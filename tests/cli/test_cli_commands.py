@@ -15,7 +15,7 @@ from golden_edits import reseal, rewrite
 import csa_conform.cli.generate as generate_module
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.fixtures import FixtureError
+from csa_conform.golden.recipes import FixtureError
 
 CI = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 SMALL = "*r4-prefill-8"  # one closed-form and one boundaries case: two fast ratio-4 steps

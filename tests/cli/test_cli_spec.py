@@ -10,7 +10,7 @@ import pytest
 
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
-from csa_conform.spec import STAGES
+from csa_conform.spec import PIPELINE
 
 SPEC = (Path(__file__).resolve().parents[2] / "specs" / "cli.md").read_text()
 
@@ -44,4 +44,4 @@ def test_exit_codes_table_is_the_enum():
 
 def test_stage_table_is_the_registry():
     rows = re.findall(r"^\| (\d:[\w-]+) \| (\w+) \|$", SPEC, flags=re.MULTILINE)
-    assert rows == [(stage.label, stage.name) for stage in STAGES]
+    assert rows == [(stage.label, stage.name) for stage in PIPELINE]

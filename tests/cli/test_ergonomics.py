@@ -13,13 +13,14 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import csa_conform.cli.common as common
+from csa_conform._base.statuses import IDENTICAL
+from csa_conform.check.conformance import CaseReport, StageVerdict
+from csa_conform.check.options import RunOptions
 from csa_conform.cli import main
 from csa_conform.cli.diff import render_rich
-from csa_conform.device.conformance import CaseReport, StageVerdict
-from csa_conform.device.modes import Mode, parse_force_host
+from csa_conform.device.plan import parse_force_host
 from csa_conform.exitcodes import ExitCode
-from csa_conform.run import RunOptions
-from csa_conform.statuses import IDENTICAL
+from csa_conform.spec import Mode
 
 SMALL = "*r4-prefill-8"
 CLOSED_FORM_CASE = "seed-closed-form.r4-prefill-8"
@@ -108,7 +109,7 @@ def test_a_narrow_terminal_never_cuts_a_case_id():
     report = CaseReport(case, 128, 1, compared_steps=1,
                         stages={stage: StageVerdict(stage, "device", IDENTICAL) for stage in stages})
     out = io.StringIO()
-    render_rich([report], stages, [], RunOptions("g.h5", Mode.CHAINED, frozenset(), 0),
+    render_rich([report], stages, [], RunOptions(file="g.h5", mode=Mode.CHAINED, force_host=frozenset(), ulp=0),
                 console=Console(file=out, width=60, color_system=None))
     assert case in out.getvalue()
 

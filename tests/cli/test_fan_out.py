@@ -1,10 +1,11 @@
-"""--jobs work: the heaviest items start first, results still come back in item order."""
+"""--jobs and --devices work (csa_conform._base.pool): the heaviest items start first, results still come back
+in item order."""
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 
-import csa_conform.cli.common as common
+import csa_conform._base.pool as pool
 from csa_conform.cli.common import fan_out
 
 
@@ -27,7 +28,7 @@ class RecordingPool:
 
 
 def test_the_heaviest_items_are_submitted_first_ties_in_item_order(monkeypatch):
-    monkeypatch.setattr(common, "ProcessPoolExecutor", RecordingPool)
+    monkeypatch.setattr(pool, "ProcessPoolExecutor", RecordingPool)
     assert list(fan_out(str.upper, ["a", "b", "c", "d"], 2, [1, 1, 5, 2])) == ["A", "B", "C", "D"]
     assert RecordingPool.submitted == ["c", "d", "a", "b"]
 

@@ -26,16 +26,16 @@ import numpy as np
 import pytest
 import xmlschema
 from click.testing import CliRunner
+from foreign_layouts import LAYOUTS, rewrite_layout
+from golden_edits import reseal
 
 import csa_conform.golden.writer as golden_writer
-from csa_conform import atomic
+from csa_conform._base import atomic
+from csa_conform._base.terminal import escaped
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.oracle.engine import numba_available
-from csa_conform.terminal import escaped
-from foreign_layouts import LAYOUTS, rewrite_layout
-from golden_edits import reseal
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "goldens" / "ci.h5"
@@ -180,7 +180,7 @@ def test_a_big_endian_file_reads_native_arrays(foreign, small):
 
 
 def test_numba_without_a_writable_cache_folder_compiles_with_a_note(monkeypatch, tmp_path, capsys):
-    compile_cache = pytest.importorskip("csa_conform.oracle.compile_cache")
+    compile_cache = pytest.importorskip("csa_conform.oracle.compiled.cache")
     compile_cache.kernel_cache.cache_clear()
     monkeypatch.setattr(compile_cache, "_numba_finds_a_place", lambda: False)
     monkeypatch.setattr(compile_cache.tempfile, "gettempdir", lambda: str(tmp_path / "missing" / "deeper"))

@@ -209,6 +209,6 @@ def test_worker_processes_share_the_cores_between_their_threads():
 
 
 def _threads(_item) -> int:
-    from csa_conform.oracle.parallel import worker_count
+    from csa_conform.oracle.compiled.parallel import worker_count
 
     return worker_count()

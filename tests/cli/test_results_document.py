@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from golden_edits import rewrite
 
 from csa_conform import __version__
+from csa_conform.check.results import RESULTS_VERSION, schema
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import SCHEMA_VERSION
-from csa_conform.results import RESULTS_VERSION, schema
 
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))
 SMALL = "*r4-prefill-8"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import jsonschema
 
-from csa_conform import results, statuses
-from csa_conform.results import RESULTS_VERSION, schema
+from csa_conform._base import statuses
+from csa_conform.check import results
+from csa_conform.check.results import RESULTS_VERSION, schema
 
 SPEC = (Path(__file__).resolve().parents[2] / "specs" / "results-document.md").read_text()
 

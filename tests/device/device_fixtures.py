@@ -7,10 +7,10 @@ import fnmatch
 
 import pytest
 
-from csa_conform.fixtures import suite_recipes
-from csa_conform.golden import write_goldens
-from csa_conform.oracle import run_step
 from csa_conform.device.host import GXX, HostEmulationBackend
+from csa_conform.golden import write_goldens
+from csa_conform.golden.recipes import suite_recipes
+from csa_conform.oracle import run_step
 
 # Both ratios, f32 and FP8 caches, multi-step streams with batch 2, a bias that masks whole
 # rows, a 5-output node, a step the oracle rejects (the first case matching each pattern) and

@@ -11,12 +11,12 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli import main
 from csa_conform.cli.diff import diff
 from csa_conform.device.kernels import LINE_INFO, MANIFEST, STRICT_OPTIONS, KernelDirectory
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -32,7 +32,7 @@ def test_builtin_kernels_default_to_strict_and_other_directories_to_production(t
     assert KernelDirectory().build.options == STRICT_OPTIONS
     assert KernelDirectory().build.origin == "default for the built-in kernels"
     production = KernelDirectory(_copy(tmp_path)).build
-    assert (production.profile, production.options) == ("production", ())
+    assert (production.name, production.options) == ("production", ())
     assert production.nvrtc_options("compute_90") == ("--gpu-architecture=compute_90", LINE_INFO)
 
 

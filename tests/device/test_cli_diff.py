@@ -16,12 +16,13 @@ import pytest
 import xmlschema
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli.bisect import bisect
 from csa_conform.cli.diff import diff
 from csa_conform.cli.report import report_command
-from csa_conform.device.modes import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV, STAGES
+from csa_conform.device.plan import FORCE_HOST_ENV, SEED_FORCE_HOST_ENV
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
+from csa_conform.spec import STAGE_NAMES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402
@@ -152,7 +153,7 @@ def test_json_report(device_goldens, broken_kernels, tmp_path):
     junit = (tmp_path / "junit.xml").read_text()
     assert 'type="bit-mismatch"' in junit and "sparse_sink_softmax_attention/Y" in junit
     assert document["exit_code"] == ExitCode.DIVERGED
-    assert document["options"]["stages"] == list(STAGES) and document["options"]["mode"] == "chained"
+    assert document["options"]["stages"] == list(STAGE_NAMES) and document["options"]["mode"] == "chained"
     assert document["control_run"] is False
     failing = [case for case in document["cases"] if not case["passed"]]
     assert failing
@@ -195,6 +196,7 @@ def test_ulp_tolerance_accepts_small_float_differences(device_goldens, broken_ke
 @pytest.mark.usefixtures("emulated_cuda")
 def test_bisect_names_step_stage_tensor_element_and_origin(device_goldens, broken_kernels):
     from device_fixtures import pick
+
     from csa_conform.golden import GoldenFile
 
     with GoldenFile(device_goldens) as golden:

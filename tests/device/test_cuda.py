@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.conformance import replay
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import replay
 from csa_conform.device.cuda import CudaBackend
 from csa_conform.device.kernels import PRELUDE, ModuleSource
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics import libm
-from csa_conform.results import schema
 
 pytestmark = pytest.mark.cuda
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from device_fixtures import pick
 
+from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
 from csa_conform.device.host import HostEmulationBackend
 from csa_conform.device.kernels import ModuleSource
-from csa_conform.device.modes import STAGES
 from csa_conform.errors import DeviceUnavailable
 from csa_conform.golden import GoldenFile
-from device_fixtures import pick
+from csa_conform.spec import STAGE_NAMES
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 DECLARATION = re.compile(r"__constant__ int csa_block_(\w+) = (\w+);\n")
@@ -38,7 +38,7 @@ def _copy(tmp_path: Path, block: str | None) -> Path:
 def _run(goldens: Path, kernels: Path, pattern: str):
     runner = DeviceRunner(kernels=KernelDirectory(kernels))
     with GoldenFile(goldens) as golden:
-        report = check_case(golden, pick(golden.case_ids(), pattern), runner, STAGES)
+        report = check_case(golden, pick(golden.case_ids(), pattern), runner, STAGE_NAMES)
     return report, {launch.module: launch.block[0] for launch in runner.provenance.launches}
 
 

@@ -11,12 +11,12 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.cli.report import report_command
 from csa_conform.device.sanitizer import TOOLS, find_sanitizer
 from csa_conform.errors import DeviceUnavailable
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 
 pytestmark = pytest.mark.cuda
 

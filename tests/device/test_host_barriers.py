@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from device_fixtures import pick
 
+from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
 from csa_conform.device.host import GXX, HostEmulationBackend
 from csa_conform.device.kernels import ModuleSource
-from csa_conform.device.modes import STAGES
 from csa_conform.golden import GoldenFile
-from device_fixtures import pick
+from csa_conform.spec import STAGE_NAMES
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="the host backend needs g++")
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
@@ -103,6 +103,6 @@ def test_the_builtin_index_select_without_its_query_barrier_diverges_on_the_host
     module.write_text(text.replace(barrier, ""))
     with GoldenFile(device_goldens) as golden:
         case = pick(golden.case_ids(), "random.r4-5out*")
-        assert check_case(golden, case, DeviceRunner(), STAGES).passed
-        report = check_case(golden, case, DeviceRunner(KernelDirectory(kernels)), STAGES)
+        assert check_case(golden, case, DeviceRunner(), STAGE_NAMES).passed
+        report = check_case(golden, case, DeviceRunner(KernelDirectory(kernels)), STAGE_NAMES)
     assert [verdict.stage for verdict in report.diverged()][:1] == ["index_scoring"]

@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from csa_conform.device.modes import (
+from csa_conform.device.plan import (
     DEVICE,
+    FORCE_HOST_ENV,
     HOST,
     SEED_FORCE_HOST_ENV,
-    STAGES,
-    FORCE_HOST_ENV,
-    Mode,
     force_host_from_environment,
     parse_force_host,
     plan_step,
     stages_for_ratio,
 )
 from csa_conform.errors import UsageError
-from csa_conform.oracle import STAGES as ORACLE_STAGES
-
-
-def test_stage_names_are_the_oracles():
-    assert STAGES is ORACLE_STAGES
+from csa_conform.spec import STAGE_NAMES, Mode
 
 
 def test_ratio128_has_no_index_stages():
     assert stages_for_ratio(128) == (
         "compression_update", "candidate_assembly", "sparse_sink_softmax_attention", "writeback"
     )
-    assert stages_for_ratio(4) == STAGES
+    assert stages_for_ratio(4) == STAGE_NAMES
     with pytest.raises(UsageError):
         stages_for_ratio(8)
 
@@ -101,8 +95,8 @@ def test_describe_is_serialisable():
         ("", set()),
         ("selection", {"selection"}),
         (" selection , index_scoring ", {"selection", "index_scoring"}),
-        ("all", set(STAGES)),
-        ("selection,all", set(STAGES)),
+        ("all", set(STAGE_NAMES)),
+        ("selection,all", set(STAGE_NAMES)),
     ],
 )
 def test_parse_force_host(spec, expected):
@@ -119,9 +113,9 @@ def test_parse_force_host_rejects_unknown_stages():
     [
         ({}, set()),
         ({FORCE_HOST_ENV: "writeback"}, {"writeback"}),
-        ({FORCE_HOST_ENV: "all"}, set(STAGES)),
-        ({SEED_FORCE_HOST_ENV: "1"}, set(STAGES)),
-        ({SEED_FORCE_HOST_ENV: "yes", FORCE_HOST_ENV: "selection"}, set(STAGES)),
+        ({FORCE_HOST_ENV: "all"}, set(STAGE_NAMES)),
+        ({SEED_FORCE_HOST_ENV: "1"}, set(STAGE_NAMES)),
+        ({SEED_FORCE_HOST_ENV: "yes", FORCE_HOST_ENV: "selection"}, set(STAGE_NAMES)),
         ({SEED_FORCE_HOST_ENV: "0"}, set()),
         ({SEED_FORCE_HOST_ENV: ""}, set()),
         ({SEED_FORCE_HOST_ENV: "0", FORCE_HOST_ENV: "selection"}, {"selection"}),

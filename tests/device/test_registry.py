@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 
 from csa_conform.device.kernels import MODULES
-from csa_conform.device.modes import DEVICE, Mode, plan_step
-from csa_conform.spec import LAUNCHES, STAGES, STATE_THREADING, WRITEBACK_SOURCES, resolve_stage
+from csa_conform.device.plan import DEVICE, plan_step
+from csa_conform.spec import LAUNCHES, PIPELINE, STATE_THREADING, WRITEBACK_SOURCES, Mode, resolve_stage
 
 
 def test_every_launch_names_a_read_back_and_registered_stages():
     from csa_conform.device import launches
 
-    names = {stage.name for stage in STAGES}
+    names = {stage.name for stage in PIPELINE}
     for launch in LAUNCHES:
         assert callable(launches.READ_BACKS[launch.read_back]), launch.module
         assert set(launch.stages) <= names
-        assert all(launch.ratio in next(s for s in STAGES if s.name == name).ratios for name in launch.stages)
+        assert all(launch.ratio in next(s for s in PIPELINE if s.name == name).ratios for name in launch.stages)
     assert MODULES == {
         "csa_ratio128_compression": "csa_ratio128_compress",
         "csa_ratio4_main_compression": "csa_ratio4_main_compress",

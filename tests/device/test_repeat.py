@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.cli.report import report_command
 from csa_conform.device.determinism import POISON, PoisonedScratch, repeat_launch
-from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 from csa_conform.device.host import HostEmulationBackend
+from csa_conform.exitcodes import ExitCode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402

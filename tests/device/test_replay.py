@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
+from csa_conform.device.host import HostEmulationBackend
 from csa_conform.device.replay import LaunchRecorder, Replayer, fits
 from csa_conform.exitcodes import ExitCode
-from csa_conform.fixtures import suite_recipes
 from csa_conform.golden import write_goldens
+from csa_conform.golden.recipes import suite_recipes
 from csa_conform.oracle import run_step
-from csa_conform.results import schema
-from csa_conform.device.host import HostEmulationBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import HOST_PATCHES, MUTANTS  # noqa: E402

@@ -8,16 +8,16 @@ from __future__ import annotations
 import math
 
 import pytest
+from device_fixtures import pick
 
+from csa_conform.check.conformance import check_case, replay
+from csa_conform.compare.testing import assert_bits_equal
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case, replay
-from csa_conform.device.modes import STAGES, Mode
+from csa_conform.device.host import EmulatedArray
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH
 from csa_conform.errors import DeviceUnavailable
 from csa_conform.golden import GoldenFile
-from csa_conform.testing import assert_bits_equal
-from device_fixtures import pick
-from csa_conform.device.host import EmulatedArray
+from csa_conform.spec import STAGE_NAMES, Mode
 
 pytestmark = pytest.mark.usefixtures("emulated_cuda")
 
@@ -27,7 +27,7 @@ def _reports(path, runner, patterns=None):
         ids = golden.case_ids()
         if patterns:
             ids = [pick(ids, pattern) for pattern in patterns]
-        return [check_case(golden, case, runner, STAGES) for case in ids]
+        return [check_case(golden, case, runner, STAGE_NAMES) for case in ids]
 
 
 def _case(path, pattern: str) -> str:
@@ -50,7 +50,7 @@ def test_every_case_is_bit_exact(device_goldens, mode):
     assert all(count > 0 for case, count in compared.items() if not case.startswith("errors."))
 
 
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage", STAGE_NAMES)
 def test_forcing_one_stage_to_the_host_stays_clean(device_goldens, stage):
     cases = ["boundaries.r4-chunks-*", "boundaries.r128-*"]
     runner = DeviceRunner(mode="chained", force_host={stage})
@@ -63,7 +63,7 @@ def test_all_host_control_needs_no_device(device_goldens, monkeypatch):
     def no_device():
         raise DeviceUnavailable("the all-host control must not touch the device")
 
-    runner = DeviceRunner(force_host=set(STAGES), backend_factory=no_device)
+    runner = DeviceRunner(force_host=set(STAGE_NAMES), backend_factory=no_device)
     _assert_clean(_reports(device_goldens, runner))
     assert runner.provenance.device is None
     assert {launch.path for launch in runner.provenance.launches} == {HOST_PATH}
@@ -140,7 +140,7 @@ def test_device_results_answer_like_the_oracle(device_goldens):
     with GoldenFile(device_goldens) as golden:
         outcome = next(replay(golden, "boundaries.r4-prefill-5", DeviceRunner()))
     result = outcome.actual
-    assert list(result.stages) == [stage for stage in STAGES if stage in outcome.expected]
+    assert list(result.stages) == [stage for stage in STAGE_NAMES if stage in outcome.expected]
     for stage, payload in outcome.expected.items():
         for name, array in payload.items():
             assert result.stages[stage][name].dtype == array.dtype, (stage, name)

@@ -20,12 +20,12 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.cli.report import report_command
 from csa_conform.device import sanitizer
 from csa_conform.device.sanitizer import kernel_name, parse_report
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
 
 MEMCHECK = """\
 ========= COMPUTE-SANITIZER

@@ -16,12 +16,12 @@ from click.testing import CliRunner
 
 import csa_conform.device.cuda as cuda
 import csa_conform.device.devices as devices
+from csa_conform._base.shards import Shard, interleave, parse_shard, shard_from_environment, without_shard
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.cli.report import report_command
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
-from csa_conform.results import schema
-from csa_conform.shards import Shard, interleave, parse_shard, shard_from_environment, without_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from csa_conform.diff import compare_payloads, compare_tensor, default_axes
+from csa_conform.compare.bitwise import compare_payloads, compare_tensor, default_axes
 from csa_conform.numerics.bf16 import bf16_bits, bf16_round
 from csa_conform.numerics.fp4 import quantize_fp4_blocks
 from csa_conform.numerics.fp8 import quantize_fp8_blocks
@@ -179,7 +179,7 @@ def test_payloads_report_missing_shape_and_dtype_divergences():
 def test_an_array_shared_by_stages_and_outputs_on_both_sides_is_compared_once(monkeypatch):
     """Y is attention's, writeback's and the output's on both sides: one scan, the same diffs as one
     comparison per tensor; a pair that differs, or arrays not shared, are compared each time."""
-    import csa_conform.diff as diff
+    import csa_conform.compare.bitwise as diff
 
     y = np.array([1.0, np.nan, -0.0, np.inf], dtype=np.float32)
     mine, differing = y.copy(), y.copy()

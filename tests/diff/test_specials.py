@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from golden_edits import rewrite
 
-import csa_conform.specials as specials
+import csa_conform.compare.specials as specials
 from csa_conform.cli import main
-from csa_conform.diff import compare_tensor
+from csa_conform.compare.bitwise import compare_tensor
+from csa_conform.compare.specials import scan
 from csa_conform.exitcodes import ExitCode
 from csa_conform.oracle.engine import numba_available
-from csa_conform.specials import scan
-from golden_edits import rewrite
 
 ENGINES = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="numba not installed"))]
 UNSIGNED = {np.float16: np.uint16, np.float32: np.uint32, np.float64: np.uint64}

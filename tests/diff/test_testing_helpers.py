@@ -1,11 +1,11 @@
-"""csa_conform.testing: bit equality that names the first differing element."""
+"""csa_conform.compare.testing: bit equality that names the first differing element."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from csa_conform.testing import assert_bits_equal, assert_payloads_equal, same_bits
+from csa_conform.compare.testing import assert_bits_equal, assert_payloads_equal, same_bits
 
 
 def test_negative_zero_is_not_positive_zero():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.diagnosis import (
+from csa_conform.explain.patterns import (
     CONSTANT_FACTOR,
     INDEX_SHIFT,
     KINDS,
@@ -17,8 +17,8 @@ from csa_conform.diagnosis import (
     Context,
     diagnose,
 )
-from csa_conform.diagnosis.findings import spans
-from csa_conform.diagnosis.factor import simple_form
+from csa_conform.explain.patterns.factor import simple_form
+from csa_conform.explain.patterns.findings import spans
 
 RNG = np.random.default_rng(16)
 
@@ -112,7 +112,8 @@ def test_restricted_names_batch_rows_and_the_device_value():
 
 def test_kinds_are_documented_and_in_the_schema():
     from pathlib import Path
-    from csa_conform.results import schema
+
+    from csa_conform.check.results import schema
 
     text = (Path(__file__).resolve().parents[2] / "specs" / "diagnosis.md").read_text()
     assert all(f"| `{kind}` |" in text for kind in KINDS)
@@ -133,7 +134,7 @@ def _ci_step(case: str):
 def test_one_rope_tail_byte_a_bf16_step_off_is_localized_at_rope():
     """What the CUDA seed's kernels do at large positions (device cosf/powf): one bf16 of the RoPE tail
     one step off; the head's codes and the tail's energy are the reference's, so RoPE is where it starts."""
-    from csa_conform.diagnosis.substeps import localize
+    from csa_conform.explain.patterns.substeps import localize
 
     g, inputs, stages = _ci_step("boundaries.r128-resumed-119-chunks")
     reference = stages["compression_update"]
@@ -148,7 +149,7 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_localized_at_rope():
 def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_matching_stages_at_nothing():
     """A code moved to the other grid value bracketing the reference's quantizer input: only the
     quantization differs. A code moved away from its input is not a quantization difference."""
-    from csa_conform.diagnosis.substeps import _record_chain, localize
+    from csa_conform.explain.patterns.substeps import _record_chain, localize
     from csa_conform.numerics.fp8 import e4m3_decode
 
     g, inputs, stages = _ci_step("boundaries.r128-resumed-119-chunks")

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
-from csa_conform.contract import validate_step
 from csa_conform.cli.explain import explain_command
+from csa_conform.contract import validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, explain_case
@@ -26,7 +27,6 @@ from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.fp8 import e4m3_decode
 from csa_conform.numerics.variant import Numerics
-from csa_conform.results import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
 from mutants import MUTANTS  # noqa: E402

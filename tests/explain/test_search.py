@@ -9,15 +9,15 @@ import jsonschema
 import numpy as np
 
 import csa_conform.explain as explain
+from csa_conform.check.results import schema
+from csa_conform.compare.bitwise import compare_payloads
 from csa_conform.contract import validate_step
-from csa_conform.diff import compare_payloads
 from csa_conform.explain import EXPLAINED, UNEXPLAINED, explain_step
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.explain.rows import differing_rows
 from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
-from csa_conform.results import schema
 
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 ATTENTION = "sparse_sink_softmax_attention"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from edge_mutants import EDGE_MUTANTS
+from thin_mutants import THIN_MUTANTS
 
+from csa_conform.check.verify import verify_case
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.verify import verify_case
-from edge_mutants import EDGE_MUTANTS
-from thin_mutants import THIN_MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 from csa_conform.contract import DENSE_WINDOW
-from csa_conform.fuzz import draws
+from csa_conform.repro.fuzz import draws
 
 DRAWS = 300
 

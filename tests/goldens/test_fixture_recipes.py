@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from csa_conform.errors import ContractError
-from csa_conform.fixtures import FAMILIES, SUITES, FixtureError, suite_recipes
-from csa_conform.fixtures.closed_form import ratio128_plan
-from csa_conform.fixtures.quant_edge import FP4_DESIGNS, walsh_vector
-from csa_conform.fixtures.randomized import StreamSpec, Values, bias_name, bias_patterns, random_plan
-from csa_conform.fixtures.stream import STATE, Recipe, StepPlan, StreamPlan, play
 from csa_conform.golden import GoldenFile
+from csa_conform.golden.recipes import FAMILIES, SUITES, FixtureError, suite_recipes
+from csa_conform.golden.recipes.closed_form import ratio128_plan
+from csa_conform.golden.recipes.quant_edge import FP4_DESIGNS, walsh_vector
+from csa_conform.golden.recipes.randomized import StreamSpec, Values, bias_name, bias_patterns, random_plan
+from csa_conform.golden.recipes.stream import STATE, Recipe, StepPlan, StreamPlan, play
 from csa_conform.numerics.fp4 import quantize_fp4_blocks, unpack_nibbles
 from csa_conform.numerics.hadamard import hadamard_bf16
 from csa_conform.numerics.records import unpack_fp4_record, unpack_fp8_record

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from reference_corpus import expected_error, reference_file, step_inputs, step_prefixes
 
+from csa_conform.check.verify import verify_case
 from csa_conform.errors import GoldenFormatError, GoldenWriteError, UsageError
 from csa_conform.golden import (
     SCHEMA_VERSION,
@@ -21,10 +22,9 @@ from csa_conform.golden import (
     GoldenStep,
     array_sha256,
     write_goldens,
+    writer,
 )
-from csa_conform.golden import writer
 from csa_conform.golden.validation import CheckedFile
-from csa_conform.verify import verify_case
 
 
 def sample_case(case_id: str = "sample.case", steps: int = 2) -> GoldenCase:

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.verify import stream_break, verify_case, verify_case_in
 from csa_conform.cli import main
 from csa_conform.errors import GoldenChanged
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenCase, GoldenFile, GoldenStep, write_goldens
-from csa_conform.verify import stream_break, verify_case, verify_case_in
 
 STREAM = "boundaries.r4-decode-1-to-5"
 STEP = f"/cases/{STREAM}/steps/0001"
@@ -378,7 +378,7 @@ def test_a_replay_that_fails_gives_way_to_a_damaged_dataset_read_meanwhile(copy,
     def broken(*_):
         raise RuntimeError("a replay that fails")
 
-    monkeypatch.setattr("csa_conform.verify.replay", broken)
+    monkeypatch.setattr("csa_conform.check.verify.replay", broken)
     with GoldenFile(copy) as golden, pytest.raises(RuntimeError, match="a replay that fails"):
         verify_case(golden, STREAM)
     edit(copy, lambda handle: handle[output].__setitem__((0, 0, 0, 0), 9.0))

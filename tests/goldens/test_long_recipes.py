@@ -7,15 +7,14 @@ import h5py
 import numpy as np
 import pytest
 
-from csa_conform.fixtures import SUITES, suite_recipes
-from csa_conform.fixtures import long_context
-from csa_conform.fixtures.randomized import Values
-from csa_conform.fixtures.stream import assemble, play
+from csa_conform.check.verify import verify_case
 from csa_conform.golden import GoldenFile, write_goldens
+from csa_conform.golden.recipes import SUITES, long_context, suite_recipes
+from csa_conform.golden.recipes.randomized import Values
+from csa_conform.golden.recipes.stream import assemble, play
 from csa_conform.numerics.fp4 import unpack_nibbles
 from csa_conform.numerics.records import decode_fp8_record, unpack_fp4_record, unpack_fp8_record
 from csa_conform.oracle import run_step
-from csa_conform.verify import verify_case
 
 SMALL_R4 = "long.r4-n1-i8-t65537"
 SMALL_R4_PREFILL = "long.r4-n2-i8-prefill-t65537"

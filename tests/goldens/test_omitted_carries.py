@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.verify import verify_case
 from csa_conform.cli import main
 from csa_conform.golden import GoldenFile, GoldenStep, write_goldens
 from csa_conform.oracle import run_step
-from csa_conform.verify import verify_case
 
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 CARRIES = ("past_compression_carry", "past_index_carry")

@@ -9,12 +9,12 @@ import h5py
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.verify import verify_case
 from csa_conform.cli import main
 from csa_conform.errors import MemoryShortage
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 from csa_conform.golden.validation import CheckedFile
-from csa_conform.verify import verify_case
 
 FIRST, SECOND = "boundaries.r4-prefill-3", "boundaries.r4-prefill-4"
 

@@ -12,16 +12,16 @@ import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from csa_conform.cli.diff import diff
-from csa_conform.exitcodes import ExitCode
-from csa_conform.fixtures import suite_recipes
-from csa_conform.golden import GoldenFile
-from csa_conform.oracle import run_step
-from csa_conform.results import schema
-from csa_conform.streams import Stream, embedded, split, stream_of
 from invariance_mutants import SPLIT_BY_BATCH
 from mutants import MUTANTS
+
+from csa_conform.check.results import schema
+from csa_conform.cli.diff import diff
+from csa_conform.exitcodes import ExitCode
+from csa_conform.golden import GoldenFile
+from csa_conform.golden.edits import Stream, embedded, split, stream_of
+from csa_conform.golden.recipes import suite_recipes
+from csa_conform.oracle import run_step
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"

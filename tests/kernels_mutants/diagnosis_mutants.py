@@ -1,9 +1,9 @@
-"""Porting bugs for `explain`'s structural diagnosis (csa_conform.diagnosis), kept apart from the
+"""Porting bugs for `explain`'s structural diagnosis (csa_conform.explain.patterns), kept apart from the
 detection mutants of mutants.py: each is a one-place patch of the built-in kernels with the stage it
 first diverges at, the diagnosis kind explain must name there, and cases that exercise it.
 
 ``stage`` is the first stage a chained diff flags, ``kind`` the diagnosis explain gives the isolated
-divergence of that stage (csa_conform.diagnosis.KINDS), ``evidence`` a few facts its evidence must hold.
+divergence of that stage (csa_conform.explain.patterns.KINDS), ``evidence`` a few facts its evidence must hold.
 """
 
 from __future__ import annotations

@@ -8,14 +8,14 @@ import fnmatch
 from pathlib import Path
 
 import pytest
-
-from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
-from csa_conform.device.modes import STAGES
-from csa_conform.golden import GoldenFile
 from diagnosis_mutants import DIAGNOSED
 from mutants import DIFF_MUTANTS
 from thin_mutants import THIN_MUTANTS
+
+from csa_conform.check.conformance import check_case
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"
@@ -33,7 +33,7 @@ def test_the_ci_suite_catches_each_planted_bug_in_several_cases(name, tmp_path):
     with GoldenFile(CI_GOLDENS) as golden:
         cases = sorted(golden.case_ids(), key=lambda case: not fnmatch.fnmatchcase(case, mutant.cases))
         for case in cases:
-            if not check_case(golden, case, runner, STAGES).passed:
+            if not check_case(golden, case, runner, STAGE_NAMES).passed:
                 caught.append(case)
                 if len(caught) == MINIMUM:
                     break

@@ -7,14 +7,14 @@ import fnmatch
 from pathlib import Path
 
 import pytest
-
-from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
-from csa_conform.device.modes import STAGES
-from csa_conform.diagnosis import KINDS, STRUCTURAL
-from csa_conform.explain import EXPLAINED, INHERITED, explain_case
-from csa_conform.golden import GoldenFile
 from diagnosis_mutants import DIAGNOSED
+
+from csa_conform.check.conformance import check_case
+from csa_conform.device import DeviceRunner, KernelDirectory
+from csa_conform.explain import EXPLAINED, INHERITED, explain_case
+from csa_conform.explain.patterns import KINDS, STRUCTURAL, stage_findings
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -53,8 +53,8 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path):
     with GoldenFile(CI_GOLDENS) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.mutant.cases)]
         assert cases
-        chained = [check_case(golden, case, DeviceRunner(kernels), STAGES) for case in cases]
-        first = {next(stage for stage in STAGES if report.stages[stage].status == "diverged")
+        chained = [check_case(golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings) for case in cases]
+        first = {next(stage for stage in STAGE_NAMES if report.stages[stage].status == "diverged")
                  for report in chained if not report.passed}
         assert first == {bug.mutant.stage}, f"{bug.name} first diverges at {first}"
         explanations = [explanation for case, report in zip(cases, chained) if not report.passed

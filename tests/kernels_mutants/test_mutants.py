@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from mutants import DIFF_MUTANTS, HOST_PATCHES, MUTANTS
 
+from csa_conform.check.conformance import check_case
 from csa_conform.cli.diff import diff
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.device.conformance import check_case
 from csa_conform.device.kernels import MODULES, PRELUDE
-from csa_conform.device.modes import STAGES
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from mutants import DIFF_MUTANTS, HOST_PATCHES, MUTANTS
+from csa_conform.spec import STAGE_NAMES
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -28,8 +28,8 @@ CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 def test_mutant_names_are_unique_and_stages_known():
     assert len({mutant.name for mutant in MUTANTS}) == len(MUTANTS)
     for mutant in MUTANTS:
-        assert mutant.stage in STAGES and mutant.stage in mutant.isolated
-        assert mutant.isolated <= set(STAGES)
+        assert mutant.stage in STAGE_NAMES and mutant.stage in mutant.isolated
+        assert mutant.isolated <= set(STAGE_NAMES)
 
 
 def test_every_kernel_file_has_a_planted_bug():
@@ -52,8 +52,8 @@ def _flagged(path: Path, kernels: Path, mode: str, pattern: str, status: str = "
     with GoldenFile(path) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, pattern)]
         assert cases, f"no golden case matches {pattern}"
-        reports = [check_case(golden, case, runner, STAGES) for case in cases]
-    return [[stage for stage in STAGES if report.stages[stage].status == status] for report in reports]
+        reports = [check_case(golden, case, runner, STAGE_NAMES) for case in cases]
+    return [[stage for stage in STAGE_NAMES if report.stages[stage].status == status] for report in reports]
 
 
 def _divergences(path: Path, kernels: Path, mode: str, pattern: str) -> list[list[str]]:
@@ -71,7 +71,7 @@ def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_gold
     assert set().union(*map(set, isolated)) == mutant.isolated
 
 
-# How each mode of diff is asked for, and the verdict it gives (csa_conform.device.conformance).
+# How each mode of diff is asked for, and the verdict it gives (csa_conform.check.conformance).
 MODES = {"repeat": ({"repeat": 3}, "non-deterministic"), "replay": ({"replay": "graph"}, "replay-mismatch")}
 MODE_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by != "diff")
 SANITIZE = "sanitize"  # compute-sanitizer needs a GPU: here only "no other mode catches it" is checked
@@ -122,7 +122,7 @@ def test_mutant_is_caught_at_its_stage_on_the_device(mutant, tmp_path, cuda_devi
         )
         assert result.exit_code == ExitCode.DIVERGED, result.output[-2000:]
         cases = json.loads(result.stdout)["cases"]
-        verdicts[mode] = [[s for s in STAGES if case["verdicts"][s] == "diverged"] for case in cases]
+        verdicts[mode] = [[s for s in STAGE_NAMES if case["verdicts"][s] == "diverged"] for case in cases]
     assert {stages[0] for stages in verdicts["chained"] if stages} == {mutant.stage}
     assert set().union(*map(set, verdicts["isolated"])) == mutant.isolated
     shutil.rmtree(kernels)
@@ -161,7 +161,7 @@ def test_mode_mutant_is_caught_by_its_mode_only_on_the_device(mutant, tmp_path, 
             assert code == ExitCode.OK, f"{mutant.name} was caught by {name}"
             continue
         status = MODES[name][1]
-        flagged = [[s for s in STAGES if case["verdicts"][s] == status] for case in document["cases"]]
+        flagged = [[s for s in STAGE_NAMES if case["verdicts"][s] == status] for case in document["cases"]]
         assert code == ExitCode.DIVERGED and set().union(*map(set, flagged)) == mutant.isolated
     if mutant.host:
         return  # the sanitizer's child process runs the kernel directory as it is, without the host half

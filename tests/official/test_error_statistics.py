@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csa_conform.errorstats import TensorErrors, cosine_distance, ordered_bits
+from csa_conform.compare.errorstats import TensorErrors, cosine_distance, ordered_bits
 
 
 def test_ulp_distance_counts_representable_values_across_zero():

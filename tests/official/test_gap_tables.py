@@ -16,8 +16,8 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.results import schema
 from csa_conform.cli import main
-from csa_conform.results import schema
 
 SPEC = (Path(__file__).resolve().parents[2] / "specs" / "official-profile.md").read_text()
 CI = str(Path(__file__).resolve().parents[2] / "goldens" / "ci.h5")

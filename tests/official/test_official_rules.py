@@ -11,19 +11,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from official_model import RULES, SCORING_RULES, attention_row, index_score, online_row
 
+from csa_conform._base.resources import ci_goldens
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.libm import expf
-from csa_conform.official import attention, run_official_step
-from csa_conform.official.attention import BLOCK, online_softmax
-from csa_conform.official.exp import fast_expf
-from csa_conform.official.index_scoring import official_index_scoring
-from csa_conform.official.selection import official_selection
 from csa_conform.oracle import run_step
 from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows
-from csa_conform.resources import ci_goldens
-from official_model import RULES, SCORING_RULES, attention_row, index_score, online_row
+from csa_conform.profiles.official import attention, run_official_step
+from csa_conform.profiles.official.attention import BLOCK, online_softmax
+from csa_conform.profiles.official.exp import fast_expf
+from csa_conform.profiles.official.index_scoring import official_index_scoring
+from csa_conform.profiles.official.selection import official_selection
 
 ATTENTION_CASE = "boundaries.r128-resumed-247-to-257"  # 130 candidates: three blocks of 64
 TIE_CASE = "errors.topk-tie-zero-weights"

@@ -12,7 +12,7 @@ from golden_edits import reseal
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
-from csa_conform.profile import PROFILE_ATTR
+from csa_conform.profiles.numerics import PROFILE_ATTR
 
 CASES = "seed-closed-form.r4-prefill-8"
 TIE_CASE = "errors.topk-tie-zero-weights"

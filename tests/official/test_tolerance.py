@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from csa_conform.check.gap import measure_file
 from csa_conform.cli import main
-from csa_conform.errorstats import TensorErrors
+from csa_conform.compare.errorstats import ISOLATED, Gap, TensorErrors
+from csa_conform.compare.tolerance import Tolerances
 from csa_conform.exitcodes import ExitCode
-from csa_conform.gap import ISOLATED, Gap, measure_file
-from csa_conform.tolerance import Tolerances
 
 CASES = "random.r128-bias-*"  # four ratio-128 steps with 129 candidates
 
@@ -77,7 +77,7 @@ def errors_of(expected: np.ndarray, actual: np.ndarray) -> TensorErrors:
 def test_a_device_near_the_official_numerics_is_within_and_a_worse_one_is_not(golden, calibrated):
     """The official profile's own Y against the golden is inside; the same error tripled is outside."""
     from csa_conform.golden import GoldenFile
-    from csa_conform.profile import runner
+    from csa_conform.profiles.numerics import runner
 
     tolerances = Tolerances.read(calibrated)
     with GoldenFile(golden) as file:

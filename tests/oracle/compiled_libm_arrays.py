@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from csa_conform.oracle import compiled_libm
+from csa_conform.oracle.compiled import libm_kernels as compiled_libm
 
 FUNCTIONS = ("expf", "sinf", "cosf", "log2f")
 

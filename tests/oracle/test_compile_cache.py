@@ -22,7 +22,7 @@ pytestmark = needs_numba
 
 @pytest.fixture
 def package_copy(tmp_path):
-    from csa_conform.oracle import compile_cache
+    from csa_conform.oracle.compiled import cache as compile_cache
 
     copy = tmp_path / "csa_conform"
     for folder in compile_cache.KERNEL_SOURCES:
@@ -33,7 +33,7 @@ def package_copy(tmp_path):
 PROBE_KERNEL = """
 from numba import njit
 from csa_conform.numerics.probe_table import TABLE
-from csa_conform.oracle.compile_cache import kernel_cache
+from csa_conform.oracle.compiled.cache import kernel_cache
 
 @njit(cache=kernel_cache())
 def first():
@@ -42,7 +42,7 @@ def first():
 
 
 def test_a_cached_kernel_is_compiled_again_after_a_table_it_reads_changes(tmp_path):
-    from csa_conform.oracle import compile_cache
+    from csa_conform.oracle.compiled import cache as compile_cache
 
     package = tmp_path / "tree" / "csa_conform"
     shutil.copytree(compile_cache.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -61,9 +61,9 @@ def test_a_cached_kernel_is_compiled_again_after_a_table_it_reads_changes(tmp_pa
     assert run(2) == "2"
 
 
-@pytest.mark.parametrize("edited", ["oracle/compiled_lanes.py", "numerics/e8m0.py", "explain/exact_fma.py"])
+@pytest.mark.parametrize("edited", ["oracle/compiled/lanes.py", "numerics/e8m0.py", "explain/exact_fma.py"])
 def test_an_edit_to_any_kernel_source_changes_the_digest(package_copy, edited):
-    from csa_conform.oracle.compile_cache import sources_digest
+    from csa_conform.oracle.compiled.cache import sources_digest
 
     before = sources_digest(package_copy)
     source = package_copy / edited
@@ -73,10 +73,10 @@ def test_an_edit_to_any_kernel_source_changes_the_digest(package_copy, edited):
 
 
 def test_a_file_outside_the_kernel_sources_leaves_the_digest(package_copy):
-    from csa_conform.oracle.compile_cache import sources_digest
+    from csa_conform.oracle.compiled.cache import sources_digest
 
     before = sources_digest(package_copy)
-    (package_copy / "diff.py").write_text("changed = True\n")
+    (package_copy / "compare" / "bitwise.py").write_text("changed = True\n")
     sources_digest.cache_clear()
     assert sources_digest(package_copy) == before
 
@@ -84,8 +84,8 @@ def test_a_file_outside_the_kernel_sources_leaves_the_digest(package_copy):
 def test_the_package_kernels_carry_the_digest_and_other_functions_do_not(tmp_path):
     from numba.core.caching import FunctionCache
 
-    from csa_conform.oracle import compiled_kernels
-    from csa_conform.oracle.compile_cache import sources_digest
+    from csa_conform.oracle.compiled import dots as compiled_kernels
+    from csa_conform.oracle.compiled.cache import sources_digest
 
     kernel_stamp = FunctionCache(compiled_kernels.attention_scores.py_func)._impl.locator.get_source_stamp()
     assert isinstance(kernel_stamp, tuple) and kernel_stamp[1] == sources_digest()

@@ -35,7 +35,10 @@ def _steps(case_id):
 
 
 def _compiled_modules():
-    from csa_conform.oracle import compiled_kernels, compiled_libm, compiled_records, compiled_softmax
+    from csa_conform.oracle.compiled import dots as compiled_kernels
+    from csa_conform.oracle.compiled import libm_kernels as compiled_libm
+    from csa_conform.oracle.compiled import record_kernels as compiled_records
+    from csa_conform.oracle.compiled import softmax_kernels as compiled_softmax
 
     return (compiled_kernels, compiled_libm, compiled_records, compiled_softmax)
 
@@ -85,7 +88,7 @@ def _fresh_listings() -> dict:
     no signature of its own until a fresh caller compiles it, so callers go first."""
     import numba
 
-    from csa_conform.oracle.compiled_kernels import KERNEL_OPTIONS
+    from csa_conform.oracle.compiled.dots import KERNEL_OPTIONS
 
     listings, pending = {}, _every_kernel()
     while pending:
@@ -129,7 +132,9 @@ def test_no_kernel_uses_numba_threads():
 def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
     import numba
 
-    from csa_conform.oracle import compiled_records, compiled_stages, parallel
+    from csa_conform.oracle.compiled import parallel
+    from csa_conform.oracle.compiled import record_kernels as compiled_records
+    from csa_conform.oracle.compiled import stage_kernels as compiled_stages
 
     # FP8 decodes split over the workers from two records on (at long context: from 1,024).
     monkeypatch.setattr(compiled_records, "SPLIT_DECODE_RECORDS", 2)

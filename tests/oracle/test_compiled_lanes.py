@@ -57,7 +57,7 @@ def _kernel_cache(records, dim):
     (1, 512, 5, True), (5, 512, 67, True), (37, 512, 130, False), (3, 40, 9, False), (64, 512, 66, True),
 ])
 def test_attention_scores_and_values_match_one_term_at_a_time(heads, dim, count, packed):
-    from csa_conform.oracle.compiled_kernels import BLOCK, attention_scores, attention_values
+    from csa_conform.oracle.compiled.dots import BLOCK, attention_scores, attention_values
 
     rng = np.random.default_rng(heads * 1000 + count)
     query, current, records, rows_f32, rows = _candidates(rng, heads, dim, count, packed)
@@ -90,7 +90,7 @@ def test_attention_scores_and_values_match_one_term_at_a_time(heads, dim, count,
 
 @pytest.mark.parametrize(("heads", "records"), [(1, 7), (6, 64), (64, 300)])
 def test_index_scores_match_one_head_and_one_term_at_a_time(heads, records):
-    from csa_conform.oracle.compiled_kernels import INDEX_TILE, packed_index_scores
+    from csa_conform.oracle.compiled.dots import INDEX_TILE, packed_index_scores
 
     rng = np.random.default_rng(heads + records)
     sequence = 3

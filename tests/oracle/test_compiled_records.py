@@ -16,7 +16,7 @@ pytestmark = needs_numba
 
 @pytest.mark.parametrize("width", [FP8_RECORD_BYTES, FP4_RECORD_BYTES])
 def test_compiled_record_decoding_is_the_numpy_decoding_on_any_bytes(width):
-    from csa_conform.oracle import compiled_records
+    from csa_conform.oracle.compiled import record_kernels as compiled_records
 
     records = np.random.default_rng(width).integers(0, 256, (3, 700, width), dtype=np.uint8)
     records[0, :256] = np.arange(256, dtype=np.uint8)[:, None]  # every scale byte and code, NaN ones included
@@ -31,7 +31,7 @@ def test_compiled_record_decoding_is_the_numpy_decoding_on_any_bytes(width):
 
 @pytest.mark.parametrize("magnitude", [0.0, 1e-42, 1e-30, 1e-3, 1.0, 1e3, 1e30, 3e37, 3e38])
 def test_compiled_index_queries_are_the_numpy_ones_exactly_when_numpy_accepts_them(magnitude):
-    from csa_conform.oracle.compiled_records import frequency_table, index_queries
+    from csa_conform.oracle.compiled.record_kernels import frequency_table, index_queries
 
     rng = np.random.default_rng(7)
     with np.errstate(over="ignore"):

@@ -11,8 +11,9 @@ import pytest
 from engine_pairs import needs_numba, outcome
 
 from csa_conform.golden import GoldenFile
-from csa_conform.oracle import compiled_stages, run_step
+from csa_conform.oracle import run_step
 from csa_conform.oracle import sparse_sink_softmax_attention as attention
+from csa_conform.oracle.compiled import stage_kernels as compiled_stages
 from csa_conform.oracle.payloads import StagePayload
 
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"

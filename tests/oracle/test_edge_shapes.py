@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from csa_conform.fixtures.closed_form import ratio4_plan, ratio128_plan
-from csa_conform.fixtures.stream import assemble
+from csa_conform.golden.recipes.closed_form import ratio4_plan, ratio128_plan
+from csa_conform.golden.recipes.stream import assemble
 from csa_conform.oracle import run_step
 
 SHARED = {"compressor_ape", "compressor_norm", "head_sink", "index_compressor_ape", "index_compressor_norm",

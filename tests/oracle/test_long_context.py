@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csa_conform.fixtures import suite_recipes
-from csa_conform.fixtures.stream import assemble
+from csa_conform.golden.recipes import suite_recipes
+from csa_conform.golden.recipes.stream import assemble
 from csa_conform.numerics.records import decode_fp8_record
-from csa_conform.oracle import parallel, run_step
+from csa_conform.oracle import run_step
+from csa_conform.oracle.compiled import parallel
 from csa_conform.oracle.compression_update import present_compression
 from csa_conform.oracle.engine import numba_available
 from csa_conform.oracle.sparse_sink_softmax_attention import candidate_rows
@@ -35,7 +36,7 @@ def test_engines_and_thread_counts_agree_on_a_step_over_sixteen_thousand_records
     assert reference["index_scoring", "scores"][0] == (1, 3, 16384)
     for workers in (1, 3):
         monkeypatch.setattr(parallel, "worker_count", lambda workers=workers: workers)
-        monkeypatch.setattr("csa_conform.oracle.compiled_stages.worker_count", lambda workers=workers: workers)
+        monkeypatch.setattr("csa_conform.oracle.compiled.stage_kernels.worker_count", lambda workers=workers: workers)
         assert _payload_bytes(run_step(*long_step, engine="numba")) == reference
 
 

@@ -8,8 +8,8 @@ import pytest
 from reference_corpus import case_files, expected_error, reference_file, step_inputs, step_prefixes
 
 from csa_conform import ContractError
+from csa_conform.compare.testing import assert_bits_equal
 from csa_conform.oracle import run_step
-from csa_conform.testing import assert_bits_equal
 
 
 @pytest.mark.parametrize("name", case_files())

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from csa_conform import ContractError
-from csa_conform.fixtures.closed_form import (
+from csa_conform.compare.testing import same_bits
+from csa_conform.golden.recipes.closed_form import (
     TOPK,
     r4_index_ape,
     r4_index_score,
@@ -17,10 +18,9 @@ from csa_conform.fixtures.closed_form import (
     ratio4_plan,
     ratio128_plan,
 )
-from csa_conform.fixtures.stream import assemble, empty_state, play
+from csa_conform.golden.recipes.stream import assemble, empty_state, play
 from csa_conform.numerics import decode_fp8_record, expf
 from csa_conform.oracle import run_step
-from csa_conform.testing import same_bits
 
 F = np.float32
 

@@ -24,7 +24,7 @@ def _geometry(width):
 @pytest.fixture(params=["whole", "row by row"])
 def chunking(request, monkeypatch):
     """Selection in one chunk, or one query row per chunk over three workers (the rows' offsets show)."""
-    from csa_conform.oracle import parallel
+    from csa_conform.oracle.compiled import parallel
 
     if request.param == "row by row":
         monkeypatch.setattr(stage, "CHUNK_ELEMENTS", 1)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csa_conform.fixtures.stream import StepPlan, StreamPlan, empty_state, play
+from csa_conform.compare.testing import assert_bits_equal
+from csa_conform.golden.recipes.stream import StepPlan, StreamPlan, empty_state, play
 from csa_conform.oracle import run_step
-from csa_conform.testing import assert_bits_equal
 
 BASE_ATTRS = {"head_dim": 512, "qk_rope_head_dim": 64, "causal": 1, "cache_layout_version": 1, "index_layout_version": 1}
 RATIO128_OUTPUTS = ("Y", "present_compressed_kv", "present_compression_carry")

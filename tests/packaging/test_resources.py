@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from csa_conform._base.resources import builtin_kernels, ci_goldens
 from csa_conform.cli.diff import DEFAULT_FILE
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.resources import builtin_kernels, ci_goldens
 
 ROOT = Path(__file__).resolve().parents[2]
 

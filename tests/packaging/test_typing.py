@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The modules a caller imports from: the package's own exports, the errors and exit codes they name, the
 # pipeline spec, the run options and the device backend protocol a custom backend implements.
 PUBLIC = ("csa_conform/__init__.py", "csa_conform/errors.py", "csa_conform/exitcodes.py", "csa_conform/spec",
-          "csa_conform/run.py", "csa_conform/device/backend.py")
+          "csa_conform/check/options.py", "csa_conform/device/backend.py")
 
 
 def test_py_typed_exists_and_is_package_data():

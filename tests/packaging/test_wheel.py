@@ -59,7 +59,7 @@ def workdir(tmp_path_factory) -> Path:
 
 def packaged(installed, workdir, expression: str) -> Path:
     bin_dir, env = installed
-    done = run([str(bin_dir / "python"), "-c", f"from csa_conform import resources; print({expression})"],
+    done = run([str(bin_dir / "python"), "-c", f"from csa_conform._base import resources; print({expression})"],
                workdir, env)
     return Path(done.stdout.strip())
 

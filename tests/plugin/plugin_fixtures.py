@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import csa_conform
-from csa_conform.fixtures import suite_recipes
 from csa_conform.golden import write_goldens
+from csa_conform.golden.recipes import suite_recipes
 from csa_conform.oracle import run_step
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -8,11 +8,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from plugin_fixtures import R4_ID, R128_ID, R128_STAGES, REJECTED_ID, expected_ids
 
-from csa_conform.device.modes import Mode
 from csa_conform.device.backend import BACKENDS as RUNNER_BACKENDS
 from csa_conform.pytest_plugin.choices import BACKENDS, MODES
-from plugin_fixtures import R4_ID, R128_ID, R128_STAGES, REJECTED_ID, expected_ids
+from csa_conform.spec import Mode
 
 pytest_plugins = ("pytester",)
 

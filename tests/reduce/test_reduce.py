@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from diagnosis_mutants import DIAGNOSED
+from mutants import MUTANTS
 
+from csa_conform.check.verify import verify_case
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
-from csa_conform.streams import (
+from csa_conform.golden.edits import (
     CARRIES,
     fitted,
     heads,
@@ -27,9 +30,6 @@ from csa_conform.streams import (
     without_bias,
     without_carries,
 )
-from csa_conform.verify import verify_case
-from diagnosis_mutants import DIAGNOSED
-from mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from csa_conform.golden import GoldenFile, write_goldens
-from csa_conform.reduce import AS_GIVEN, ALIKE, FAILING_STEP, FROM_ZERO, _suffixes, floor_of, reduce_case
-from csa_conform.streams import restarted, stream_of, without_carries
+from csa_conform.repro.reduce import AS_GIVEN, ALIKE, FAILING_STEP, FROM_ZERO, _suffixes, floor_of, reduce_case
+from csa_conform.golden.edits import restarted, stream_of, without_carries
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"

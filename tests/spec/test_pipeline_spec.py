@@ -9,7 +9,7 @@ from pathlib import Path
 from csa_conform.device.launches import READ_BACKS
 from csa_conform.oracle.engine import Engine
 from csa_conform.oracle.stage_functions import STAGE_FUNCTIONS
-from csa_conform.spec import STAGE_NAMES, STAGES, ReadBack, Role
+from csa_conform.spec import PIPELINE, STAGE_NAMES, ReadBack, Role
 
 SPEC = Path(__file__).resolve().parents[2] / "csa_conform" / "spec"
 
@@ -39,10 +39,10 @@ def test_the_device_reads_back_every_launch_shape():
 
 
 def test_engine_slots_are_the_engine_functions():
-    slots = {stage.engine_slot for stage in STAGES if stage.engine_slot}
+    slots = {stage.engine_slot for stage in PIPELINE if stage.engine_slot}
     assert slots == {field.name for field in dataclasses.fields(Engine)} - {"name"}
 
 
 def test_one_writeback_stage_and_it_is_last():
-    assert [stage.name for stage in STAGES if stage.role is Role.WRITEBACK] == [STAGES[-1].name]
-    assert [stage.number for stage in STAGES] == list(range(1, len(STAGES) + 1))
+    assert [stage.name for stage in PIPELINE if stage.role is Role.WRITEBACK] == [PIPELINE[-1].name]
+    assert [stage.number for stage in PIPELINE] == list(range(1, len(PIPELINE) + 1))

@@ -1,0 +1,112 @@
+"""How far the official numerics are from the CPU reference: both profiles on the same inputs, stage by stage.
+
+For every step of a golden file, the stored inputs run under the reference
+profile and under another one (``official`` by default), chained (the other
+profile's stages read its own upstream payloads, as a pipeline of such
+kernels would) or isolated (each of its stages reads the reference's upstream
+payloads, so a stage's difference is its own arithmetic's); every stage payload
+both produce is compared with csa_conform.compare.errorstats, aggregated over the
+file per stage and tensor (writeback repeats other stages' payloads and is
+left out). Steps either profile rejects are counted, not compared.
+"""
+
+from __future__ import annotations
+
+from csa_conform.compare.errorstats import ISOLATED, Gap
+from csa_conform.errors import ContractError
+from csa_conform.golden import GoldenFile
+from csa_conform.profiles.numerics import runner
+
+
+def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None, engine: str | None = None) -> None:
+    """Add every step of every (chosen) case of ``path`` to ``gap``, the oracle run by ``engine``."""
+    expected_run, actual_run = runner(gap.expected, engine), runner(gap.actual, engine)
+    with GoldenFile(path) as golden:
+        golden_ids = golden.case_ids() if case_ids is None else case_ids
+        for case_id in golden_ids:
+            info = golden.case_info(case_id)
+            golden.verify_case_checksums(case_id)
+            for index in range(info.step_count):
+                step = golden.read_step(case_id, index)
+                gap.steps += 1
+                outputs = list(info.output_names)
+                expected = _run(expected_run, info.attrs, step.inputs, outputs)
+                upstream = expected.stages if gap.mode == ISOLATED and expected is not None else None
+                actual = _run(actual_run, info.attrs, step.inputs, outputs, upstream)
+                if expected is None or actual is None:
+                    gap.rejected_both += expected is None and actual is None
+                    gap.rejected_expected_only += expected is None and actual is not None
+                    gap.rejected_actual_only += actual is None and expected is not None
+                    continue
+                gap.add_step(case_id, index, expected.stages, actual.stages)
+            gap.cases.append(case_id)
+
+
+def _run(run, attrs, inputs, outputs, upstream=None):
+    try:
+        return run(attrs, inputs, outputs, upstream=upstream) if upstream is not None else run(attrs, inputs, outputs)
+    except ContractError:
+        return None
+
+
+# --- the table -------------------------------------------------------------------------------
+
+COLUMNS = (
+    "stage", "tensor", "identical steps", "identical elements",
+    "abs max / mean / median / p99 / p99.9", "rel max / mean / median / p99 / p99.9",
+    "ulp max / mean / median / p99 / p99.9", "cos dist max", "-inf mask", "sets / argmax",
+)
+
+
+def number(value: float) -> str:
+    """Three significant digits; integers (ULPs, counts) up to 1e6 as they are."""
+    if value == 0:
+        return "0"
+    if float(value).is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.3g}"
+
+
+def table_rows(entry: dict) -> list[list[str]]:
+    """One row per stage/tensor of a gap entry, cells as COLUMNS names them."""
+    rows = []
+    for tensor in entry["tensors"]:
+        cells = [
+            tensor["stage"], tensor["tensor"],
+            f"{tensor['steps_identical']}/{tensor['steps']}", f"{tensor['identical']}/{tensor['elements']}",
+        ]
+        if tensor["kind"] == "float":
+            for measure in ("abs", "rel", "ulp"):
+                stats = tensor[measure]
+                cells.append(" / ".join(number(stats[name]) for name in ("max", "mean", "median", "p99", "p99.9")))
+            cells.append(number(tensor["cosine_distance_max"]))
+            cells.append("equal" if tensor["neginf_mask_mismatches"] == 0 else f"{tensor['neginf_mask_mismatches']} differ")
+        else:
+            cells += ["", "", "", "", ""]
+        cells.append(_extra(tensor))
+        rows.append(cells)
+    return rows
+
+
+def _extra(tensor: dict) -> str:
+    if "sets" in tensor:
+        sets = tensor["sets"]
+        return (f"rows identical {sets['rows_identical']}/{sets['rows']}, overlap min {number(sets['overlap_min'])} "
+                f"mean {number(sets['overlap_mean'])}, {sets['rank_changes']} rank changes")
+    if "argmax" in tensor:
+        argmax = tensor["argmax"]
+        return f"argmax same in {argmax['identical']}/{argmax['rows']} rows"
+    return ""
+
+
+def markdown_table(entry: dict) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(entry)]
+    return "\n".join(lines)
+
+
+def headline(entry: dict, path: str) -> str:
+    rejected = entry["rejected"]
+    counts = ", ".join(f"{count} {who.replace('_', ' ')}" for who, count in rejected.items())
+    return (f"gap {entry['expected_profile']} -> {entry['actual_profile']} ({entry['mode']}) on {path}: "
+            f"{entry['compared_steps']}/{entry['steps']} steps compared (rejected: {counts})")

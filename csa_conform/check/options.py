@@ -1,0 +1,110 @@
+"""The options of one device run, shared by every command that runs kernels and by the pytest plugin.
+
+``BuildChoice`` is which kernels, built how; ``RunOptions`` everything else that
+shapes the run. The CLI's option groups (csa_conform.cli.options) parse into
+them, the plugin fills them from its own options, and both spell a run back
+through ``RunOptions.to_argv`` for reproduce lines, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from csa_conform._base.case_glob import exact_glob
+from csa_conform._base.terminal import shell_join
+from csa_conform.device.backend import CUDA, backend_named
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.spec import STAGE_NAMES, Mode
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildChoice:
+    """Which kernels, built how, judged how strictly (the build half of ``device_options``)."""
+
+    kernels: str | None = None
+    name: str | None = None  # the build, strict or production (csa_conform.device.kernels.BUILDS)
+    nvrtc_options: tuple[str, ...] = ()
+    strict_ptx: bool = False
+
+    def directory(self) -> KernelDirectory:
+        return KernelDirectory(self.kernels, build=self.name, nvrtc_options=self.nvrtc_options,
+                               strict_ptx=self.strict_ptx)
+
+    def words(self) -> list[str]:
+        """The options as a command line spells them."""
+        words = ["--kernels", self.kernels] if self.kernels else []
+        if self.name:
+            words += ["--build", self.name]
+        words += [f"--nvrtc-option={option}" for option in self.nvrtc_options]
+        if self.strict_ptx:
+            words.append("--strict-ptx")
+        return words
+
+    def describe(self) -> dict[str, Any]:
+        """The choice as the results document's ``options`` records it."""
+        return {"kernels": self.kernels, "build": self.name, "nvrtc_options": list(self.nvrtc_options),
+                "strict_ptx": self.strict_ptx}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """Everything that shapes a device run: golden file, mode, placement, build, backend, depth.
+
+    ``to_argv`` spells it back as the ``diff`` command line that reproduces one case and stage;
+    ``runner`` makes the DeviceRunner it describes; ``describe`` is what a results document records.
+    """
+
+    file: str
+    mode: Mode
+    force_host: frozenset[str]
+    ulp: int
+    build: BuildChoice = BuildChoice()
+    repeat: int = 1
+    replay: str | None = None
+    tolerance: str | None = None  # --tolerance FILE: also judge every stage against its calibrated envelope
+    invariance: tuple[str, ...] = ()
+    backend: str = CUDA
+
+    @property
+    def forced(self) -> str:
+        """The force-host set as --force-host spells it ('' when empty)."""
+        if self.force_host >= set(STAGE_NAMES):
+            return "all"
+        return ",".join(stage for stage in STAGE_NAMES if stage in self.force_host)
+
+    def to_argv(self, case: str, stage: str, mode: Mode | None = None) -> list[str]:
+        """The reproducing ``csa-conform diff`` command of one case and stage, as words."""
+        words = ["csa-conform", "diff", self.file, "--stage", stage, "--mode", (mode or self.mode).value,
+                 "--case", exact_glob(case)]
+        if self.force_host:
+            words += ["--force-host", self.forced]
+        words += self.build.words()
+        if self.backend != CUDA:
+            words += ["--backend", self.backend]
+        if self.ulp:
+            words += ["--ulp", str(self.ulp)]
+        if self.repeat > 1:
+            words += ["--repeat", str(self.repeat)]
+        if self.replay:
+            words += ["--replay", self.replay]
+        if self.tolerance:
+            words += ["--tolerance", self.tolerance]
+        for kind in self.invariance:
+            words += ["--invariance", kind]
+        return words
+
+    def command(self, case: str, stage: str, mode: Mode | None = None) -> str:
+        """``to_argv`` as one shell-quoted line."""
+        return shell_join(self.to_argv(case, stage, mode))
+
+    def runner(self, mode: Mode | None = None) -> DeviceRunner:
+        return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
+                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
+
+    def describe(self) -> dict[str, Any]:
+        """The run's options as the results document records them."""
+        return {"mode": self.mode.value, "force_host": [stage for stage in STAGE_NAMES if stage in self.force_host],
+                **self.build.describe(), "ulp": self.ulp, "repeat": self.repeat, "replay": self.replay,
+                **({"tolerance": self.tolerance} if self.tolerance else {}), "invariance": list(self.invariance)}

@@ -1,0 +1,55 @@
+"""Running every detector over a stage's diverged tensors, strongest kind first."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from csa_conform.compare.bitwise import default_axes
+from csa_conform.contract import validate_step
+from csa_conform.errors import ContractError
+from csa_conform.explain.patterns.findings import KINDS, Context, Finding
+from csa_conform.numerics.bits import differing_bits
+
+
+def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
+             axes: Mapping[str, tuple[str, ...]], context: Context) -> list[Finding]:
+    """Every finding on the stage's diverged tensors, strongest kind first, payload order within a kind."""
+    from csa_conform.explain.patterns import factor, permutation, quantization, restriction, shift, unwritten
+
+    detectors = (unwritten.never_written, unwritten.stale, permutation.permuted, shift.index_shift,
+                 quantization.scale_exponent, factor.constant_factor, restriction.restricted)
+    findings: list[Finding] = []
+    for position, (tensor, reference) in enumerate(expected.items()):
+        device = actual.get(tensor)
+        if device is None:
+            continue
+        reference, device = np.asarray(reference), np.asarray(device)
+        if reference.shape != device.shape or reference.dtype != device.dtype or not reference.size:
+            continue
+        differ = differing_bits(reference, device)
+        if not differ.any():
+            continue
+        names = tuple(axes.get(tensor, ())) or tuple(f"a{axis}" for axis in range(reference.ndim))
+        for detector in detectors:
+            found = detector(stage, tensor, reference, device, differ, names, context)
+            if found is not None:
+                findings.append(found)
+    order = {kind: rank for rank, kind in enumerate(KINDS)}
+    tensors = list(expected)
+    findings.sort(key=lambda finding: (not finding.decisive, order[finding.kind], tensors.index(finding.tensor)))
+    return findings
+
+
+def stage_findings(info, outcome, stage: str) -> list[Finding]:
+    """The structural findings on a stage's first divergent step (without the oracle's trace): the
+    ``diagnose`` that csa_conform.check.conformance.check_case takes."""
+    expected, actual = outcome.expected.get(stage, {}), outcome.actual.stages.get(stage, {})
+    try:
+        geometry = validate_step(info.attrs, outcome.inputs or {}, info.output_names)
+    except (ContractError, KeyError):
+        geometry = None
+    axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
+            for tensor, array in expected.items()}
+    return diagnose(stage, expected, actual, axes, Context(stage, geometry, outcome.inputs or {}, outcome.expected))

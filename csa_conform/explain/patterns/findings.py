@@ -1,0 +1,92 @@
+"""The findings a structural detector returns, their vocabulary, and the helpers every detector shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from csa_conform.contract import StepGeometry
+
+# The vocabulary, strongest first: the kinds before RESTRICTED say what the bug is; RESTRICTED says
+# where it is (and is what remains when nothing more specific fits).
+NEVER_WRITTEN = "never-written"
+STALE = "stale"
+PERMUTATION = "permutation"
+INDEX_SHIFT = "index-shift"
+SCALE_EXPONENT = "scale-exponent"
+SUB_STEP = "sub-step"
+ROUNDING_CONVENTION = "rounding-convention"
+CONSTANT_FACTOR = "constant-factor"
+RESTRICTED = "restricted"
+KINDS = (NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP, ROUNDING_CONVENTION,
+         CONSTANT_FACTOR, RESTRICTED)
+# Kinds that no numeric ingredient (libm, FMA, flush-to-zero) can produce: explain skips its numeric search.
+STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP,
+                        ROUNDING_CONVENTION})
+# A finding accounts for its tensor when it covers at least this share of the differing elements.
+DECISIVE = 0.9
+
+
+@dataclass
+class Finding:
+    """One diagnosis: ``covered`` of the tensor's ``differing`` elements fit the pattern."""
+
+    kind: str
+    stage: str
+    tensor: str
+    headline: str
+    covered: int
+    differing: int
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def decisive(self) -> bool:
+        return self.differing > 0 and self.covered >= DECISIVE * self.differing
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "stage": self.stage, "tensor": self.tensor, "headline": self.headline,
+                "covered": self.covered, "differing": self.differing, "evidence": self.evidence}
+
+
+@dataclass
+class Context:
+    """What a detector may read besides the two tensors: the step's geometry and inputs, the
+    reference's payloads of every stage, and the oracle's intermediates of this stage (a trace,
+    computed on first use)."""
+
+    stage: str
+    geometry: StepGeometry | None = None
+    inputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    expected: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
+    tracer: Callable[[], dict] | None = None
+    _trace: dict | None = None
+
+    def trace(self) -> dict:
+        if self._trace is None:
+            self._trace = self.tracer() if self.tracer is not None else {}
+        return self._trace
+
+
+def coordinates(flat: int, shape: tuple, axes: tuple[str, ...]) -> str:
+    index = np.unravel_index(flat, shape) if shape else ()
+    return " ".join(f"{name}={int(i)}" for name, i in zip(axes, index))
+
+
+def spans(indices) -> str:
+    """Sorted integers as compact ranges: '0..3, 7, 9..12'."""
+    values = sorted(int(i) for i in indices)
+    parts: list[str] = []
+    start = previous = None
+    for value in values:
+        if start is None:
+            start = previous = value
+        elif value == previous + 1:
+            previous = value
+        else:
+            parts.append(f"{start}" if start == previous else f"{start}..{previous}")
+            start = previous = value
+    if start is not None:
+        parts.append(f"{start}" if start == previous else f"{start}..{previous}")
+    return ", ".join(parts)

@@ -1,0 +1,86 @@
+"""Index shifts: element k of the device tensor holds the reference's element k-d.
+
+Window starts, causal counts, record and byte offsets that are off by a few
+show as a shift along one axis: most differing elements equal the
+reference's neighbour d places before them on that axis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.explain.patterns.findings import INDEX_SHIFT, Context, Finding
+from csa_conform.numerics.bits import equal_bits
+
+LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
+FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id
+
+
+def meaningful(values: np.ndarray) -> np.ndarray:
+    """Elements that identify something: not a filler such as -inf, -1 or 0."""
+    keep = np.ones(values.shape, bool)
+    for filler in FILLERS.get(values.dtype.kind, ()):
+        keep &= values != filler
+    return keep
+
+
+def _shifted(expected: np.ndarray, axis: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the reference moved d places up ``axis``: element k holds element k-d, where that exists)."""
+    moved = np.zeros_like(expected)
+    valid = np.zeros(expected.shape, bool)
+    n = expected.shape[axis]
+    target = [slice(None)] * expected.ndim
+    source = [slice(None)] * expected.ndim
+    if d > 0:
+        target[axis], source[axis] = slice(d, n), slice(0, n - d)
+    else:
+        target[axis], source[axis] = slice(0, n + d), slice(-d, n)
+    moved[tuple(target)] = expected[tuple(source)]
+    valid[tuple(target)] = True
+    return moved, valid
+
+
+def _meaning(stage: str, axis: str, d: int, context: Context) -> str:
+    """What a shift along the candidate slots means: the dense window starts early or late."""
+    if stage != "candidate_assembly" or axis != "c":
+        return ""
+    places = f"{abs(d)} position{'s' if abs(d) != 1 else ''}"
+    return f"the attention window starts {places} {'early' if d > 0 else 'late'}: "
+
+
+def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
+    differing = int(np.count_nonzero(differ))
+    identifying = differ & meaningful(actual)
+    considered = int(np.count_nonzero(identifying))
+    if considered < 2:
+        return None
+    per_axis = {}
+    for axis in range(expected.ndim):
+        if expected.shape[axis] < 3:
+            continue
+        for d in [step for size in range(1, LARGEST + 1) for step in (-size, size)]:
+            if abs(d) >= expected.shape[axis]:
+                continue
+            moved, valid = _shifted(expected, axis, d)
+            fits = equal_bits(moved, actual) & valid & identifying
+            count = int(np.count_nonzero(fits))
+            if axis not in per_axis or count > per_axis[axis][0]:
+                per_axis[axis] = (count, axis, d, fits)
+    if not per_axis:
+        return None
+    best = max(per_axis.values(), key=lambda found: found[0])
+    last = per_axis.get(expected.ndim - 1)
+    if last is not None and last[0] >= 0.9 * considered:
+        best = last  # a shift within the row (slots, bytes) says more than one across rows
+    if best[0] < 0.75 * considered:
+        return None
+    count, axis, d, fits = best
+    name = axes[axis] if axis < len(axes) else f"a{axis}"
+    rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
+    sign = "-" if d > 0 else "+"
+    headline = _meaning(stage, name, d, context) + (
+                f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
+                f"in {count:,} of {considered:,} differing elements (not counting fillers: -inf, -1, 0), across "
+                f"{rows:,} row{'s' if rows != 1 else ''}")
+    return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
+                   {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows})
