@@ -95,12 +95,14 @@ def test_the_suffixes_tried_start_at_the_last_tokens_the_divergent_one_and_each_
 
 
 def test_the_floor_names_the_inputs_the_contract_fixes_and_what_varies():
-    """One token resumed at position 127 (ratio 128): the APE table, the norm, the cursors, the carry and a
-    current_kv of 128 positions are fixed; the token's query and compressor rows and the sink vary."""
+    """One token resumed at position 127 (ratio 128): the APE table, the norm, the cursors, the carry, the
+    records of its position (none) and a current_kv of 128 positions are fixed; the token's query and
+    compressor rows and the sink vary."""
     floor = floor_of(_stream("quant-edge.r128-fp8-overflow"))
     assert floor.fixed == {"compressor_ape": ((128, 512), 65_536), "compressor_norm": ((512,), 512),
                            "total_sequence_length": ((), 1), "seqlens_k": ((1,), 1),
-                           "past_compression_carry": ((1, 128, 2, 512), 131_072)}
+                           "past_compression_carry": ((1, 128, 2, 512), 131_072),
+                           "past_compressed_kv": ((1, 0, 583), 0)}  # position 127 holds no record yet
     assert (floor.window_from, floor.window) == (0, 128 * 512)
     assert floor.fixed_elements == 262_658
     assert floor.varying == {"query": 512, "compressor_kv": 512, "compressor_gate": 512, "head_sink": 1}
