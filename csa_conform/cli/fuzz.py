@@ -73,7 +73,8 @@ def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, da
     found = run.found
     write_goldens(output, [found.case], force=force)
     click.echo(f"fuzz: divergence at {describe(found.divergence)} (step {found.divergence['step']}) after "
-               f"{run.valid} valid cases ({run.examples} drawn) in {run.seconds:.0f} s")
+               f"{run.valid} valid cases ({run.examples} drawn) in {run.seconds:.0f} s (the first diverging one "
+               f"in {run.first_s:.0f} s)")
     click.echo(f"  case: {found.draw.describe()}")
     click.echo(f"  input elements: {found.size:,}")
     click.echo(f"wrote {output}")

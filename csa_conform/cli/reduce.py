@@ -33,7 +33,16 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile, write_goldens
 from csa_conform.golden.carries import step_start
 from csa_conform.golden.edits import Stream, stream_of
-from csa_conform.repro.reduce import FILE_CASES, Probe, Reduction, describe, reduce_case, reduce_file
+from csa_conform.repro.reduce import (
+    FILE_CASES,
+    Probe,
+    Reduction,
+    alike_finder,
+    describe,
+    floor_of,
+    reduce_case,
+    reduce_file,
+)
 from csa_conform.spec import Mode
 
 
@@ -49,13 +58,40 @@ def _elements(original: Stream, reduced: Stream) -> str:
     fixed = reduced.fixed_elements() + window
     rows = f"{reduced.batch} rows'" if reduced.batch > 1 else "one row's"
     from_zero = step_start(reduced.steps[-1]) == 0
-    state = "cursors" if from_zero else "carries and cursors"
+    state = "cursors" if from_zero else "carries, past records and cursors"
     line = (f"input elements: {before:,} -> {after:,} ({after / before:.1%}); the contract fixes {fixed:,} of them "
             f"(compressor ape and norm, {rows} {state}, a current_kv from position {first}"
             + ("; no carries: a step from position 0 may omit them)" if from_zero else ")"))
     if before > fixed:
         line += f"; of the {before - fixed:,} it lets vary, {after - fixed:,} remain ({(after - fixed) / (before - fixed):.1%})"
     return line
+
+
+def _starting_points(reduction: Reduction) -> str:
+    """Which starting point won (another case of the file names itself), and what each reduced to."""
+    tried = "; ".join(f"{name} -> {elements:,}" for name, elements in reduction.starts)
+    return f"smallest from {reduction.start}; starting points tried: {tried}"
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) or "scalar"
+
+
+def _floor(reduction: Reduction) -> str:
+    """How far the reduction got and what bounds it: the fixed-shape inputs, the window, the rest."""
+    floor = floor_of(reduction.reduced)
+    after = reduction.reduced.elements()
+    fixed = ", ".join(f"{name} {_shape(shape)} ({elements:,})" for name, (shape, elements) in floor.fixed.items())
+    if floor.window:
+        fixed += f", current_kv from position {floor.window_from} ({floor.window:,})"
+    rest = after - floor.fixed_elements
+    varying = ", ".join(f"{name} {elements:,}" for name, elements in list(floor.varying.items())[:4])
+    bound = ("bound by the contract's fixed-shape inputs" if 2 * rest <= after
+             else "bound by what the divergence needs")
+    stop = ("a fixed point: no edit reduce knows keeps the divergence with less" if reduction.complete else
+            "the budget ran out before a fixed point: a larger --budget-s may reduce it further")
+    return (f"floor: {floor.fixed_elements:,} of the {after:,} input elements are fixed by the contract ({fixed}); "
+            f"{rest:,} vary ({varying or 'none'}): {bound}; stopped at {stop}")
 
 
 @exits("the case did not diverge", "the reduced case diverges (reproduced)", bisect=True)
@@ -101,14 +137,13 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
         with GoldenFile(file) as golden:
             if case is not None and case not in golden.case_ids():
                 raise UsageError(f"{file} has no case {case!r}")
+            streams = {case_id: stream_of(golden, case_id) for case_id in golden.case_ids()}
             if case is None:
-                streams = {case_id: stream_of(golden, case_id) for case_id in golden.case_ids()}
                 found_file = reduce_file(golden, streams, probe, budget_s, say)
                 reduction = None if found_file is None else found_file.best
             else:
-                stream = stream_of(golden, case)
-        if case is not None:
-            reduction = reduce_case(stream, case, probe, budget_s, say)
+                reduction = reduce_case(streams[case], case, probe, budget_s, say,
+                                        alike_finder(golden, streams, probe, case, say))
         if reduction is None:
             subject = f"case {case}" if case else f"{file}: no probed case"
             click.echo(f"{subject}: no divergence (chained, every stage): nothing to reduce")
@@ -135,6 +170,8 @@ def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s
     click.echo(f"reduced {case} in {reduction.trials} trials, {reduction.seconds:.1f} s (stopped at {stop}): "
                f"{_sizes(reduction.original.shape(), reduction.reduced.shape())}")
     click.echo(_elements(reduction.original, reduction.reduced))
+    click.echo(_starting_points(reduction))
+    click.echo(_floor(reduction))
     click.echo(f"still diverges first at {describe(found)} (step {found['step']}), as the original")
     click.echo("verified against the oracle: " + ("yes" if verified.passed else "NO (a bug in reduce)"))
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else

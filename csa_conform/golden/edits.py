@@ -99,14 +99,29 @@ class Stream:
         acceptance criteria measure."""
         return sum(int(array.size) for index in range(len(self.steps)) for array in self.stored(index).values())
 
+    def nbytes(self) -> int:
+        """Stored input bytes over every step: what breaks a tie in elements (a cursor of int64 weighs two
+        f32 values)."""
+        return sum(int(array.nbytes) for index in range(len(self.steps)) for array in self.stored(index).values())
+
+    def size(self) -> tuple[int, int]:
+        """(elements, bytes): the order in which reduce ranks repros, smaller first."""
+        return self.elements(), self.nbytes()
+
+    def fixed_inputs(self) -> dict[str, tuple[tuple[int, ...], int]]:
+        """Each input whose shape the contract fixes for a one-step case of this stream's ratio, rows and
+        position, with that shape and its elements over the rows (``fixed_elements`` is their sum)."""
+        step = self.steps[-1]
+        per_row = FIXED_ROW_INPUTS + (CARRIES + PAST_RECORDS if step_start(step) else ())
+        fixed = {name: (tuple(step[name].shape), int(step[name].size)) for name in FIXED_INPUTS if name in step}
+        fixed.update({name: (tuple(step[name].shape), int(step[name].size)) for name in per_row if name in step})
+        return fixed
+
     def fixed_elements(self) -> int:
         """The input elements the contract fixes for a one-step case of this stream's ratio, rows and
-        position: the compressors' ape and norm, the cursors, and each row's carries unless the step
-        starts at position 0."""
-        step = self.steps[-1]
-        per_row = FIXED_ROW_INPUTS + (CARRIES if step_start(step) else ())
-        return (sum(int(step[name].size) for name in FIXED_INPUTS if name in step)
-                + self.batch * sum(int(step[name][0].size) for name in per_row if name in step))
+        position: the compressors' ape and norm, the cursors, and unless the step starts at position 0
+        each row's carries and the start // ratio past records (and index keys) its position holds."""
+        return sum(elements for _, elements in self.fixed_inputs().values())
 
     def window_floor(self) -> tuple[int, int]:
         """(the first raw position the last step's current_kv must hold, its elements over the rows):
@@ -159,7 +174,10 @@ def stream_of(golden: GoldenFile, case_id: str) -> Stream:
             if past in step.inputs and present in before.outputs
             and before.outputs[present].tobytes() == step.inputs[past].tobytes()
             and before.outputs[present].shape == step.inputs[past].shape))
-    return Stream(dict(info.attrs), tuple(info.output_names), tuple(step.inputs for step in steps), tuple(threaded))
+    # a file that omits a position-0 step's carries (a reduced one) is counted as it stores them
+    omitted = info.step_count > 0 and bool(golden.cleared_carries(case_id, 0))
+    return Stream(dict(info.attrs), tuple(info.output_names), tuple(step.inputs for step in steps), tuple(threaded),
+                  omitted)
 
 
 def _take(array: np.ndarray, axis: int, keep) -> np.ndarray:

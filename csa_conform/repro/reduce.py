@@ -2,10 +2,13 @@
 
 A case's divergence is named by the first divergent step's earliest stage and
 tensor (what ``bisect`` reports). Any smaller case whose chained device run
-diverges at the same stage and tensor replaces it: first the stream started
-at the failing step from its stored past state (earlier steps put back only
-when the divergence needs the device's own state from them) with the later
-steps dropped, then, greedily, fewer batch rows, the failing token (or the
+diverges at the same stage and tensor replaces it. The search starts from
+each of: the stream from its first step with the later steps dropped, the
+failing step from its stored past state (earlier steps put back only when the
+divergence needs the device's own state from them), and the file's smallest
+case diverging alike; the smallest result (input elements, then bytes) wins,
+and the case as given competes too, so the output is never larger. From each
+start, greedily: fewer batch rows, the failing token (or the
 step) restarted as a prefill from position 0 (no past records, cleared
 carries, a current_kv of just its own positions), the failing token restarted
 from position 0 after the positions before it in its block (a record still ends
@@ -13,11 +16,13 @@ there) or before it at all (RoPE and the dense window see its position), the
 carries of a stream that starts at position 0 omitted (a reader supplies the cleared carries the
 contract would make of any: a kernel that reads what it should have cleared
 keeps them), fewer past records (the stream moved back a block per record),
-fewer query tokens of the last step, a shorter current_kv, fewer heads, index
+fewer query tokens of the last step (a prefix, or a suffix from a block end or the
+divergent token resumed from the oracle's state), a shorter current_kv, fewer heads, index
 heads and top-k slots, no or a more broadcast attention_bias, no
 selected_indices output, and fewer leading steps. What the contract fixes (the
-compressors' ape and norm, the cursors, one row's carries where the step does
-not start at position 0) never shrinks: ``Stream.fixed_elements`` is that floor.
+compressors' ape and norm, the cursors, one row's carries and the past records
+its position holds where the step does not start at position 0) never shrinks:
+``Stream.fixed_elements`` is that floor.
 Every candidate is a fresh oracle run of the transformed inputs (one the
 contract rejects is skipped), so the reduced case verifies by construction;
 the search stops at a fixed point or when its time budget is spent.
@@ -26,7 +31,7 @@ the search stops at a fixed point or when its time budget is spent.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -92,6 +97,20 @@ def _block_token(stream: Stream, element: dict[str, int]) -> int:
     return ends[0] if ends else stream.tokens - 1
 
 
+def _suffixes(stream: Stream, element: dict[str, int]) -> list[int]:
+    """First tokens of the suffixes to try, the shortest suffix first: the last token or two, the
+    divergent token (and the one before it), each block end in the step (and the token before it, a
+    query that sees the record its block completes), then the halving ones."""
+    ends = [token for token in range(stream.tokens) if (stream.start + token + 1) % stream.ratio == 0]
+    hints = [stream.tokens - 1, stream.tokens - 2]
+    if "s" in element:
+        hints += [element["s"], element["s"] - 1]
+    for end in ends:
+        hints += [end, end - 1]
+    hints += _smaller(stream.tokens, element.get("s"))
+    return sorted({first for first in hints if 0 < first < stream.tokens}, reverse=True)
+
+
 def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Stream]]:
     for keep in _subsets(stream.batch, element.get("b")):
         yield f"B {stream.batch} -> {len(keep)} (rows {keep})", rows(stream, keep)
@@ -120,7 +139,7 @@ def _edits(stream: Stream, element: dict[str, int]) -> Iterator[tuple[str, Strea
     hint = element["s"] + 1 if "s" in element else None
     for count in _smaller(stream.tokens, hint):
         yield f"S {stream.tokens} -> {count}", tokens(stream, count)
-    for first in _smaller(stream.tokens, element.get("s")):
+    for first in _suffixes(stream, element):
         later = later_tokens(stream, first)
         if later is not None:
             yield (f"S {stream.tokens} -> {stream.tokens - first} (tokens {first}.. resumed from the oracle's "
@@ -191,21 +210,71 @@ class Reduction:
     kept: list[str]
     seconds: float
     complete: bool  # False when the budget ran out before a fixed point
+    start: str = ""  # the starting point the reduced case came from
+    starts: list[tuple[str, int]] = field(default_factory=list)  # each starting point: elements it reduced to
+    source: str = ""  # the case it came from (another case of the file when that one reduced smaller)
+
+
+# The starting points a reduction tries (the smallest that keeps the divergence wins).
+FROM_ZERO = "the stream from its first step, later steps dropped"
+FAILING_STEP = "the failing step from its stored state"
+ALIKE = "the file's smallest case diverging alike"
+AS_GIVEN = "the case as given"
+
+
+def _starts(stream: Stream, step: int, probe_keeps: Callable[[str, Stream], dict | None]
+            ) -> list[tuple[str, Stream, dict]]:
+    """The stream up to the failing step, and that step from its stored state (else the latest
+    earlier step that keeps the divergence), each with its divergence; the first always keeps it."""
+    upto = stream.upto(step)
+    starts = []
+    for first in range(step, 0, -1):
+        name = FAILING_STEP if first == step else f"the stream from step {first} from its stored state"
+        found = probe_keeps(f"start at step {first} from its stored state", upto.from_step(first))
+        if found is not None:
+            starts.append((name, upto.from_step(first), found))
+            break
+    return starts
+
+
+def _shrink(current: Stream, current_found: dict, attempt: Callable[[str, Stream], dict | None],
+            deadline: float) -> tuple[Stream, dict, list[str], bool]:
+    """Greedy: the first candidate that keeps the divergence replaces the stream, until none does (a
+    fixed point, True) or the deadline passes (False)."""
+    kept: list[str] = []
+    while time.perf_counter() < deadline:
+        for change, candidate in candidates(current, coordinates(current_found.get("element"))):
+            if time.perf_counter() >= deadline:
+                return current, current_found, kept, False
+            result = attempt(change, candidate)
+            if result is not None:
+                current, current_found = candidate, result
+                kept.append(change)
+                break
+        else:
+            return current, current_found, kept, True
+    return current, current_found, kept, False
 
 
 def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
-                say: Callable[[str], None]) -> Reduction | None:
-    """The smallest stream found whose first divergence is the original's; None if it has none."""
-    started = time.perf_counter()
+                say: Callable[[str], None],
+                alike: Callable[[tuple[str, str | None], float], tuple[str, Stream] | None] | None = None
+                ) -> Reduction | None:
+    """The smallest stream found whose first divergence is the original's; None if it has none.
+
+    Each starting point (the stream from its first step with the later steps dropped, the failing
+    step from its stored state, and the smallest case ``alike`` finds diverging the same way, given
+    the divergence and a time limit) is shrunk in an equal share of the budget; the smallest result
+    in (elements, bytes) is kept, never one larger than ``stream`` itself."""
     description = f"reduced from {case_id}"
     reduced_id = f"{case_id}.reduced"
     found = probe(stream.case(reduced_id, description))
     if found is None:
         return None
+    started = time.perf_counter()  # the budget is the search's: the first run (and its build) is not
     target = signature(found)
     say(f"reduce: {case_id} diverges first at step {found['step']}, {describe(found)}")
     trials = 0
-    kept: list[str] = []
 
     def attempt(change: str, candidate: Stream) -> dict | None:
         nonlocal trials
@@ -217,29 +286,87 @@ def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
         say(f"reduce: trial {trials}: {change}: {verdict}")
         return result if same else None
 
-    current, current_found = stream.upto(found["step"]), found
-    last = found["step"]
-    for first in range(last, 0, -1):
-        result = attempt(f"start at step {first} from its stored state", current.from_step(first))
-        if result is not None:
-            current, current_found = current.from_step(first), result
-            kept.append(f"start at step {first}")
-            break
-    complete = False
-    while time.perf_counter() - started < budget_s:
-        for change, candidate in candidates(current, coordinates(current_found.get("element"))):
-            if time.perf_counter() - started >= budget_s:
-                break
-            result = attempt(change, candidate)
-            if result is not None:
-                current, current_found = candidate, result
-                kept.append(change)
-                break
-        else:
-            complete = True
-            break
-    case = current.case(reduced_id, description)
-    return Reduction(stream, current, case, current_found, trials, kept, time.perf_counter() - started, complete)
+    step = found["step"]
+    starts = [(FROM_ZERO, stream.upto(step), found, case_id)]
+    starts += [(name, start, result, case_id) for name, start, result in _starts(stream, step, attempt)]
+    if alike is not None:
+        other = alike(target, budget_s / 4)
+        if other is not None:
+            other_id, other_stream = other
+            other_found = probe(other_stream.case(reduced_id, description))
+            if other_found is not None and signature(other_found) == target:
+                say(f"reduce: {other_id} diverges alike ({other_stream.elements():,} input elements)")
+                starts.append((f"{ALIKE} ({other_id})", other_stream.upto(other_found["step"]), other_found,
+                               other_id))
+    starts.sort(key=lambda entry: entry[1].size())
+    results = []
+    tried: list[tuple[str, int]] = []
+    for position, (name, start, start_found, source) in enumerate(starts):
+        share = (budget_s - (time.perf_counter() - started)) / (len(starts) - position)
+        say(f"reduce: from {name}: {start.elements():,} input elements")
+        reduced, reduced_found, kept, complete = _shrink(start, start_found, attempt,
+                                                         time.perf_counter() + max(share, 1.0))
+        tried.append((name, reduced.elements()))
+        results.append((reduced.size(), position, reduced, reduced_found, kept, complete, name, source))
+    # the case as given competes too (last, so a tie goes to a reduction): the output is never larger
+    results.append((stream.size(), len(starts), stream, found, [], True, AS_GIVEN, case_id))
+    # of equal sizes, one from the case as given (it is the case the user asked about), then the first
+    _, _, reduced, reduced_found, kept, _, name, source = min(
+        results, key=lambda entry: (entry[0], entry[7] != case_id, entry[1]))
+    case = reduced.case(reduced_id, f"reduced from {source}")
+    return Reduction(stream, reduced, case, reduced_found, trials, kept, time.perf_counter() - started,
+                     all(entry[5] for entry in results), name, tried, source)
+
+
+def alike_finder(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, case_id: str,
+                 say: Callable[[str], None]) -> Callable[[tuple[str, str | None], float], tuple[str, Stream] | None]:
+    """``reduce_case``'s ``alike``: the file's smallest case (smaller than ``case_id``, same ratio) whose
+    chained run first diverges at the given (stage, tensor), probed smallest first within the time limit."""
+    ratio = streams[case_id].attrs.get("compression_ratio")
+    ceiling = streams[case_id].size()
+    order = sorted((other for other in streams if other != case_id and streams[other].size() < ceiling
+                    and streams[other].attrs.get("compression_ratio") == ratio),
+                   key=lambda other: streams[other].size())
+
+    def find(target: tuple[str, str | None], limit_s: float) -> tuple[str, Stream] | None:
+        deadline = time.perf_counter() + limit_s
+        for probed, other in enumerate(order):
+            if time.perf_counter() >= deadline:
+                say(f"reduce: {probed} smaller cases probed for one diverging alike: none in the time allowed")
+                return None
+            if signature(first_divergence(replay(golden, other, probe.runner), STAGE_NAMES, probe.ulp)) == target:
+                return other, streams[other]
+        return None
+
+    return find
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What bounds a reduced case: the inputs whose shape the contract fixes for its ratio, rows and
+    position, the current_kv its first query's window must reach, and what else remains."""
+
+    fixed: dict[str, tuple[tuple[int, ...], int]]  # input -> (shape, elements)
+    window_from: int  # the first position current_kv must hold
+    window: int  # its elements
+    varying: dict[str, int]  # every other stored input's elements, the largest first
+
+    @property
+    def fixed_elements(self) -> int:
+        return sum(elements for _, elements in self.fixed.values()) + self.window
+
+
+def floor_of(stream: Stream) -> Floor:
+    fixed = stream.fixed_inputs()
+    window_from, window = stream.window_floor()
+    varying: dict[str, int] = {}
+    for index in range(len(stream.steps)):
+        for name, array in stream.stored(index).items():
+            if index != len(stream.steps) - 1 or name not in fixed:
+                varying[name] = varying.get(name, 0) + int(array.size)
+    varying["current_kv"] = varying.get("current_kv", 0) - window
+    return Floor(fixed, window_from, window,
+                 dict(sorted(((name, size) for name, size in varying.items() if size), key=lambda item: -item[1])))
 
 
 # Without --case: at most this many of a file's diverging cases are reduced (the smallest first).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from edge_mutants import EDGE_MUTANTS
 from thin_mutants import THIN_MUTANTS
 
 from csa_conform.check.verify import verify_case
@@ -19,6 +20,7 @@ from csa_conform.golden import GoldenFile
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 SINK = next(mutant for mutant in THIN_MUTANTS if mutant.name == "sink_inside_the_max")
+WINDOW = next(mutant for mutant in EDGE_MUTANTS if mutant.name == "r4_window_one_early_past_128")
 
 pytestmark = pytest.mark.usefixtures("emulated_cuda")
 
@@ -56,6 +58,20 @@ def test_a_seed_draws_the_same_cases(tmp_path):
     assert runs[0].stdout.splitlines()[1] == runs[1].stdout.splitlines()[1]  # the same smallest case
     first, second = (re.sub(r"in \d+ s", "", run.stdout.splitlines()[0]) for run in runs)
     assert first == second
+
+
+@pytest.mark.slow
+def test_a_ratio_4_window_that_starts_one_position_early_past_128_is_found(tmp_path):
+    """Only a ratio-4 step past position 127 whose current_kv reaches before its window shows it: the
+    draws past the window fill find it (the 7th valid draw of seed 1), well inside the budget."""
+    kernels = WINDOW.apply(KERNELS, tmp_path / "kernels")
+    found = tmp_path / "found.h5"
+    result = _run("fuzz", "--kernels", kernels, "--budget-s", 120, "--seed", 1, "-o", found)
+    assert result.exit_code == ExitCode.DIVERGED, result.output
+    assert "fuzz: divergence at candidate_assembly/candidates" in result.stdout
+    first = int(re.search(r"the first diverging one in (\d+) s", result.stdout).group(1))
+    assert first <= 120 and re.search(r"^  case: ratio 4; .*; steps from (1[2-9]\d|[2-9]\d\d)", result.stdout, re.M)
+    assert _run("diff", found, "-q").exit_code == ExitCode.OK
 
 
 def test_no_divergence_within_the_budget_exits_0_and_writes_nothing(tmp_path):
