@@ -15,7 +15,7 @@ from csa_conform.errors import DeviceUnavailable
 from csa_conform.exitcodes import ExitCode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import skip_write  # noqa: E402
+from bench_variants import skip_write  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 CASE = "random.r4-5out-i4-k3"

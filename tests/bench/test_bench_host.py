@@ -20,7 +20,7 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.check.results import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variants import skip_write, spun  # noqa: E402
+from bench_variants import skip_write, spun  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(GXX is None, reason="the host backend needs g++"), pytest.mark.slow]
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"

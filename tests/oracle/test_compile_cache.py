@@ -76,7 +76,9 @@ def test_a_file_outside_the_kernel_sources_leaves_the_digest(package_copy):
     from csa_conform.oracle.compiled.cache import sources_digest
 
     before = sources_digest(package_copy)
-    (package_copy / "compare" / "bitwise.py").write_text("changed = True\n")
+    outside = package_copy / "compare" / "bitwise.py"
+    outside.parent.mkdir(exist_ok=True)
+    outside.write_text("changed = True\n")
     sources_digest.cache_clear()
     assert sources_digest(package_copy) == before
 
