@@ -128,9 +128,9 @@ def _summary(cases: list[BridgeCase], file: str) -> str:
               callback=_variable,
               help="Run every step twice, plain (NAME unset) and with NAME=1, and say which leaves the goldens "
               "first; '' runs each step once, plain.")
-@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default=None,
               help="chained: the runtime's own present_* feed the next step's past_*; isolated: every step reads "
-              "the golden state.")
+              f"the golden state. Default: {MODES[0]}, or with --tolerance the mode the file was calibrated in.")
 @click.option("--ulp", default=0, type=click.IntRange(min=0), show_default=True,
               help="Accept float differences up to N ULP (packed records and indices stay exact).")
 @click.option("--timeout-s", default=DEFAULT_TIMEOUT_S, type=click.FloatRange(min=0, min_open=True),
@@ -159,9 +159,10 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
       csa-conform bridge goldens/ci.h5 --runner 'python -m csa_conform.bridge.stand_in {model} {case_dir}' -q
       csa-conform bridge goldens/ci.h5 --case 'random.*' --runner './runner {model} {case_dir}' --env RUST_LOG=warn --json
     """
+    envelope = Tolerances.read(tolerance) if tolerance else None
+    mode = envelope.run_mode(tolerance, mode) if envelope is not None else mode or MODES[0]
     options = BridgeOptions(file, runner, tuple(runner_words(runner)), environment, force_host_env, mode, ulp,
                             timeout_s, tolerance)
-    envelope = Tolerances.read(tolerance) if tolerance else None
     onnx_module()
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)

@@ -283,7 +283,7 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
-    mode = envelope_mode(envelope, tolerance, mode) if envelope is not None else mode or Mode.CHAINED.value
+    mode = envelope.run_mode(tolerance, mode) if envelope is not None else mode or Mode.CHAINED.value
     options = run_options(file, force_host, build, backend, ulp, mode=Mode(mode), repeat=repeat, replay=replay,
                           tolerance=tolerance, invariance=invariance)
     if backend != CUDA and (devices is not False or sanitize):
@@ -335,17 +335,6 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
     for line in envelope_lines(judged, envelope) if judged is not None else ():
         click.echo(line)
     return code
-
-
-def envelope_mode(envelope: Tolerances, path: str, mode: str | None) -> str:
-    """The mode a --tolerance run runs in: the one its envelope was measured in. A statistic of one mode
-    means nothing in the other (chained, a selection that differs upstream moves Y by whole candidates), so
-    an explicit other --mode is refused rather than judged."""
-    calibrated = envelope.calibration["mode"]
-    if mode is not None and mode != calibrated:
-        raise UsageError(f"--mode {mode}: {path} was calibrated {calibrated}, and its limits hold only for "
-                         f"{calibrated} runs; leave out --mode, or calibrate with --mode {mode}")
-    return calibrated
 
 
 def envelope_lines(judged: dict, envelope: Tolerances) -> list[str]:

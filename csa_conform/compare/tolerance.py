@@ -133,6 +133,16 @@ class Tolerances:
                              f"not {calibration.get('mode')!r}")
         return cls(document, calibration)
 
+    def run_mode(self, path: str, mode: str | None) -> str:
+        """The mode a run judged by this envelope runs in: the one it was measured in. A statistic of one mode
+        means nothing in the other (chained, a selection that differs upstream moves Y by whole candidates), so
+        an explicit other ``mode`` is refused rather than judged."""
+        calibrated = self.calibration["mode"]
+        if mode is not None and mode != calibrated:
+            raise UsageError(f"--mode {mode}: {path} was calibrated {calibrated}, and its limits hold only for "
+                             f"{calibrated} runs; leave out --mode, or calibrate with --mode {mode}")
+        return calibrated
+
     def judge_run(self, path: str, measured: list[Gap | None]) -> dict:
         """A run's dual verdict per stage and tensor (bit-exact, and within this envelope), from the error
         statistics its cases gathered (``path`` is this file's, as the results document names it)."""

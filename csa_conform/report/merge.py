@@ -213,7 +213,8 @@ def _merge_explain(sections: list[dict | None]) -> dict | None:
     explanations = sorted((entry for section in present for entry in section["explanations"]),
                           key=lambda entry: entry["case"])
     summary = {key: sum(section["summary"][key] for section in present) for key in present[0]["summary"]}
-    return {"explain": {"summary": summary, "explanations": explanations}}
+    libm = {entry["where"]: entry for section in present for entry in section.get("device_libm", [])}
+    return {"explain": {"summary": summary, "device_libm": list(libm.values()), "explanations": explanations}}
 
 
 def _exit_code(codes: list[int]) -> int:

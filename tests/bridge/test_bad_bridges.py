@@ -191,7 +191,7 @@ def test_a_failed_run_still_prints_its_document(tmp_path):
 @pytest.mark.parametrize("limit, code", [(1e30, ExitCode.OK), (0.0, ExitCode.DIVERGED)])
 def test_a_tolerance_envelope_is_the_gate_when_given(tmp_path, limit, code):
     envelope = tmp_path / "tolerances.toml"
-    envelope.write_text('[calibration]\nformat = "csa-conform-tolerances"\n\n'
+    envelope.write_text('[calibration]\nformat = "csa-conform-tolerances"\nmode = "chained"\n\n'
                         f'["sparse_sink_softmax_attention/Y"]\nexact = false\n"abs.max" = {limit!r}\n')
     result = bridge("wrong", "--tolerance", str(envelope), "--json", tmp_path=tmp_path)
     assert result.exit_code == code, result.output
@@ -199,3 +199,13 @@ def test_a_tolerance_envelope_is_the_gate_when_given(tmp_path, limit, code):
     (y,) = [verdict for verdict in found["tolerance"]["stages"] if verdict["tensor"] == "Y"]
     assert (y["bit_exact"], y["within"]) == (False, code == ExitCode.OK)
     assert not found["cases"][0]["passed"]  # the bit-exact verdict stands beside the envelope's
+
+
+def test_the_envelope_sets_the_mode_and_a_different_mode_is_refused(tmp_path):
+    envelope = tmp_path / "tolerances.toml"
+    envelope.write_text('[calibration]\nformat = "csa-conform-tolerances"\nmode = "isolated"\n\n'
+                        '["sparse_sink_softmax_attention/Y"]\nexact = false\n"abs.max" = 1e30\n')
+    ran = document(bridge("wrong", "--tolerance", str(envelope), "--json", tmp_path=tmp_path))
+    assert ran["options"]["mode"] == "isolated"
+    refused = bridge("wrong", "--tolerance", str(envelope), "--mode", "chained", tmp_path=tmp_path)
+    assert refused.exit_code == ExitCode.USAGE and "calibrated isolated" in refused.output

@@ -74,8 +74,9 @@ def test_an_all_host_explain_writes_the_document_with_its_section(small):
     document = document_of(invoke("explain", small, "--force-host", "all", "--json"))
     assert document["command"] == "explain" and document["exit_code"] == ExitCode.OK and document["passed"]
     assert document["control_run"] is True and len(document["cases"]) == 2
-    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "inherited": 0, "unexplained": 0},
-                                   "explanations": []}
+    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "ambiguous": 0, "inherited": 0,
+                                               "unexplained": 0, "failed": 0},
+                                   "device_libm": [], "explanations": []}
 
 
 def test_an_all_host_diff_stays_small(small):
@@ -114,6 +115,22 @@ def test_report_turns_a_diff_document_into_valid_junit(small, tmp_path):
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite.get("name") == f"csa-conform diff {small}" and suite.get("tests") == "2"
     assert all(float(case.get("time")) >= 0 for case in suite.iter("testcase"))
+
+
+def test_merged_explain_shards_keep_their_section_and_the_schema(small, tmp_path):
+    shards = []
+    for index in (1, 2):
+        shard = tmp_path / f"explain-{index}.json"
+        shard.write_text(invoke("diff", small, "--force-host", "all", "--explain", "--shard", f"{index}/2",
+                                "--json").stdout)
+        shards.append(shard)
+    merged = tmp_path / "merged.json"
+    assert invoke("report", *shards, "--merged", merged, "-q").exit_code == ExitCode.OK
+    document = json.loads(merged.read_text())
+    jsonschema.validate(document, schema())
+    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "ambiguous": 0, "inherited": 0,
+                                               "unexplained": 0, "failed": 0},
+                                   "device_libm": [], "explanations": []}
 
 
 def test_report_merges_shards_into_one_suite_with_typed_failures(tampered, tmp_path):

@@ -9,7 +9,7 @@ import csa_conform
 from csa_conform.errors import OP, ContractError, invalid, operator_message, unsupported
 
 PACKAGE = Path(csa_conform.__file__).parent
-HAND_BUILT = re.compile(r"\{OP\}|Unsupported: |CompressedSparseAttention: ")
+HAND_BUILT = re.compile(r"\{OP\}: |Unsupported: |CompressedSparseAttention: ")
 
 
 def test_only_errors_builds_the_operator_prefix():

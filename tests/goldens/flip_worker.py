@@ -59,6 +59,7 @@ def main_loop(golden: Path, work: Path, flips: list[tuple[int, int]]) -> None:
             "exception": repr(result.exception) if crashed else None,
             "stderr": result.stderr,
             "fail_lines": [line for line in result.stdout.splitlines() if line.startswith("FAIL ")],
+            "invalid_lines": [line for line in result.stdout.splitlines() if line.startswith("INVALID ")],
             "same_contents": readable_contents(work) == baseline if result.exit_code == 0 else None,
         }
         print(json.dumps(report), flush=True)
