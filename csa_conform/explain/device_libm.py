@@ -77,7 +77,7 @@ def device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None,
         return None, (f"{backend.info().name} has no CUDA libm to evaluate; its stand-in for the platform libm "
                       "is correctly rounded, which the correctly-rounded hypotheses cover")
     build = runner.kernels.build
-    where = f"{backend.info().name}, {runner.kernels.path}, build {build.profile}"
+    where = f"{backend.info().name}, {runner.kernels.path}, build {build.name}"
     measured = _MEASURED.setdefault((where, repr(build)), DeviceLibm(probe, build, where))
     return measured.function, None
 

@@ -217,6 +217,24 @@ def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(m
     assert explanation.to_dict()["refuted"] == ["bf16:ties-away"]
 
 
+def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path):
+    """The probe of a CUDA backend (here a stand-in with evaluate_libm), as a device run reaches it."""
+    from types import SimpleNamespace
+
+    from csa_conform.device.kernels import BUILDS, Build
+    from csa_conform.explain.device_libm import device_libm, measured
+
+    build = Build("production", BUILDS["production"], "--build")
+    backend = SimpleNamespace(evaluate_libm=lambda name, args, build: np.sin(args[0]),
+                              info=lambda: SimpleNamespace(name="a stand-in device"))
+    runner = SimpleNamespace(backend=lambda: backend, kernels=SimpleNamespace(build=build, path=tmp_path))
+    function, reason = device_libm(runner)
+    assert reason is None
+    function("sinf")(np.array([0.5, 1.0], dtype=np.float32))
+    (entry,) = [entry for entry in measured() if entry["where"].startswith("a stand-in device")]
+    assert entry["where"] == f"a stand-in device, {tmp_path}, build production"
+
+
 def test_the_device_libm_is_measured_once_per_argument_and_counts_where_it_differs_from_glibc():
     from csa_conform.explain.device_libm import DeviceLibm
     from csa_conform.numerics.variant import GLIBC
