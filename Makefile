@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CSA := $(BIN)/csa-conform
 
-.PHONY: venv test demo bench bench-io clean
+.PHONY: venv browser test demo bench bench-io clean
 
 $(CSA): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,17 @@ $(CSA): pyproject.toml setup.py
 
 venv: $(CSA)
 
-# The HTML report's screenshot test needs a headless Chromium: installed from Debian's packages when
-# it is missing and make runs as root with apt-get; otherwise that test skips and says why.
-test: venv
+# The HTML report's screenshot test needs a headless Chromium, which `make test` never installs (it
+# changes nothing outside the checkout): `make browser` does, from Debian's packages as root; without
+# it that test skips and says why. .ci/run calls both.
+browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; }; } || \
-		echo "make test: no chromium (needs root and apt-get to install it); the HTML screenshot test will skip"
-	$(BIN)/python -m pytest
+		echo "make browser: no chromium (needs root and apt-get to install it); the HTML screenshot test will skip"
+
+# One worker per core (pytest-xdist).
+test: venv
+	$(BIN)/python -m pytest -n auto
 
 demo: venv
 	mkdir -p build

@@ -72,16 +72,22 @@ def test_the_stand_in_refuses_bad_arguments_as_the_runner_does(tmp_path):
     assert done.returncode == 3 and done.stdout.startswith("ERROR\tfailed to load model ")
 
 
-@pytest.mark.slow
-def test_every_ci_case_is_conformant_through_the_stand_in():
-    result = bridge("--force-host-env", "", "--jobs", "2", "-q", "--runner", f"{STAND_IN} {{model}} {{case_dir}}")
-    assert result.exit_code == ExitCode.OK, result.output
-    assert result.stdout.splitlines()[-1].startswith("bridge: 187/187 cases conformant (234 steps, 102 of them "
-                                                     "rejected by the reference)")
+# One glob per family of the ci suite, both ratios, f32 and FP8 caches, streams and rejected steps:
+# each step through the runner costs a process start (the onnx import is most of it), so the whole
+# suite (234 steps) is `csa-conform bridge goldens/ci.h5 --runner ...` by hand, not a unit test.
+FAMILIES = {"boundaries.r*-resumed-*": 3, "edges.r128-fp8-*b2*": 3, "quant-edge.r4-*": 3,
+            "seed-closed-form.r128-stream-*": 1, "errors.attr-r4-*": 4}
 
 
-@pytest.mark.slow
-def test_the_host_backend_stand_in_is_conformant_plain_and_forced():
-    result = bridge("--case", "edges.r4-ties-b1n1-i4", "--runner",
-                    f"{STAND_IN} --backend host {{model}} {{case_dir}}")
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_of_ci_cases_is_conformant_through_the_stand_in(family):
+    result = bridge("--case", family, "--force-host-env", "", "--jobs", "2", "--json", "--runner",
+                    f"{STAND_IN} {{model}} {{case_dir}}")
     assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    assert len(document["cases"]) >= FAMILIES[family] and all(case["passed"] for case in document["cases"])
+    statuses = {status["status"] for status in document["bridge"]["statuses"]}
+    if family.startswith("errors."):
+        assert statuses == {"ERROR"}
+    else:  # a stream's rejected step (a quant edge) is an ERROR the reference also gives
+        assert "OK" in statuses and statuses <= {"OK", "ERROR"}

@@ -131,7 +131,7 @@ def png_pixels(path: Path) -> list[tuple[int, int, int]]:
 
 def test_chromium_renders_the_plots(page, tmp_path):
     if CHROMIUM is None:
-        pytest.skip("no headless Chromium (chromium) on PATH: `make test` installs it as root (apt-get install chromium)")
+        pytest.skip("no headless Chromium (chromium) on PATH: `make browser` installs it as root (apt-get install chromium)")
     shot = tmp_path / "report.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     "--window-size=1200,1800", f"--screenshot={shot}", page.as_uri()],
