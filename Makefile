@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CSA := $(BIN)/csa-conform
 
-.PHONY: venv browser test demo bench bench-io clean
+.PHONY: venv browser test check demo bench bench-io clean
 
 $(CSA): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ browser:
 # One worker per core (pytest-xdist).
 test: venv
 	$(BIN)/python -m pytest -n auto
+
+# The fast tier for the edit-test loop: the contract, the numerics, the spec tables, the golden file's
+# layout and the layering; no subprocess, no kernel build.
+check: venv
+	$(BIN)/python -m pytest -n auto -q tests/contract tests/numerics tests/spec tests/test_layers.py \
+		tests/test_specs.py tests/goldens/test_golden_file_spec.py tests/goldens/test_golden_store.py
 
 demo: venv
 	mkdir -p build
