@@ -91,3 +91,10 @@ def test_each_family_of_ci_cases_is_conformant_through_the_stand_in(family):
         assert statuses == {"ERROR"}
     else:  # a stream's rejected step (a quant edge) is an ERROR the reference also gives
         assert "OK" in statuses and statuses <= {"OK", "ERROR"}
+
+
+@pytest.mark.slow
+def test_the_host_backend_stand_in_is_conformant_plain_and_forced():
+    result = bridge("--case", "edges.r4-ties-b1n1-i4", "--runner",
+                    f"{STAND_IN} --backend host {{model}} {{case_dir}}")
+    assert result.exit_code == ExitCode.OK, result.output

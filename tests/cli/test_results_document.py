@@ -23,6 +23,9 @@ from csa_conform.golden import SCHEMA_VERSION
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))
 SMALL = "*r4-prefill-8"
 CLOSED_FORM_CASE = "seed-closed-form.r4-prefill-8"
+NOTHING_EXPLAINED = {"summary": {"divergences": 0, "explained": 0, "ambiguous": 0, "inherited": 0, "unexplained": 0,
+                                 "failed": 0},
+                     "device_libm": [], "explanations": []}
 
 
 def invoke(*args, env=None):
@@ -74,9 +77,7 @@ def test_an_all_host_explain_writes_the_document_with_its_section(small):
     document = document_of(invoke("explain", small, "--force-host", "all", "--json"))
     assert document["command"] == "explain" and document["exit_code"] == ExitCode.OK and document["passed"]
     assert document["control_run"] is True and len(document["cases"]) == 2
-    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "ambiguous": 0, "inherited": 0,
-                                               "unexplained": 0, "failed": 0},
-                                   "device_libm": [], "explanations": []}
+    assert document["explain"] == NOTHING_EXPLAINED
 
 
 def test_an_all_host_diff_stays_small(small):
@@ -128,9 +129,7 @@ def test_merged_explain_shards_keep_their_section_and_the_schema(small, tmp_path
     assert invoke("report", *shards, "--merged", merged, "-q").exit_code == ExitCode.OK
     document = json.loads(merged.read_text())
     jsonschema.validate(document, schema())
-    assert document["explain"] == {"summary": {"divergences": 0, "explained": 0, "ambiguous": 0, "inherited": 0,
-                                               "unexplained": 0, "failed": 0},
-                                   "device_libm": [], "explanations": []}
+    assert document["explain"] == NOTHING_EXPLAINED
 
 
 def test_report_merges_shards_into_one_suite_with_typed_failures(tampered, tmp_path):
