@@ -1,6 +1,7 @@
 # Set-up on a fresh machine is two commands: `make demo` (the main job on the
-# committed ci suite) and `make test`. Both build .venv first; afterwards
-# `. .venv/bin/activate` puts csa-conform on PATH.
+# committed ci suite) and `make test` (the whole suite CI runs). Both build .venv
+# first; afterwards `. .venv/bin/activate` puts csa-conform on PATH. `make check`
+# is the fast tier, `make browser` the Chromium the HTML screenshot test needs.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -43,7 +44,7 @@ demo: venv
 	$(CSA) report build/verify.json build/diff.json --junit build/junit.xml --json build/summary.json
 
 # Benchmarks run by hand, never in CI: the oracle's engines, then generate/verify of prod before
-# (BENCH_BEFORE, main before issue 18's generate/verify work) vs this checkout.
+# (BENCH_BEFORE, main before the generate/verify work benchmarks/README.md measures) vs this checkout.
 BENCH_BEFORE ?= 952a4ed
 
 bench: venv bench-io
