@@ -224,3 +224,25 @@ def test_nothing_cites_documents_outside_the_repository():
     citing = [str(path.relative_to(root)) for path in files
               if path != Path(__file__).resolve() and OUTSIDE_CITATIONS.search(path.read_text())]
     assert citing == []
+
+
+# Project issue numbers are history for maintainers (benchmarks/README.md), not something a user can
+# look up; an upstream project's `owner/repo#N` is a citation and stays.
+ISSUE_NUMBER = re.compile(r"(?i)\bissues? #?\d+|(?<![\w/.-])#\d+\b")
+
+
+def test_user_facing_docs_cite_no_issue_numbers():
+    import click
+
+    from csa_conform.cli import main
+
+    root = SPEC.parents[1]
+    texts = {str(path.relative_to(root)): path.read_text()
+             for path in [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "specs").glob("*.md"))]}
+    context = click.Context(main, info_name="csa-conform")
+    texts["csa-conform --help"] = main.get_help(context)
+    for name, command in main.commands.items():
+        texts[f"csa-conform {name} --help"] = command.get_help(click.Context(command, info_name=name, parent=context))
+    citing = {name: ISSUE_NUMBER.findall(text) for name, text in texts.items() if ISSUE_NUMBER.search(text)}
+    assert citing == {}
+    assert ISSUE_NUMBER.findall("both of issue 18's targets, see #31; cupy/cupy#9576") == ["issue 18", "#31"]
