@@ -52,3 +52,15 @@ def test_a_kernel_that_writes_only_once_is_refused_on_the_device(tmp_path):
     assert code == ExitCode.DIVERGED
     rows = {row["row"]: row for row in document["bench"]["cases"][0]["rows"]}
     assert rows["csa_ratio4_index_replicate"]["status"] == "refused"
+
+
+def test_devices_all_benchmarks_the_cases_on_every_gpu(cuda_device):
+    import cupy
+
+    code, document = _bench("--devices", "all", "--mode", "step")
+    assert code == ExitCode.OK
+    runs = document["bench"]["devices"]["runs"]
+    assert [run["device"] for run in runs] == list(range(cupy.cuda.runtime.getDeviceCount()))
+    for run in runs:
+        assert run["timer"] == "cuda-events" and run["name"] == cuda_device.name
+        assert [row["status"] for row in run["cases"][0]["rows"]] == ["timed"]

@@ -104,3 +104,36 @@ def test_a_kernel_that_writes_only_once_is_refused_not_timed(tmp_path):
     assert CliRunner().invoke(main, ["report", str(results), "--junit", str(junit)]).exit_code == 0
     failure = ElementTree.parse(junit).getroot().find(".//failure")
     assert failure is not None and failure.get("type") == "timing-refused"
+
+
+def test_devices_runs_every_case_once_per_worker_and_reports_each(tmp_path):
+    """Two emulation workers (the pool and the merge; no GPU): a section per device, the top-level rows
+    the first device's, every device's samples kept, and the outlier rule's note for two devices."""
+    samples = tmp_path / "samples.json"
+    markdown = tmp_path / "bench.md"
+    result = bench("--devices", "1,0", "--json", "--samples", str(samples), "--markdown", str(markdown), cap="0.2")
+    assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    section = document["bench"]
+    runs = section["devices"]["runs"]
+    assert [run["device"] for run in runs] == document["options"]["devices"] == [1, 0]
+    for run in runs:
+        assert run["name"] == "host emulation (g++)" and run["timer"] == "host-perf-counter"
+        assert [row["row"] for row in run["cases"][0]["rows"]] == LAUNCHES + ["step"]
+        assert all(row["status"] == "timed" for row in run["cases"][0]["rows"])
+    assert section["cases"] == runs[0]["cases"] and section["summary"] == runs[0]["summary"]
+    assert section["devices"]["outliers"] == [] and "with 2, none is flagged" in section["devices"]["rule"]
+    kept = json.loads(samples.read_text())
+    assert [entry["device"] for entry in kept["devices"]] == [1, 0]
+    assert [len(entry["rows"]) for entry in kept["devices"]] == [6, 6] and kept["rows"] == kept["devices"][0]["rows"]
+    assert "outlier rule" in markdown.read_text()
+    printed = bench("--devices", "0,1", cap="0.2")
+    assert printed.exit_code == ExitCode.OK, printed.output
+    assert "device 0 (host emulation (g++)):" in printed.output and "device 1 (host emulation (g++)):" in printed.output
+
+
+def test_devices_all_needs_gpus():
+    result = bench("--devices", "all")
+    assert result.exit_code == ExitCode.USAGE
+    assert "--devices all counts GPUs: give ordinals (0,1,…) with --backend host" in result.output
