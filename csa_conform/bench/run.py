@@ -40,6 +40,7 @@ class DeviceRun:
     timer: str | None
     peaks: tuple[dict | None, dict | None]
     provenance: RunProvenance
+    persisting_l2: str | None = None
     device: int | None = None  # the --devices ordinal; None for the one device of a plain run
 
 
@@ -65,4 +66,4 @@ def run_device(job: BenchJob, wrap: Callable[[Iterator[CaseBench]], Iterable[Cas
     for subject in subjects:
         subject.close()
     return DeviceRun(benches, subjects[0].timer_name, peaks_cache.get("peaks", (None, None)),
-                     subjects[0].runner.provenance)
+                     subjects[0].runner.provenance, subjects[0].persisting_l2)

@@ -47,6 +47,8 @@ def row_entry(row: Row) -> dict:
     else:
         entry["baseline"] = None
     entry["gate"] = row.judgement.to_dict() if row.judgement is not None else None
+    if row.rotation is not None:
+        entry["rotation"] = row.rotation.to_dict()
     return entry
 
 

@@ -195,7 +195,7 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
         "baseline": ({"kind": "kernels", "path": baseline_kernels} if baseline_kernels
                      else {"kind": "results", "path": baseline} if baseline else None),
         "samples_file": str(samples_path.resolve()) if samples_path is not None else None,
-        **{key: parts[0][key] for key in ("peaks", "summary", "cases")},
+        **{key: parts[0][key] for key in ("persisting_l2", "peaks", "summary", "cases")},
     }
     if devices is not False:
         section["devices"] = devices_section(runs, parts)
@@ -226,7 +226,7 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
 def _device_part(run: DeviceRun) -> dict:
     """What differs from device to device in the bench section: the timer, the peaks, the rows."""
     nominal, measured = run.peaks
-    return {"timer": run.timer, "peaks": {"nominal": nominal, "measured": measured},
+    return {"timer": run.timer, "persisting_l2": run.persisting_l2, "peaks": {"nominal": nominal, "measured": measured},
             "summary": verdicts(run.benches), "cases": [case_section(bench) for bench in run.benches]}
 
 

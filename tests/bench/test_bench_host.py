@@ -137,3 +137,26 @@ def test_devices_all_needs_gpus():
     result = bench("--devices", "all")
     assert result.exit_code == ExitCode.USAGE
     assert "--devices all counts GPUs: give ordinals (0,1,…) with --backend host" in result.output
+
+
+def test_hot_samples_rotate_their_inputs_and_are_still_checked_bit_for_bit(tmp_path):
+    result = bench("--mode", "hot", "--json", cap="0.2")
+    assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    rows = _rows(document)
+    assert list(rows) == LAUNCHES + ["step"]
+    for row in rows.values():
+        assert row["status"] == "timed"
+        # a few KiB of inputs: the cap of copies, which still fit the notional 16 MiB host cache
+        assert row["rotation"] == {"copies": 64, "input_bytes": row["rotation"]["input_bytes"], "exceeds_cache": False}
+        assert 0 < row["rotation"]["input_bytes"] < (16 << 20) // 64
+    assert document["bench"]["persisting_l2"] is None  # the host has no persisting L2
+    lazy = skip_write(KERNELS, tmp_path / "lazy")
+    with (lazy / "csa_ratio4_index_replicate.cu").open("a") as source:
+        source.write("// hot\n")  # a module of its own: a loaded module's ticket counter lives as long as the process
+    lazy = bench("--mode", "hot", "--kernels", str(lazy), "--json", cap="0.2")
+    assert lazy.exit_code == ExitCode.DIVERGED
+    assert _rows(json.loads(lazy.stdout))["csa_ratio4_index_replicate"]["status"] == "refused"
+    cold = _rows(json.loads(bench("--json", cap="0.2").stdout))
+    assert all("rotation" not in row for row in cold.values())

@@ -49,7 +49,7 @@ def test_each_case_is_judged_on_its_own():
 
 def _run(device: int, times: np.ndarray) -> DeviceRun:
     bench = CaseBench(CASE, None, 0, [Row(STEP_ROW, (), TIMED, samples=Samples(times=list(map(float, times))))])
-    return DeviceRun([bench], "cuda-events", (None, None), RunProvenance(None, {}), device)
+    return DeviceRun([bench], "cuda-events", (None, None), RunProvenance(None, {}), device=device)
 
 
 @pytest.mark.parametrize("slower, expected", [(1.0, []), (1.08, [2])])
