@@ -50,14 +50,35 @@ def bench_html(section: dict, sidecar: dict | None, missing: str | None) -> str:
     parts.append(f"<p class='why'>timer <code>{escape(str(section['timer']))}</code>, mode "
                  f"<code>{escape(section['mode'])}</code>"
                  + (f", baseline {escape(baseline['kind'])} <code>{escape(baseline['path'])}</code>" if baseline else "")
-                 + ", " + ", ".join(f"{count} {escape(name.replace('_', ' '))}"
-                                    for name, count in section["summary"].items()) + "</p>")
+                 + ", " + _counts(section["summary"]) + "</p>")
+    if section.get("persisting_l2"):
+        parts.append(f"<p class='why'>persisting L2: {escape(section['persisting_l2'])}</p>")
+    if section.get("devices"):
+        parts.append(_devices(section["devices"]))
     if missing:
         parts.append(f"<p class='left-out'>{escape(missing)}</p>")
     kept = {(row["case"], row["row"]): row for row in (sidecar or {}).get("rows", [])}
     for case in section["cases"]:
         parts.append(_case(case, kept))
     return "".join(parts)
+
+
+def _counts(summary: dict) -> str:
+    return ", ".join(f"{count} {escape(name.replace('_', ' '))}" for name, count in summary.items())
+
+
+def _devices(devices: dict) -> str:
+    """The devices of a --devices run, each with the cases it stands out on; the rows below are the first's."""
+    flagged: dict[int, list[str]] = {}
+    for outlier in devices["outliers"]:
+        flagged.setdefault(outlier["device"], []).append(outlier["reason"])
+    rows = "".join(f"<tr><td>{run['device']}</td><td>{escape(str(run['name']))}</td>"
+                   f"<td>{_counts(run['summary'])}</td>"
+                   f"<td class='fail'>{'<br>'.join(map(escape, flagged.get(run['device'], [])))}</td></tr>"
+                   for run in devices["runs"])
+    return (f"<table><tr><th>device</th><th>name</th><th>rows</th><th>outlier on</th></tr>{rows}</table>"
+            f"<p class='why'>outlier rule: {escape(devices['rule'])}; the rows below are device "
+            f"{devices['runs'][0]['device']}'s</p>")
 
 
 def _ms(seconds: float | None) -> str:

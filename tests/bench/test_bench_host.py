@@ -128,6 +128,12 @@ def test_devices_runs_every_case_once_per_worker_and_reports_each(tmp_path):
     assert [entry["device"] for entry in kept["devices"]] == [1, 0]
     assert [len(entry["rows"]) for entry in kept["devices"]] == [6, 6] and kept["rows"] == kept["devices"][0]["rows"]
     assert "outlier rule" in markdown.read_text()
+    results, html = tmp_path / "bench.json", tmp_path / "bench.html"
+    results.write_text(result.stdout)
+    assert CliRunner().invoke(main, ["report", str(results), "--html", str(html)]).exit_code == 0
+    page = html.read_text()
+    assert all(f"<tr><td>{device}</td><td>host emulation (g++)</td>" in page for device in (0, 1))
+    assert "the rows below are device 1's" in page
     printed = bench("--devices", "0,1", cap="0.2")
     assert printed.exit_code == ExitCode.OK, printed.output
     assert "device 0 (host emulation (g++)):" in printed.output and "device 1 (host emulation (g++)):" in printed.output
