@@ -73,8 +73,9 @@ def step_medians(runs: Sequence[DeviceRun]) -> dict[str, dict[int, float]]:
     for run in runs:
         for bench in run.benches:
             step = next((row for row in bench.rows if row.name == STEP_ROW and row.timed), None)
-            if step is not None:
-                medians.setdefault(bench.case, {})[run.device] = step.samples.summary().median
+            if step is not None and step.samples is not None:
+                device = 0 if run.device is None else run.device
+                medians.setdefault(bench.case, {})[device] = step.samples.summary().median
     return medians
 
 

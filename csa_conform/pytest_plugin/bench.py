@@ -21,6 +21,7 @@ from csa_conform.bench.measure import REFUSED, BenchOptions, Subject, bench_case
 from csa_conform.bench.samples import Policy, Samples
 from csa_conform.bench.section import read_baseline
 from csa_conform.check.results import load_results
+from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.golden import GoldenFile
 from csa_conform.pytest_plugin.outcomes import Outcome, failed, passed
@@ -56,7 +57,7 @@ class BenchBaseline:
 
 
 def bench_outcome(golden: str, case: str, baseline: BenchBaseline, kernels: str | None, build: str,
-                  backend_name: str, backend: Callable[[], object]) -> Outcome:
+                  backend_name: str, backend: Callable[[], Backend]) -> Outcome:
     """The ``bench`` item's verdict on ``case``: failed (SLOW, refused, not conformant) with the lines
     that say why and a reproduce command, else passed."""
     subject = Subject(KernelDirectory(kernels, build=build), backend)

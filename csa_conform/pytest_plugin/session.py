@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from csa_conform.check.options import BuildChoice, RunOptions
-from csa_conform.device.backend import backend_named
+from csa_conform.device.backend import Backend, backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import stages_for_ratio
 from csa_conform.device.runner import DeviceRunner
@@ -94,7 +94,7 @@ class GoldenSession:
         self._oracle: dict[str, dict[str, Outcome]] = {}
         self._device: dict[str, dict[str, Outcome]] = {}
         self._bench: dict[str, Outcome] = {}
-        self._backend: object | Exception | None = None
+        self._backend: Backend | Exception | None = None
         self._runner: DeviceRunner | Exception | None = None
         config.addinivalue_line("markers", f"{MARKER}: an item of the csa-conform golden file (--csa-goldens)")
         if not any(Path(arg.split("::")[0]).resolve() == self.settings.path for arg in config.args):
@@ -152,9 +152,9 @@ class GoldenSession:
     # --- verdicts, once per case and side ------------------------------------------------
 
     def outcome(self, case: str, stage: str, side: str) -> Outcome:
-        if side == BENCH:
+        if side == BENCH and self.bench is not None:
             if case not in self._bench:
-                self._bench[case] = self._bench_case(case)
+                self._bench[case] = self._bench_case(case, self.bench)
             return self._bench[case]
         if side == ORACLE:
             if case not in self._oracle:
@@ -175,7 +175,7 @@ class GoldenSession:
                              backend=self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 
-    def _bench_case(self, case: str) -> Outcome:
+    def _bench_case(self, case: str, baseline: BenchBaseline) -> Outcome:
         backend = self.backend()
         if isinstance(backend, NoDevice):
             return skipped(f"no device: {backend}")
@@ -183,12 +183,12 @@ class GoldenSession:
             return failed([f"{case} / bench: {backend}"])
         settings = self.settings
         try:
-            return bench_outcome(settings.file, case, self.bench, settings.kernels, settings.build, settings.backend,
+            return bench_outcome(settings.file, case, baseline, settings.kernels, settings.build, settings.backend,
                                  lambda: backend)
         except CsaConformError as error:
             return failed([f"{case} / bench: {error}"])
 
-    def backend(self) -> object | Exception:
+    def backend(self) -> Backend | Exception:
         """This process's backend, or why there is none (NoDevice: skip; anything else: fail)."""
         if self._backend is None:
             backend = self.config.hook.pytest_csa_conform_backend(config=self.config)
