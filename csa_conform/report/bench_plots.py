@@ -195,7 +195,7 @@ def samples_plot(name: str, samples: dict) -> str:
     ys = [[math.log10(max(time, 1e-12) * 1e6) for time in entry["times_s"]] for entry, _ in series]
     x_low, x_high = min(map(min, xs)), max(map(max, xs))
     y_low, y_high = min(map(min, ys)), max(map(max, ys))
-    x_span, y_span = (x_high - x_low) or 1.0, (y_high - y_low) or 1.0
+    x_span, y_span = x_high - x_low, (y_high - y_low) or 1.0
     left, top, width, height = 56, 34, 280, 150
     svg = _svg(left + width + 20, top + height + 48, name)
     svg.append("<text x='0' y='26'>time (us, log scale) of each kept sample"
@@ -203,10 +203,11 @@ def samples_plot(name: str, samples: dict) -> str:
     svg.append(f"<rect x='{left}' y='{top}' width='{width}' height='{height}' fill='#ffffff' stroke='#999'/>")
     for (entry, colour), x_values, y_values in zip(series, xs, ys):
         for index in _thinned(len(x_values)):
-            x = left + 3 + (width - 6) * (x_values[index] - x_low) / x_span
+            x = left + 3 + (width - 6) * ((x_values[index] - x_low) / x_span if x_high > x_low else 0.5)
             y = top + height - 3 - (height - 6) * (y_values[index] - y_low) / y_span
             svg.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='2.5' fill='{colour}'/>")
-    axis = "SM clock (MHz)" if clocked else "sample order (no SM clock read)"
+    axis = "sample order (no SM clock read)" if not clocked else "SM clock (MHz)" if x_high > x_low else \
+        f"SM clock (MHz): every sample at {x_low:g}"
     thinned = f"; {MAX_POINTS} dots a series at most, evenly spread" if max(map(len, ys)) > MAX_POINTS else ""
     svg.append(f"<text x='{left - 4}' y='{top + 8}' text-anchor='end'>{10 ** y_high:.4g}</text>"
                f"<text x='{left - 4}' y='{top + height}' text-anchor='end'>{10 ** y_low:.4g}</text>"

@@ -21,7 +21,7 @@ from golden_edits import rewrite
 from csa_conform.cli import main
 from csa_conform.device.host import GXX
 from csa_conform.exitcodes import ExitCode
-from csa_conform.report.bench_plots import MAX_POINTS
+from csa_conform.report.bench_plots import MAX_POINTS, samples_plot
 
 CASES = "random.r*-bias-[1B]*"  # ratio 128 and ratio 4, four cases each pattern
 Y = "cases/random.r128-bias-BNSC/steps/0000/stages/sparse_sink_softmax_attention/Y"
@@ -211,3 +211,18 @@ def test_chromium_renders_the_bench_plots(bench_page, tmp_path):
     assert counts[BLUE] + counts[ORANGE] > 300, counts  # roofline bars (and SAME bars)
     assert counts[GREY] > 1000, counts  # baseline bars and the baseline's dots
     assert counts[CYAN] > 200, counts  # the new kernels' sample dots
+
+
+def test_samples_are_placed_by_their_sm_clock_on_a_log_time_scale():
+    """Three samples at 1500, 1750, 1980 MHz taking 1, 2, 4 ms: x in clock order, 2 ms half-way up."""
+    plot = samples_plot("step", {"times_s": [4e-3, 1e-3, 2e-3], "clocks_mhz": [1980.0, 1500.0, 1750.0],
+                                 "baseline": {"times_s": [3e-3], "clocks_mhz": [1600.0]}})
+    dots = [(float(x), float(y), colour) for x, y, colour in
+            re.findall(r"<circle cx='([0-9.]+)' cy='([0-9.]+)' r='[0-9.]+' fill='(#[0-9a-f]+)'/>", plot)]
+    assert len(dots) == 4 and "SM clock (MHz): 3 samples" in plot
+    (low_x, low_y, _), (mid_x, mid_y, _), (high_x, high_y, _) = sorted(dot for dot in dots if dot[2] == "#17becf")
+    assert low_x < mid_x < high_x  # 1500, 1750, 1980 MHz from left to right
+    assert low_y > mid_y > high_y  # 1, 2, 4 ms from bottom to top (SVG's y grows downwards)
+    assert abs(mid_y - (low_y + high_y) / 2) < 0.1  # log10(2 ms) is half-way between log10(1) and log10(4)
+    same = samples_plot("step", {"times_s": [1e-3, 2e-3], "clocks_mhz": [1980.0, 1980.0], "baseline": None})
+    assert "every sample at 1980" in same
