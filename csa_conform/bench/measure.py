@@ -8,8 +8,9 @@ is timed only when every stage it computes came out identical to the oracle
 (``time_diverged`` times it anyway, marked untrusted). Each row is probed
 once and checked again after its last sample (csa_conform.bench.trust): a
 launch whose outputs then differ from the conformance run's is refused and
-its times dropped. Rows are the launches alone (``cold``: L2 flushed before
-every sample; ``hot``: not) and the whole step (one CUDA graph); ``step``
+its times dropped. Rows are the launches alone (``cold``: L2 flushed and the
+persisting L2 reset before every sample; ``hot``: not, the inputs rotated
+instead, csa_conform.bench.rotation) and the whole step (one CUDA graph); ``step``
 mode times the step only. With a baseline the two directories' samples are
 taken interleaved and the gate (csa_conform.bench.gate) judges every row;
 a SLOW row is measured again before it stands.
@@ -25,6 +26,7 @@ from csa_conform._base.statuses import IDENTICAL
 from csa_conform.bench.gate import SLOW, Judgement, compare, confirm
 from csa_conform.bench.recording import RecordedLaunch, RecordingRunner, StepLaunches
 from csa_conform.bench.roofline import Work, launch_work, roofline
+from csa_conform.bench.rotation import Rotation, cycled, rotated
 from csa_conform.bench.samples import Policy, Samples, collect
 from csa_conform.bench.timers import timer_for
 from csa_conform.bench.trust import Guard
@@ -66,6 +68,7 @@ class Row:
     roofline: dict | None = None
     baseline: Samples | None = None
     judgement: Judgement | None = None
+    rotation: Rotation | None = None  # hot rows: the copies of the inputs their samples cycled through
 
     @property
     def timed(self) -> bool:
@@ -131,6 +134,11 @@ class Subject:
         """The timer that timed this subject's rows (None when nothing was timed)."""
         return None if self._timer is None else self._timer.name
 
+    @property
+    def persisting_l2(self) -> str | None:
+        """How the timer reset the persisting L2 lines before cold samples (None: no device timer)."""
+        return None if self._timer is None else self._timer.persisting_l2
+
     def close(self) -> None:
         if self._timer is not None:
             self._timer.close()
@@ -138,11 +146,12 @@ class Subject:
 
 @dataclass
 class _Side:
-    """A subject's view of one row: its guard and how to issue the row's launches."""
+    """A subject's view of one row: its guard, how to issue the row's launches, and their input rotation."""
 
     subject: Subject
     guard: Guard
     issue: Callable[[], None]
+    rotation: Rotation | None = None
 
     def sample(self, cold: bool):
         return self.subject.timer.sample(self.issue, self.guard, cold)
@@ -161,11 +170,16 @@ def _rows(step: StepLaunches, mode: str) -> list[tuple[str, tuple[str, ...], lis
     return rows + [(STEP_ROW, stages, list(step.launches))]
 
 
-def _side(subject: Subject, step: StepLaunches, name: str, index: int | None) -> _Side:
+def _side(subject: Subject, step: StepLaunches, name: str, index: int | None, mode: str) -> _Side:
+    """The row's side; hot samples cycle through copies of the inputs (csa_conform.bench.rotation)."""
     launches = step.launches if index is None else [step.launches[index]]
     guard = Guard(subject.backend, step, launches)
     timer = subject.timer
-    return _Side(subject, guard, timer.graph(launches) if name == STEP_ROW else timer.issue(launches))
+    make = timer.graph if name == STEP_ROW else timer.issue
+    if mode != HOT:
+        return _Side(subject, guard, make(launches))
+    variants, rotation = rotated(subject.backend, launches, timer.cache_bytes)
+    return _Side(subject, guard, cycled([make(variant) for variant in variants]), rotation)
 
 
 def _refusal(sides: list[_Side]) -> str | None:
@@ -214,10 +228,10 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
             bench.rows.append(Row(name, stages, NOT_TIMED, "a stage it computes diverged from the oracle"))
             continue
         launch_index = None if name == STEP_ROW else index
-        sides = [_side(subjects[0], step, name, launch_index)]
+        sides = [_side(subjects[0], step, name, launch_index, options.mode)]
         for (other_report, other_step, _), subject in zip(others, subjects[1:]):
             if other_step is not None and other_report.failure is None and _trusted(other_report, stages):
-                sides.append(_side(subject, other_step, name, launch_index))
+                sides.append(_side(subject, other_step, name, launch_index, options.mode))
         recorded = baseline.get((case, name)) if baseline else None
         row = _timed_row(name, stages, trusted, sides, options, step, launches, recorded)
         for side in sides:
@@ -235,14 +249,16 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
 def _timed_row(name: str, stages: tuple[str, ...], trusted: bool, sides: list[_Side], options: BenchOptions,
                step: StepLaunches, launches: list[RecordedLaunch], recorded: Samples | None) -> Row:
     samples, refused = _measure(sides, options)
+    rotation = sides[0].rotation
     if samples is None:
-        return Row(name, stages, REFUSED, refused)
+        return Row(name, stages, REFUSED, refused, rotation=rotation)
     if not samples[0].times:
-        return Row(name, stages, THROTTLED, f"all {samples[0].throttled} samples ran throttled", samples[0])
+        return Row(name, stages, THROTTLED, f"all {samples[0].throttled} samples ran throttled", samples[0],
+                   rotation=rotation)
     work = sum((launch_work(launch, step.geometry) for launch in launches), Work(0, 0))
     row = Row(name, stages, TIMED if trusted else UNTRUSTED,
               None if trusted else "timed although a stage it computes diverged (--time-diverged)", samples[0],
-              work)
+              work, rotation=rotation)
     base = samples[1] if len(samples) > 1 else recorded
     if base is None or not base.times:
         return row

@@ -47,6 +47,8 @@ def row_entry(row: Row) -> dict:
     else:
         entry["baseline"] = None
     entry["gate"] = row.judgement.to_dict() if row.judgement is not None else None
+    if row.rotation is not None:
+        entry["rotation"] = row.rotation.to_dict()
     return entry
 
 
@@ -83,6 +85,15 @@ def _samples(entry: dict) -> Samples:
                    elapsed_s=float(entry["elapsed_s"]))
 
 
+def read_samples(path: Path) -> dict:
+    """A raw-samples sidecar, checked to be one (its rows are read by the caller)."""
+    sidecar = bounded_json.loads(bounded_json.read_text(str(path)), str(path))
+    if not isinstance(sidecar, dict) or sidecar.get("format") != SAMPLES_FORMAT \
+            or sidecar.get("version") != SAMPLES_VERSION or not isinstance(sidecar.get("rows"), list):
+        raise UsageError(f"{path}: not a csa-conform bench samples file of version {SAMPLES_VERSION}")
+    return sidecar
+
+
 def read_baseline(document: dict, origin: str) -> dict[tuple[str, str], Samples]:
     """An earlier bench run's samples by (case, row), read from the sidecar its document names."""
     section = document.get("bench") if document.get("command") == "bench" else None
@@ -92,10 +103,7 @@ def read_baseline(document: dict, origin: str) -> dict[tuple[str, str], Samples]
     if not name:
         raise UsageError(f"{origin}: the run kept no samples; re-run it with --samples FILE to use it as a baseline")
     path = Path(name)
-    sidecar = bounded_json.loads(bounded_json.read_text(str(path)), str(path))
-    if not isinstance(sidecar, dict) or sidecar.get("format") != SAMPLES_FORMAT \
-            or sidecar.get("version") != SAMPLES_VERSION:
-        raise UsageError(f"{path}: not a csa-conform bench samples file of version {SAMPLES_VERSION}")
+    sidecar = read_samples(path)
     try:
         return {(entry["case"], entry["row"]): _samples(entry) for entry in sidecar["rows"]}
     except (KeyError, TypeError, ValueError) as error:

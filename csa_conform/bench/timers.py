@@ -4,15 +4,21 @@
 stream held by a blocking kernel (it spins on a flag in mapped host memory)
 until every launch of the repetition and the end event are queued, so the
 start event does not run ahead of a launch still being issued. Cold samples
-first overwrite an L2 flush buffer (twice the L2's size, at least 64 MiB).
+first reset the persisting L2 lines (cudaCtxResetPersistingL2Cache: CuPy's
+runtime module where it has it, else the driver's cuCtxResetPersistingL2Cache
+through ctypes, else none, as the section's ``persisting_l2`` says), so no
+line a kernel marked persisting survives the flush, then overwrite an L2
+flush buffer (twice the L2's size, at least 64 MiB). Hot samples rotate their
+inputs instead (csa_conform.bench.rotation), over copies holding twice the L2.
 The SM clock and temperature come from NVML (libnvidia-ml.so.1 through
 ctypes, when present) after each repetition. A step is timed as one CUDA
 graph of its launches. Any CUDA error of a timed launch is DeviceUnavailable
 (exit 4), never a time.
 
 ``HostTimer`` (``--backend host``): the emulated launches timed with
-perf_counter, a 32 MiB buffer rewritten for cold samples; no clock. Its
-timings are labelled "host timings: not a device measurement".
+perf_counter, a 32 MiB buffer rewritten for cold samples (hot samples rotate
+inputs over twice its half, a notional 16 MiB cache); no clock. Its timings
+are labelled "host timings: not a device measurement".
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ HOST_ALLOC_MAPPED = 0x02  # cudaHostAllocMapped
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
 NVML_SUCCESS = 0
+CUDA_SUCCESS = 0
 HOST_FLUSH_BYTES = 32 << 20
 MIN_FLUSH_BYTES = 64 << 20
 
@@ -116,6 +123,29 @@ class Nvml:
         return self._query("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)
 
 
+def persisting_reset(runtime, driver: str = "libcuda.so.1") -> tuple[Callable[[], None] | None, str]:
+    """How cold samples reset the persisting L2 lines, and the words the section records for it."""
+    reset = getattr(runtime, "ctxResetPersistingL2Cache", None)
+    if reset is not None:
+        return reset, "reset before every cold sample: cupy.cuda.runtime.ctxResetPersistingL2Cache"
+    try:
+        function = ctypes.CDLL(driver).cuCtxResetPersistingL2Cache
+    except (OSError, AttributeError):
+        return None, (f"not reset: CuPy's runtime module has no ctxResetPersistingL2Cache and {driver} no "
+                      "cuCtxResetPersistingL2Cache")
+
+    def driver_reset() -> None:
+        status = function()
+        if status != CUDA_SUCCESS:
+            raise DeviceUnavailable(f"cuCtxResetPersistingL2Cache failed (CUresult {status})")
+
+    status = function()  # once now: a context it cannot reset is said, not a failure of every sample
+    if status != CUDA_SUCCESS:
+        return None, f"not reset: cuCtxResetPersistingL2Cache of {driver} returned CUresult {status}"
+    return driver_reset, (f"reset before every cold sample: cuCtxResetPersistingL2Cache of {driver} (the driver "
+                          "API through ctypes: CuPy's runtime module has no ctxResetPersistingL2Cache)")
+
+
 def _best(run: Callable[[], float], repeats: int = PEAK_REPEATS) -> float:
     return min(run() for _ in range(repeats))
 
@@ -127,6 +157,8 @@ class HostTimer:
     caveat = HOST_CAVEAT
     max_clock_mhz = None
     resolution_s = 1e-7
+    cache_bytes = HOST_FLUSH_BYTES // 2
+    persisting_l2 = None  # the host has no persisting L2
 
     def __init__(self, backend):
         self.backend = backend
@@ -192,10 +224,12 @@ class CudaTimer:
             self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
             self._release = cp.cuda.pinned_memory.PinnedMemory(8, HOST_ALLOC_MAPPED)
             self.flag = ctypes.c_int.from_address(self._release.ptr)
-            self._flush = cp.empty(max(2 * int(attributes["L2CacheSize"]), MIN_FLUSH_BYTES), dtype=cp.uint8)
+            self.cache_bytes = int(attributes["L2CacheSize"])
+            self._flush = cp.empty(max(2 * self.cache_bytes, MIN_FLUSH_BYTES), dtype=cp.uint8)
             bus = getattr(device, "pci_bus_id", None)
         except Exception as error:
             raise DeviceUnavailable(f"the bench cannot set up its CUDA timer: {error}") from None
+        self._reset_persisting, self.persisting_l2 = persisting_reset(cp.cuda.runtime)
         self._flushes = 0
         self.hold = self._utility("csa_bench_hold")
         self.nvml = Nvml.open(bus)
@@ -230,6 +264,8 @@ class CudaTimer:
         try:
             guard.poison()
             if cold:
+                if self._reset_persisting is not None:
+                    self._reset_persisting()
                 self._flushes += 1
                 self._flush.fill(self._flushes & 0xFF)
             cp.cuda.runtime.deviceSynchronize()

@@ -14,8 +14,9 @@ from csa_conform._base.bounded_json import read_text
 from csa_conform._base.case_glob import exact_glob, matching_cases
 from csa_conform._base.terminal import escaped, one_line, shell_join
 from csa_conform.bench.gate import AMBG, SLOW
-from csa_conform.bench.measure import COLD, MODES, STEP_ROW, BenchOptions, CaseBench, Subject, bench_case
-from csa_conform.bench.roofline import nominal_peaks
+from csa_conform.bench.devices import devices_section, run_devices
+from csa_conform.bench.measure import COLD, MODES, STEP_ROW, BenchOptions, CaseBench
+from csa_conform.bench.run import BenchJob, DeviceRun, run_device
 from csa_conform.bench.samples import Policy
 from csa_conform.bench.section import case_section, dumps, read_baseline, samples_document, verdicts
 from csa_conform.bench.timers import HOST_CAVEAT
@@ -31,9 +32,10 @@ from csa_conform.check.results import (
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, quiet_option
-from csa_conform.device.backend import BACKENDS, CUDA, HOST, backend_named
-from csa_conform.device.kernels import BUILDS, MANIFEST, KernelDirectory
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, devices_option, golden_file, quiet_option
+from csa_conform.device.backend import BACKENDS, CUDA, HOST
+from csa_conform.device.devices import resolve_devices
+from csa_conform.device.kernels import BUILDS, MANIFEST
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
@@ -109,11 +111,13 @@ def markdown(section: dict) -> str:
                          f"{row.get('samples', 0)} | {peak} | {gate} |")
     counts = section["summary"]
     lines += ["", ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())]
+    if "devices" in section:
+        found = section["devices"]
+        lines += ["", f"The rows above are device {found['runs'][0]['device']}'s of "
+                  + ", ".join(f"{run['device']} ({run['name']})" for run in found["runs"]) + "; outlier rule: "
+                  + found["rule"] + "."]
+        lines += [f"- **outlier GPU {outlier['device']}**: {outlier['reason']}" for outlier in found["outliers"]]
     return "\n".join(lines) + "\n"
-
-
-def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
-    return KernelDirectory(kernels, build=profile)
 
 
 @exits("conformant and no row SLOW", "a divergence, or a row refused (its timed outputs differ from the "
@@ -136,6 +140,9 @@ def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
               help="Gate every row against this kernel directory, sampled interleaved in the same process.")
 @click.option("--backend", type=click.Choice(BACKENDS), default=CUDA, show_default=True,
               help=f"cuda (device 0), or host (the g++ emulation; every time is labelled '{HOST_CAVEAT}').")
+@click.option("--devices", default=None, metavar="0,1,…|all", callback=devices_option,
+              help="Benchmark every case on each of these GPUs, one worker process each, and flag a GPU whose "
+              "step times stand out (with --backend host: that many emulation workers).")
 @click.option("--strict", is_flag=True, help="An AMBG row fails the run too (exit 3).")
 @click.option("--time-diverged", is_flag=True,
               help="Time launches whose stages diverged anyway, marked untrusted (the run still exits 1).")
@@ -148,8 +155,8 @@ def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
 @click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md).")
 @quiet_option("No header or rows: failures and the summary only.")
 @boundary
-def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_kernels, backend, strict, time_diverged,
-                  time_cap, samples_path, markdown_path, as_json, quiet):
+def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_kernels, backend, devices, strict,
+                  time_diverged, time_cap, samples_path, markdown_path, as_json, quiet):
     """Time each kernel launch and the whole step, once it passes conformance, against the roofline and a baseline.
 
     \b
@@ -162,64 +169,77 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
     """
     if baseline and baseline_kernels:
         raise UsageError("give --baseline or --baseline-kernels, not both")
+    if devices is None and backend != CUDA:
+        raise UsageError(f"--devices all counts GPUs: give ordinals (0,1,…) with --backend {backend}")
     for path in (samples_path, markdown_path):
         if path is not None:
             refuse_special_target(path)
     recorded = read_baseline(load_results(read_text(baseline), baseline), baseline) if baseline else None
-    factory = backend_named(backend)
-    subjects = [Subject(_directory(kernels, profile), factory)]
-    if baseline_kernels:
-        subjects.append(Subject(_directory(baseline_kernels, profile), factory))
     options = BenchOptions(mode, Policy(time_cap=time_cap), time_diverged)
-    peaks_cache: dict = {}
-
-    def peaks():
-        if "peaks" not in peaks_cache:
-            runner = subjects[0].runner
-            device = runner.provenance.device
-            peaks_cache["peaks"] = (nominal_peaks(device.name if device else None),
-                                    subjects[0].timer.measured_peaks() if runner.recorder is not None else None)
-        return peaks_cache["peaks"]
-
     with GoldenFile(file) as golden:
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
-        benches = list(progress((bench_case(golden, case, subjects, options, recorded, peaks) for case in cases),
-                                len(cases), "bench", lambda done: done.case, quiet or as_json))
-    for subject in subjects:
-        subject.close()
+    job = BenchJob(file, tuple(cases), kernels, profile, backend, options, baseline_kernels, recorded)
+    if devices is False:
+        runs = [run_device(job, lambda benches: progress(benches, len(cases), "bench", lambda done: done.case,
+                                                          quiet or as_json))]
+    else:
+        runs = run_devices(resolve_devices(devices), job)
     caveat = HOST_CAVEAT if backend == HOST else None
-    nominal, measured = peaks_cache.get("peaks", (None, None))
+    parts = [_device_part(run) for run in runs]
     section = {
-        "timer": subjects[0].timer_name, "caveat": caveat, "mode": mode,
+        "timer": parts[0]["timer"], "caveat": caveat, "mode": mode,
         "policy": {"time_cap_s": time_cap, "min_samples": options.policy.min_samples,
                    "target_noise": options.policy.target_noise},
         "strict": strict, "time_diverged": time_diverged,
         "baseline": ({"kind": "kernels", "path": baseline_kernels} if baseline_kernels
                      else {"kind": "results", "path": baseline} if baseline else None),
         "samples_file": str(samples_path.resolve()) if samples_path is not None else None,
-        "peaks": {"nominal": nominal, "measured": measured},
-        "summary": verdicts(benches),
-        "cases": [case_section(bench) for bench in benches],
+        **{key: parts[0][key] for key in ("persisting_l2", "peaks", "summary", "cases")},
     }
-    entries = [_case_entry(bench, _reproduce(file, bench.case, kernels, profile, backend, mode), strict)
-               for bench in benches]
-    code = _exit_code(benches, strict)
+    if devices is not False:
+        section["devices"] = devices_section(runs, parts)
+    reproduce = [_reproduce(file, case, kernels, profile, backend, mode) for case in cases]
+    entries = _entries(runs, reproduce, strict)
+    code = _exit_code([bench for run in runs for bench in run.benches], strict)
     if samples_path is not None:
-        write_atomically(samples_path, dumps(samples_document(benches)))
+        kept = samples_document(runs[0].benches)
+        if devices is not False:
+            kept["devices"] = [{"device": run.device, "rows": samples_document(run.benches)["rows"]} for run in runs]
+        write_atomically(samples_path, dumps(kept))
     if markdown_path is not None:
         write_atomically(markdown_path, markdown(section).encode("utf-8"))
-    provenance = subjects[0].runner.provenance
+    provenance = runs[0].provenance
     if as_json:
         emit_json(results_document(
             "bench", argv(), entries, exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance),
             control=False, options={"mode": mode, "kernels": kernels, "build": profile, "backend": backend,
                                     "baseline": baseline, "baseline_kernels": baseline_kernels, "strict": strict,
-                                    "time_diverged": time_diverged, "time_cap_s": time_cap},
+                                    "time_diverged": time_diverged, "time_cap_s": time_cap,
+                                    **({"devices": [run.device for run in runs]} if devices is not False else {})},
             extra={"bench": section}))
         return code
     _print(section, entries, provenance, quiet)
     return code
+
+
+def _device_part(run: DeviceRun) -> dict:
+    """What differs from device to device in the bench section: the timer, the peaks, the rows."""
+    nominal, measured = run.peaks
+    return {"timer": run.timer, "persisting_l2": run.persisting_l2, "peaks": {"nominal": nominal, "measured": measured},
+            "summary": verdicts(run.benches), "cases": [case_section(bench) for bench in run.benches]}
+
+
+def _entries(runs: list[DeviceRun], reproduce: list[str], strict: bool) -> list[dict]:
+    """Each case's results entry: the first device's, unless the case fails on another (that device's, named)."""
+    entries = []
+    for index, line in enumerate(reproduce):
+        found = [(run.device, _case_entry(run.benches[index], line, strict)) for run in runs]
+        device, entry = next(((device, entry) for device, entry in found if not entry["passed"]), found[0])
+        if len(runs) > 1 and not entry["passed"] and entry.get("failure"):
+            entry["failure"]["message"] = f"device {device}: {entry['failure']['message']}"
+        entries.append(entry)
+    return entries
 
 
 def _exit_code(benches: list[CaseBench], strict: bool) -> ExitCode:
@@ -239,15 +259,13 @@ def _print(section: dict, entries: list[dict], provenance, quiet: bool) -> None:
                             f"kernels {provenance.kernels['path']}"))
         if section["caveat"]:
             click.echo(section["caveat"].upper())
-        for label, peaks in section["peaks"].items():
-            if peaks:
-                click.echo(f"{label} peak: {peaks['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
-                           f"{peaks['ops_per_s'] / 1e9:.1f} Gops/s")
-        for case in section["cases"]:
-            for row in case["rows"]:
-                click.echo(_row_line(case["case"], row))
-            if case["step_vs_sum"] is not None:
-                click.echo(one_line(f"{escaped(case['case'])}  {STEP_ROW} / sum of launches: {case['step_vs_sum']:.3f}"))
+        runs = section["devices"]["runs"] if "devices" in section else [section]
+        for part in runs:
+            if "device" in part:
+                click.echo(one_line(f"device {part['device']} ({part['name']}):"))
+            _print_part(part)
+        for outlier in section.get("devices", {}).get("outliers", []):
+            click.echo(one_line(f"OUTLIER GPU {outlier['device']}: {outlier['reason']}"))
     for entry in entries:
         if not entry["passed"]:
             failure = entry.get("failure") or {}
@@ -257,3 +275,16 @@ def _print(section: dict, entries: list[dict], provenance, quiet: bool) -> None:
     counts = section["summary"]
     click.echo(f"{len(entries)} cases, " + ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())
                + (f" ({section['caveat']})" if section["caveat"] else ""))
+
+
+def _print_part(part: dict) -> None:
+    """One device's peaks and rows."""
+    for label, peaks in part["peaks"].items():
+        if peaks:
+            click.echo(f"{label} peak: {peaks['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+                       f"{peaks['ops_per_s'] / 1e9:.1f} Gops/s")
+    for case in part["cases"]:
+        for row in case["rows"]:
+            click.echo(_row_line(case["case"], row))
+        if case["step_vs_sum"] is not None:
+            click.echo(one_line(f"{escaped(case['case'])}  {STEP_ROW} / sum of launches: {case['step_vs_sum']:.3f}"))

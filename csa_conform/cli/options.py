@@ -181,7 +181,8 @@ def effective_shard(option: str | None) -> Shard | None:
     return None if shard is None or shard.total == 1 else shard
 
 
-def _devices(context, param, value):
+def devices_option(context, param, value):
+    """--devices: False when not given, None for 'all', else the ordinals."""
     if value is None:
         return False
     try:
@@ -203,7 +204,7 @@ device_depth_options = _compose(
     click.option("--shard", default=None, metavar="K/N",
                  help=f"Run only shard K of N (cases split round robin); default from {SHARD_ENV}=K/N or "
                  f"{NODE_INDEX_ENV}/{NODE_TOTAL_ENV}. `report` merges the shards' documents."),
-    click.option("--devices", default=None, metavar="0,1,…|all", callback=_devices,
+    click.option("--devices", default=None, metavar="0,1,…|all", callback=devices_option,
                  help="Spread the cases over these GPUs of this host, one worker process each; the results "
                  "are those of one GPU."),
 )

@@ -16,6 +16,7 @@ from csa_conform.cli.options import quiet_option
 from csa_conform.cli.output import stdin_closed
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
+from csa_conform.report.bench_plots import bench_samples
 from csa_conform.report.html import render_html
 from csa_conform.report.merge import junit_xml, merge_shards, merged_summary
 
@@ -30,12 +31,13 @@ from csa_conform.report.merge import junit_xml, merge_shards, merged_summary
               help="Write the one results document the shards of one run (--shard K/N) merge into.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write one self-contained HTML page: a summary of why each case fails, the verdict matrix, "
-              "explanations, diagnoses, error histograms, heatmaps, gap tables.")
+              "explanations, diagnoses, error histograms, heatmaps, gap tables, and a bench run's roofline bars, "
+              "baseline vs new and samples against the SM clock (from the samples file the run names).")
 @quiet_option("Do not print the one-line summary.")
 @boundary
 def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, merged_path: Path | None,
                    html_path: Path | None, quiet: bool) -> ExitCode:
-    """Turn RESULTS (documents written by verify, diff, bisect, explain or gap with --json;
+    """Turn RESULTS (documents written by verify, diff, bisect, explain, gap or bench with --json;
     '-' reads stdin) into CI artefacts: one JUnit file and one JSON summary, however
     many documents are given. The shards of one run (diff --shard K/N) are first
     merged into the document the unsharded run writes.
@@ -64,7 +66,8 @@ def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path
     if merged_path is not None:
         write_atomically(merged_path, (json.dumps(documents[0], indent=2) + "\n").encode("utf-8"))
     if html_path is not None:
-        write_atomically(html_path, render_html(documents).encode("utf-8"))
+        samples = [bench_samples(document) for document in documents]
+        write_atomically(html_path, render_html(documents, samples=samples).encode("utf-8"))
     if not quiet:
         total = sum(document["summary"]["cases"] for document in documents)
         failed = sum(document["summary"]["failed"] for document in documents)

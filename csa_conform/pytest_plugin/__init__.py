@@ -39,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"the CPU, no GPU needed; specs/host-backend.md) (default {DEFAULT_BACKEND}).",
     )
     group.addoption("--csa-case", metavar="GLOB", default=None, help="Only cases whose id matches GLOB.")
+    group.addoption(
+        "--csa-bench-baseline", metavar="FILE", default=None,
+        help="Also a bench item per case, failing when a row is SLOW against FILE (an earlier "
+        "`csa-conform bench --json --samples S` document) or refused; sampled in FILE's mode and time cap.",
+    )
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -49,9 +54,10 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("csa_goldens") is None:
-        stray = [name for name in ("kernels", "build", "mode", "backend", "case") if config.getoption(f"csa_{name}")]
+        stray = [name for name in ("kernels", "build", "mode", "backend", "case", "bench_baseline")
+                 if config.getoption(f"csa_{name}")]
         if stray:
-            raise pytest.UsageError(f"--csa-{stray[0]} needs --csa-goldens FILE")
+            raise pytest.UsageError(f"--csa-{stray[0].replace('_', '-')} needs --csa-goldens FILE")
         return
     from csa_conform.pytest_plugin.session import GoldenSession
 

@@ -1,4 +1,5 @@
-"""The golden file as pytest nodes: FILE -> case -> ``stage[oracle]`` and ``stage[device]`` items.
+"""The golden file as pytest nodes: FILE -> case -> ``stage[oracle]`` and ``stage[device]`` items (and,
+with ``--csa-bench-baseline``, a ``bench`` item: csa_conform.pytest_plugin.bench).
 
 Active only with ``--csa-goldens``. Each process (each xdist worker) checks a case at most once
 per side and keeps the verdicts for the case's items (csa_conform.pytest_plugin.outcomes).
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from csa_conform.check.options import BuildChoice, RunOptions
-from csa_conform.device.backend import backend_named
+from csa_conform.device.backend import Backend, backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import stages_for_ratio
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError, invalid_case
 from csa_conform.golden import GoldenFile
+from csa_conform.pytest_plugin.bench import SIDE, BenchBaseline, bench_outcome
 from csa_conform.pytest_plugin.choices import DEFAULT_BACKEND, DEFAULT_BUILD, DEFAULT_MODE
 from csa_conform.pytest_plugin.outcomes import (
     FAILED,
@@ -33,7 +35,7 @@ from csa_conform.pytest_plugin.outcomes import (
 )
 from csa_conform.spec import STAGE_NAMES, Mode
 
-ORACLE, DEVICE = "oracle", "device"
+ORACLE, DEVICE, BENCH = "oracle", "device", SIDE
 MARKER = "csa_conform"
 
 
@@ -47,6 +49,7 @@ class Settings:
     mode: Mode
     case_glob: str | None
     backend: str = DEFAULT_BACKEND
+    bench_baseline: str | None = None
 
     @property
     def path(self) -> Path:
@@ -77,12 +80,21 @@ class GoldenSession:
             mode=Mode(config.getoption("csa_mode") or DEFAULT_MODE),
             case_glob=config.getoption("csa_case"),
             backend=config.getoption("csa_backend") or DEFAULT_BACKEND,
+            bench_baseline=config.getoption("csa_bench_baseline"),
         )
         self.cases = self._cases()
         if self.settings.kernels is not None and not Path(self.settings.kernels).is_dir():
             raise pytest.UsageError(f"--csa-kernels: {self.settings.kernels} is not a directory")
+        self.bench: BenchBaseline | None = None
+        if self.settings.bench_baseline is not None:
+            try:
+                self.bench = BenchBaseline.read(self.settings.bench_baseline)
+            except CsaConformError as error:
+                raise pytest.UsageError(f"--csa-bench-baseline: {error}") from None
         self._oracle: dict[str, dict[str, Outcome]] = {}
         self._device: dict[str, dict[str, Outcome]] = {}
+        self._bench: dict[str, Outcome] = {}
+        self._backend: Backend | Exception | None = None
         self._runner: DeviceRunner | Exception | None = None
         config.addinivalue_line("markers", f"{MARKER}: an item of the csa-conform golden file (--csa-goldens)")
         if not any(Path(arg.split("::")[0]).resolve() == self.settings.path for arg in config.args):
@@ -110,10 +122,14 @@ class GoldenSession:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         settings = self.settings
         selected = f" matching {settings.case_glob}" if settings.case_glob else ""
-        return [
+        lines = [
             f"csa-conform: goldens {settings.file} ({len(self.cases)} cases{selected}), "
             f"kernels {settings.kernels or 'built-in'}, build {settings.build}, mode {settings.mode.value}"
         ]
+        if self.bench is not None:
+            lines.append(f"csa-conform: bench items gate on {self.bench.file} (mode {self.bench.mode}, "
+                         f"time cap {self.bench.time_cap:g} s per row)")
+        return lines
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         """Say which device the device items ran on, and why any were skipped (whatever -r says)."""
@@ -136,6 +152,10 @@ class GoldenSession:
     # --- verdicts, once per case and side ------------------------------------------------
 
     def outcome(self, case: str, stage: str, side: str) -> Outcome:
+        if side == BENCH and self.bench is not None:
+            if case not in self._bench:
+                self._bench[case] = self._bench_case(case, self.bench)
+            return self._bench[case]
         if side == ORACLE:
             if case not in self._oracle:
                 self._oracle[case] = oracle_outcomes(self.settings.file, self.cases[case])
@@ -155,9 +175,22 @@ class GoldenSession:
                              backend=self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 
-    def runner(self) -> DeviceRunner | Exception:
-        """This process's runner, or why there is none (NoDevice: skip; anything else: fail)."""
-        if self._runner is None:
+    def _bench_case(self, case: str, baseline: BenchBaseline) -> Outcome:
+        backend = self.backend()
+        if isinstance(backend, NoDevice):
+            return skipped(f"no device: {backend}")
+        if isinstance(backend, Exception):
+            return failed([f"{case} / bench: {backend}"])
+        settings = self.settings
+        try:
+            return bench_outcome(settings.file, case, baseline, settings.kernels, settings.build, settings.backend,
+                                 lambda: backend)
+        except CsaConformError as error:
+            return failed([f"{case} / bench: {error}"])
+
+    def backend(self) -> Backend | Exception:
+        """This process's backend, or why there is none (NoDevice: skip; anything else: fail)."""
+        if self._backend is None:
             backend = self.config.hook.pytest_csa_conform_backend(config=self.config)
             try:
                 if backend is None:
@@ -165,9 +198,22 @@ class GoldenSession:
                         backend = backend_named(self.settings.backend)()
                     except DeviceUnavailable as error:
                         raise NoDevice(str(error)) from None
-                self._runner = device_runner(self.settings, backend)
+                self._backend = backend
             except (NoDevice, CsaConformError) as error:
-                self._runner = error
+                self._backend = error
+        return self._backend
+
+    def runner(self) -> DeviceRunner | Exception:
+        """This process's runner, or why there is none (NoDevice: skip; anything else: fail)."""
+        if self._runner is None:
+            backend = self.backend()
+            if isinstance(backend, Exception):
+                self._runner = backend
+            else:
+                try:
+                    self._runner = device_runner(self.settings, backend)
+                except CsaConformError as error:
+                    self._runner = error
         return self._runner
 
     def device_name(self) -> str | None:
@@ -208,6 +254,8 @@ class CaseNode(pytest.Collector):
         sides += [(stage, side) for stage in self.case.stages for side in (ORACLE, DEVICE)]
         for stage, side in sides:
             yield StageItem.from_parent(self, name=f"{stage}[{side}]", case=self.case.case_id, stage=stage, side=side)
+        if self.config.pluginmanager.get_plugin(GoldenSession.NAME).bench is not None and self.case.stages:
+            yield StageItem.from_parent(self, name=BENCH, case=self.case.case_id, stage=BENCH, side=BENCH)
 
 
 class ConformanceFailure(Exception):
@@ -224,7 +272,7 @@ class StageItem(pytest.Item):
     def runtest(self) -> None:
         session = self.config.pluginmanager.get_plugin(GoldenSession.NAME)
         outcome = session.outcome(self.case, self.stage, self.side)
-        if self.side == DEVICE and outcome.status != SKIPPED and session.device_name():
+        if self.side in (DEVICE, BENCH) and outcome.status != SKIPPED and session.device_name():
             self.user_properties.append(("csa_device", session.device_name()))
         if outcome.status == FAILED:
             raise ConformanceFailure(outcome.text)

@@ -27,6 +27,7 @@ from html import escape
 
 from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
 from csa_conform.check.gap import COLUMNS, table_rows
+from csa_conform.report.bench_plots import bench_html
 from csa_conform.spec import STAGE_NAMES
 
 MAX_PAGE_BYTES = 2_000_000  # the details of failing cases stop here; the rest are counted
@@ -65,13 +66,16 @@ details { margin: 6px 0; } summary { cursor: pointer; font-size: 13px; }
 """
 
 
-def render_html(documents: list[dict], title: str = "csa-conform report") -> str:
+def render_html(documents: list[dict], title: str = "csa-conform report",
+                samples: list[tuple[dict | None, str | None]] | None = None) -> str:
+    """The page; ``samples``: per document its bench sidecar, or why there is none (report.bench_plots)."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>",
              f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>", _overview(documents)]
     budget = MAX_PAGE_BYTES - sum(map(len, parts))
-    for number, document in enumerate(documents, 1):
+    samples = samples or [(None, None)] * len(documents)
+    for number, (document, kept) in enumerate(zip(documents, samples), 1):
         share = budget // (len(documents) - number + 1)
-        text = _document(number, document, share)
+        text = _document(number, document, share, kept)
         budget -= len(text)
         parts.append(text)
     parts.append("</body></html>")
@@ -200,7 +204,7 @@ def headline(case: dict, block: Block | None) -> str:
 # --- one document -----------------------------------------------------------------------------
 
 
-def _document(number: int, document: dict, budget: int) -> str:
+def _document(number: int, document: dict, budget: int, samples: tuple[dict | None, str | None]) -> str:
     parts = [f"<h2 id='run{number}'>{number}. {escape(document['command'])} "
              f"{escape(str((document.get('golden') or {}).get('path', '')))}: {_verdict(document)}</h2>",
              _provenance(document)]
@@ -225,6 +229,8 @@ def _document(number: int, document: dict, budget: int) -> str:
         parts.append(_rejected_line(rejected))
     if document.get("gap"):
         parts.append(_gap(document["gap"]))
+    if document.get("bench"):
+        parts.append(bench_html(document["bench"], *samples))
     if failing:
         parts.append(f"<h3>Failing cases ({len(failing)})</h3>")
         budget -= sum(map(len, parts))

@@ -52,3 +52,27 @@ def test_a_kernel_that_writes_only_once_is_refused_on_the_device(tmp_path):
     assert code == ExitCode.DIVERGED
     rows = {row["row"]: row for row in document["bench"]["cases"][0]["rows"]}
     assert rows["csa_ratio4_index_replicate"]["status"] == "refused"
+
+
+def test_devices_all_benchmarks_the_cases_on_every_gpu(cuda_device):
+    import cupy
+
+    code, document = _bench("--devices", "all", "--mode", "step")
+    assert code == ExitCode.OK
+    runs = document["bench"]["devices"]["runs"]
+    assert [run["device"] for run in runs] == list(range(cupy.cuda.runtime.getDeviceCount()))
+    for run in runs:
+        assert run["timer"] == "cuda-events" and run["name"] == cuda_device.name
+        assert [row["status"] for row in run["cases"][0]["rows"]] == ["timed"]
+
+
+def test_hot_rows_rotate_their_inputs_and_cold_samples_reset_the_persisting_l2():
+    code, document = _bench("--mode", "hot")
+    assert code == ExitCode.OK
+    rows = document["bench"]["cases"][0]["rows"]
+    assert [row["status"] for row in rows] == ["timed"] * 6
+    assert all(row["rotation"]["copies"] > 1 and row["rotation"]["input_bytes"] > 0 for row in rows)
+    code, cold = _bench()
+    assert code == ExitCode.OK
+    assert cold["bench"]["persisting_l2"].startswith("reset before every cold sample"), cold["bench"]["persisting_l2"]
+    assert all("rotation" not in row for row in cold["bench"]["cases"][0]["rows"])

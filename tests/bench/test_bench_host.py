@@ -104,3 +104,65 @@ def test_a_kernel_that_writes_only_once_is_refused_not_timed(tmp_path):
     assert CliRunner().invoke(main, ["report", str(results), "--junit", str(junit)]).exit_code == 0
     failure = ElementTree.parse(junit).getroot().find(".//failure")
     assert failure is not None and failure.get("type") == "timing-refused"
+
+
+def test_devices_runs_every_case_once_per_worker_and_reports_each(tmp_path):
+    """Two emulation workers (the pool and the merge; no GPU): a section per device, the top-level rows
+    the first device's, every device's samples kept, and the outlier rule's note for two devices."""
+    samples = tmp_path / "samples.json"
+    markdown = tmp_path / "bench.md"
+    result = bench("--devices", "1,0", "--json", "--samples", str(samples), "--markdown", str(markdown), cap="0.2")
+    assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    section = document["bench"]
+    runs = section["devices"]["runs"]
+    assert [run["device"] for run in runs] == document["options"]["devices"] == [1, 0]
+    for run in runs:
+        assert run["name"] == "host emulation (g++)" and run["timer"] == "host-perf-counter"
+        assert [row["row"] for row in run["cases"][0]["rows"]] == LAUNCHES + ["step"]
+        assert all(row["status"] == "timed" for row in run["cases"][0]["rows"])
+    assert section["cases"] == runs[0]["cases"] and section["summary"] == runs[0]["summary"]
+    assert section["devices"]["outliers"] == [] and "with 2, none is flagged" in section["devices"]["rule"]
+    kept = json.loads(samples.read_text())
+    assert [entry["device"] for entry in kept["devices"]] == [1, 0]
+    assert [len(entry["rows"]) for entry in kept["devices"]] == [6, 6] and kept["rows"] == kept["devices"][0]["rows"]
+    assert "outlier rule" in markdown.read_text()
+    results, html = tmp_path / "bench.json", tmp_path / "bench.html"
+    results.write_text(result.stdout)
+    assert CliRunner().invoke(main, ["report", str(results), "--html", str(html)]).exit_code == 0
+    page = html.read_text()
+    assert all(f"<tr><td>{device}</td><td>host emulation (g++)</td>" in page for device in (0, 1))
+    assert "the rows below are device 1's" in page
+    printed = bench("--devices", "0,1", cap="0.2")
+    assert printed.exit_code == ExitCode.OK, printed.output
+    assert "device 0 (host emulation (g++)):" in printed.output and "device 1 (host emulation (g++)):" in printed.output
+
+
+def test_devices_all_needs_gpus():
+    result = bench("--devices", "all")
+    assert result.exit_code == ExitCode.USAGE
+    assert "--devices all counts GPUs: give ordinals (0,1,…) with --backend host" in result.output
+
+
+def test_hot_samples_rotate_their_inputs_and_are_still_checked_bit_for_bit(tmp_path):
+    result = bench("--mode", "hot", "--json", cap="0.2")
+    assert result.exit_code == ExitCode.OK, result.output
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, schema())
+    rows = _rows(document)
+    assert list(rows) == LAUNCHES + ["step"]
+    for row in rows.values():
+        assert row["status"] == "timed"
+        # a few KiB of inputs: the cap of copies, which still fit the notional 16 MiB host cache
+        assert row["rotation"] == {"copies": 64, "input_bytes": row["rotation"]["input_bytes"], "exceeds_cache": False}
+        assert 0 < row["rotation"]["input_bytes"] < (16 << 20) // 64
+    assert document["bench"]["persisting_l2"] is None  # the host has no persisting L2
+    lazy = skip_write(KERNELS, tmp_path / "lazy")
+    with (lazy / "csa_ratio4_index_replicate.cu").open("a") as source:
+        source.write("// hot\n")  # a module of its own: a loaded module's ticket counter lives as long as the process
+    lazy = bench("--mode", "hot", "--kernels", str(lazy), "--json", cap="0.2")
+    assert lazy.exit_code == ExitCode.DIVERGED
+    assert _rows(json.loads(lazy.stdout))["csa_ratio4_index_replicate"]["status"] == "refused"
+    cold = _rows(json.loads(bench("--json", cap="0.2").stdout))
+    assert all("rotation" not in row for row in cold.values())

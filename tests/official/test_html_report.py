@@ -1,7 +1,8 @@
 """report --html: one self-contained page with the verdict matrix, histograms, heatmaps and gap tables,
-rendered in headless Chromium (skipped, with the reason, where there is none; `make test` installs it
-as root). The screenshot must show the plots' colours: red diverged cells and heatmap cells, green
-identical cells, blue histogram bars."""
+and a bench run's roofline bars, baseline vs new and samples plots, rendered in headless Chromium
+(skipped, with the reason, where there is none; `make browser` installs it as root). The screenshots
+must show the plots' colours: red diverged cells and heatmap cells, green identical cells, blue
+histogram bars; the bench's blue or orange roofline bars, grey baseline bars and cyan sample dots."""
 
 from __future__ import annotations
 
@@ -18,13 +19,18 @@ from click.testing import CliRunner
 from golden_edits import rewrite
 
 from csa_conform.cli import main
+from csa_conform.device.host import GXX
 from csa_conform.exitcodes import ExitCode
+from csa_conform.report.bench_plots import MAX_POINTS, samples_plot
 
 CASES = "random.r*-bias-[1B]*"  # ratio 128 and ratio 4, four cases each pattern
 Y = "cases/random.r128-bias-BNSC/steps/0000/stages/sparse_sink_softmax_attention/Y"
 RECORDS = "cases/random.r4-bias-B111/steps/0000/stages/compression_update/present_compressed_kv"
 CHROMIUM = next((path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if path), None)
 RED, GREEN, BLUE = (214, 39, 40), (44, 160, 44), (31, 119, 180)
+ORANGE, GREY, CYAN = (255, 127, 14), (127, 127, 127), (23, 190, 207)
+KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+BENCH_CASE = "random.r4-5out-i4-k3"  # one step, ratio 4: all five launches
 
 
 def invoke(*args):
@@ -129,16 +135,94 @@ def png_pixels(path: Path) -> list[tuple[int, int, int]]:
     return pixels
 
 
-def test_chromium_renders_the_plots(page, tmp_path):
+def screenshot(page: Path, shot: Path, height: int) -> list[tuple[int, int, int]]:
     if CHROMIUM is None:
         pytest.skip("no headless Chromium (chromium) on PATH: `make browser` installs it as root (apt-get install chromium)")
-    shot = tmp_path / "report.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1200,1800", f"--screenshot={shot}", page.as_uri()],
+                    f"--window-size=1200,{height}", f"--screenshot={shot}", page.as_uri()],
                    check=True, capture_output=True, timeout=120)
     pixels = png_pixels(shot)
-    assert len(pixels) == 1200 * 1800
+    assert len(pixels) == 1200 * height
+    return pixels
+
+
+def test_chromium_renders_the_plots(page, tmp_path):
+    pixels = screenshot(page, tmp_path / "report.png", 1800)
     counts = {colour: pixels.count(colour) for colour in (RED, GREEN, BLUE)}
     assert counts[GREEN] > 2000, counts  # identical cells of the matrix
     assert counts[RED] > 100, counts  # the diverged cells and the heatmaps
     assert counts[BLUE] > 500, counts  # histogram bars
+
+
+@pytest.fixture(scope="module")
+def bench_page(tmp_path_factory) -> Path:
+    """The page of a host bench run of the built-in kernels against themselves, its samples kept."""
+    if GXX is None:
+        pytest.skip("the host backend needs g++")
+    folder = tmp_path_factory.mktemp("bench-html")
+    result = invoke("bench", "--backend", "host", "--case", BENCH_CASE, "--time-cap", "0.3", "--baseline-kernels",
+                    KERNELS, "--samples", folder / "samples.json", "--json")
+    assert result.exit_code in (ExitCode.OK, ExitCode.SLOW), result.output  # host timings are noisy
+    (folder / "bench.json").write_text(result.stdout)
+    html = folder / "bench.html"
+    assert invoke("report", folder / "bench.json", "--html", html).exit_code == ExitCode.OK
+    return html
+
+
+def test_the_bench_page_draws_roofline_baseline_and_samples(bench_page):
+    text = bench_page.read_text()
+    assert "<script" not in text and "src=" not in text
+    document = json.loads((bench_page.parent / "bench.json").read_text())
+    (case,) = document["bench"]["cases"]
+    assert "host timings: not a device measurement" in text
+    for row in case["rows"]:
+        roof = row["roofline"]["measured"]
+        assert f"{row['row']}: {roof['percent']:.1f}% of the measured {roof['bound']} peak" in text
+        gate = row["gate"]
+        assert f"{gate['verdict']} ×{gate['ratio']:.3f} [{gate['ci'][0]:.3f}, {gate['ci'][1]:.3f}]" in text
+    kept = json.loads((bench_page.parent / "samples.json").read_text())["rows"]
+    dots = sum(min(len(series["times_s"]), MAX_POINTS) for row in kept for series in (row, row["baseline"]))
+    assert dots > len(case["rows"]) and text.count("<circle ") == dots
+    assert text.count("sample order (no SM clock read)") == len(kept)  # the host reads no clock
+
+
+def test_a_bench_page_whose_samples_file_is_gone_or_bad_says_so(bench_page, tmp_path):
+    samples = bench_page.parent / "samples.json"
+    moved = tmp_path / "samples.json"
+    shutil.copy(samples, moved)
+    samples.unlink()
+    try:
+        html = tmp_path / "bench.html"
+        assert invoke("report", bench_page.parent / "bench.json", "--html", html).exit_code == ExitCode.OK
+        text = html.read_text()
+        assert f"the samples file {samples} is not there" in text and "<circle " not in text
+        assert "% of peak per row" in text
+        samples.write_text("{\"format\": \"something else\"}")
+        result = invoke("report", bench_page.parent / "bench.json", "--html", html)
+        assert result.exit_code == ExitCode.USAGE
+        assert "not a csa-conform bench samples file" in result.output and "Traceback" not in result.output
+    finally:
+        shutil.copy(moved, samples)
+
+
+def test_chromium_renders_the_bench_plots(bench_page, tmp_path):
+    pixels = screenshot(bench_page, tmp_path / "bench.png", 2600)
+    counts = {colour: pixels.count(colour) for colour in (BLUE, ORANGE, GREY, CYAN)}
+    assert counts[BLUE] + counts[ORANGE] > 300, counts  # roofline bars (and SAME bars)
+    assert counts[GREY] > 1000, counts  # baseline bars and the baseline's dots
+    assert counts[CYAN] > 200, counts  # the new kernels' sample dots
+
+
+def test_samples_are_placed_by_their_sm_clock_on_a_log_time_scale():
+    """Three samples at 1500, 1750, 1980 MHz taking 1, 2, 4 ms: x in clock order, 2 ms half-way up."""
+    plot = samples_plot("step", {"times_s": [4e-3, 1e-3, 2e-3], "clocks_mhz": [1980.0, 1500.0, 1750.0],
+                                 "baseline": {"times_s": [3e-3], "clocks_mhz": [1600.0]}})
+    dots = [(float(x), float(y), colour) for x, y, colour in
+            re.findall(r"<circle cx='([0-9.]+)' cy='([0-9.]+)' r='[0-9.]+' fill='(#[0-9a-f]+)'/>", plot)]
+    assert len(dots) == 4 and "SM clock (MHz): 3 samples" in plot
+    (low_x, low_y, _), (mid_x, mid_y, _), (high_x, high_y, _) = sorted(dot for dot in dots if dot[2] == "#17becf")
+    assert low_x < mid_x < high_x  # 1500, 1750, 1980 MHz from left to right
+    assert low_y > mid_y > high_y  # 1, 2, 4 ms from bottom to top (SVG's y grows downwards)
+    assert abs(mid_y - (low_y + high_y) / 2) < 0.1  # log10(2 ms) is half-way between log10(1) and log10(4)
+    same = samples_plot("step", {"times_s": [1e-3, 2e-3], "clocks_mhz": [1980.0, 1980.0], "baseline": None})
+    assert "every sample at 1980" in same

@@ -143,8 +143,9 @@ def test_the_entry_point_loads_the_plugin_and_without_goldens_it_costs_nothing(p
 def test_the_spec_lists_exactly_the_plugins_options(inner):
     spec = (ROOT / "specs" / "pytest-plugin.md").read_text()
     table = spec.split("## Options", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `(--csa-[a-z]+)", table, flags=re.MULTILINE)
-    offered = re.findall(r"^\s+(--csa-[a-z]+)", inner.plain("--help").stdout.str(), flags=re.MULTILINE)
+    documented = re.findall(r"^\| `(--csa-[a-z-]+)", table, flags=re.MULTILINE)
+    offered = re.findall(r"^\s+(--csa-[a-z-]+)", inner.plain("--help").stdout.str(), flags=re.MULTILINE)
     assert documented == offered == [
         "--csa-goldens", "--csa-kernels", "--csa-build", "--csa-mode", "--csa-backend", "--csa-case",
+        "--csa-bench-baseline",
     ]
