@@ -5,6 +5,7 @@ Presentation only: measuring, statistics, the gate and the roofline live in csa_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -31,7 +32,7 @@ from csa_conform.check.results import (
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, quiet_option
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, golden_file, grouped, quiet_option
 from csa_conform.device.backend import BACKENDS, CUDA, HOST, backend_named
 from csa_conform.device.kernels import BUILDS, MANIFEST, KernelDirectory
 from csa_conform.errors import UsageError
@@ -39,12 +40,43 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 
 
-def _reproduce(file: str, case: str, kernels: str | None, profile: str | None, backend: str, mode: str) -> str:
-    words = ["csa-conform", "bench", file, "--case", exact_glob(case), "--mode", mode]
-    words += ["--kernels", kernels] if kernels else []
-    words += ["--build", profile] if profile else []
-    words += ["--backend", backend] if backend != CUDA else []
-    return shell_join(words)
+@dataclass(frozen=True, kw_only=True)
+class BenchRun:
+    """What is timed and how: --kernels, --build, --backend, --mode, --time-cap and --time-diverged."""
+
+    kernels: str | None
+    profile: str | None
+    backend: str
+    mode: str
+    time_cap: float
+    time_diverged: bool
+
+    def reproduce(self, file: str, case: str) -> str:
+        """The bench command line that times one case again."""
+        words = ["csa-conform", "bench", file, "--case", exact_glob(case), "--mode", self.mode]
+        words += ["--kernels", self.kernels] if self.kernels else []
+        words += ["--build", self.profile] if self.profile else []
+        words += ["--backend", self.backend] if self.backend != CUDA else []
+        return shell_join(words)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchGate:
+    """What the rows are gated against: --baseline RESULTS.json or --baseline-kernels DIR, and --strict."""
+
+    baseline: str | None
+    baseline_kernels: str | None
+    strict: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOutput:
+    """Where the results go besides stdout: --samples FILE, --markdown FILE, and --json, --quiet."""
+
+    samples_path: Path | None
+    markdown_path: Path | None
+    as_json: bool
+    quiet: bool
 
 
 def _gate_failures(bench: CaseBench, strict: bool) -> list[tuple[str, str]]:
@@ -147,9 +179,11 @@ def _directory(kernels: str | None, profile: str | None) -> KernelDirectory:
               metavar="FILE", help="Write a Markdown summary for a CI job's page.")
 @click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md).")
 @quiet_option("No header or rows: failures and the summary only.")
+@grouped("run", BenchRun)
+@grouped("gate", BenchGate)
+@grouped("output", BenchOutput)
 @boundary
-def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_kernels, backend, strict, time_diverged,
-                  time_cap, samples_path, markdown_path, as_json, quiet):
+def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGate, output: BenchOutput) -> ExitCode:
     """Time each kernel launch and the whole step, once it passes conformance, against the roofline and a baseline.
 
     \b
@@ -160,17 +194,19 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
       csa-conform bench build/bench.h5 --kernels ./new --baseline-kernels ./old --markdown build/bench.md
       csa-conform bench --backend host --case 'random.*' --time-cap 0.5   # the gate logic, no GPU
     """
+    baseline, baseline_kernels, strict = gate.baseline, gate.baseline_kernels, gate.strict
+    samples_path, markdown_path = output.samples_path, output.markdown_path
     if baseline and baseline_kernels:
         raise UsageError("give --baseline or --baseline-kernels, not both")
     for path in (samples_path, markdown_path):
         if path is not None:
             refuse_special_target(path)
     recorded = read_baseline(load_results(read_text(baseline), baseline), baseline) if baseline else None
-    factory = backend_named(backend)
-    subjects = [Subject(_directory(kernels, profile), factory)]
+    factory = backend_named(run.backend)
+    subjects = [Subject(_directory(run.kernels, run.profile), factory)]
     if baseline_kernels:
-        subjects.append(Subject(_directory(baseline_kernels, profile), factory))
-    options = BenchOptions(mode, Policy(time_cap=time_cap), time_diverged)
+        subjects.append(Subject(_directory(baseline_kernels, run.profile), factory))
+    options = BenchOptions(run.mode, Policy(time_cap=run.time_cap), run.time_diverged)
     peaks_cache: dict = {}
 
     def peaks():
@@ -185,16 +221,16 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
         benches = list(progress((bench_case(golden, case, subjects, options, recorded, peaks) for case in cases),
-                                len(cases), "bench", lambda done: done.case, quiet or as_json))
+                                len(cases), "bench", lambda done: done.case, output.quiet or output.as_json))
     for subject in subjects:
         subject.close()
-    caveat = HOST_CAVEAT if backend == HOST else None
+    caveat = HOST_CAVEAT if run.backend == HOST else None
     nominal, measured = peaks_cache.get("peaks", (None, None))
     section = {
-        "timer": subjects[0].timer_name, "caveat": caveat, "mode": mode,
-        "policy": {"time_cap_s": time_cap, "min_samples": options.policy.min_samples,
+        "timer": subjects[0].timer_name, "caveat": caveat, "mode": run.mode,
+        "policy": {"time_cap_s": run.time_cap, "min_samples": options.policy.min_samples,
                    "target_noise": options.policy.target_noise},
-        "strict": strict, "time_diverged": time_diverged,
+        "strict": strict, "time_diverged": run.time_diverged,
         "baseline": ({"kind": "kernels", "path": baseline_kernels} if baseline_kernels
                      else {"kind": "results", "path": baseline} if baseline else None),
         "samples_file": str(samples_path.resolve()) if samples_path is not None else None,
@@ -202,23 +238,22 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
         "summary": verdicts(benches),
         "cases": [case_section(bench) for bench in benches],
     }
-    entries = [_case_entry(bench, _reproduce(file, bench.case, kernels, profile, backend, mode), strict)
-               for bench in benches]
+    entries = [_case_entry(bench, run.reproduce(file, bench.case), strict) for bench in benches]
     code = _exit_code(benches, strict)
     if samples_path is not None:
         write_atomically(samples_path, dumps(samples_document(benches)))
     if markdown_path is not None:
         write_atomically(markdown_path, markdown(section).encode("utf-8"))
     provenance = subjects[0].runner.provenance
-    if as_json:
+    if output.as_json:
         emit_json(results_document(
             "bench", argv(), entries, exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance),
-            control=False, options={"mode": mode, "kernels": kernels, "build": profile, "backend": backend,
-                                    "baseline": baseline, "baseline_kernels": baseline_kernels, "strict": strict,
-                                    "time_diverged": time_diverged, "time_cap_s": time_cap},
+            control=False, options={"mode": run.mode, "kernels": run.kernels, "build": run.profile,
+                                    "backend": run.backend, "baseline": baseline, "baseline_kernels": baseline_kernels,
+                                    "strict": strict, "time_diverged": run.time_diverged, "time_cap_s": run.time_cap},
             extra={"bench": section}))
         return code
-    _print(section, entries, provenance, quiet)
+    _print(section, entries, provenance, output.quiet)
     return code
 
 
