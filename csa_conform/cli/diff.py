@@ -91,8 +91,8 @@ def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
         lines.append(f"{case} step {failure['step']}: the run stopped at {failure['stage']}: "
                      f"{failure['message']}")
     for finding in report.findings:
-        lines.append(f"{case} step {finding['step']}: {finding['message']}")
-        lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
+        lines.append(f"{case} step {finding.step}: {finding.message}")
+        lines.append(f"  reproduce: {options.command(report.case, finding.stages[0])}")
     diverged = report.diverged()
     # Chained, a stage reads what the stages before it wrote: the first divergence is the block, the rest
     # are counted. Isolated, every stage read the oracle's inputs, so each divergence is its own block,
@@ -241,7 +241,7 @@ def _summary(reports: list[CaseReport]) -> str:
     kinds: dict[str, int] = {}
     for report in reports:
         if report.findings:
-            kinds[report.findings[0]["type"]] = kinds.get(report.findings[0]["type"], 0) + 1
+            kinds[report.findings[0].kind] = kinds.get(report.findings[0].kind, 0) + 1
     invalid = sum(report.invalid is not None for report in reports)
     compared = sum(report.compared_steps for report in reports)
     rejected = sum(len(report.rejected_steps) for report in reports)
