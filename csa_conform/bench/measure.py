@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 
 from csa_conform._base.statuses import IDENTICAL
 from csa_conform.bench.gate import SLOW, Judgement, compare, confirm
-from csa_conform.bench.recording import RecordedLaunch, RecordingRunner, StepLaunches
+from csa_conform.bench.recording import RecordingRunner, StepLaunches
 from csa_conform.bench.roofline import Work, launch_work, roofline
 from csa_conform.bench.rotation import Rotation, cycled, rotated
 from csa_conform.bench.samples import Policy, Samples, collect
@@ -33,6 +33,7 @@ from csa_conform.bench.trust import Guard
 from csa_conform.check.conformance import CaseReport, check_case
 from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import MODULES, KernelDirectory
+from csa_conform.device.recorder import RecordedLaunch
 from csa_conform.golden import GoldenFile
 from csa_conform.spec import STAGE_NAMES
 

@@ -18,37 +18,9 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.device.backend import Backend
-from csa_conform.device.kernels import MODULES, KernelDirectory
-from csa_conform.device.runner import LAUNCH_STAGES, DeviceRunner, DeviceStepResult
-
-MODULE_OF = {entry: module for module, entry in MODULES.items()}
-
-
-@dataclass(frozen=True)
-class Owned:
-    """A buffer a launch writes: its argument position and the ABI's pre-fill (None: left uninitialised)."""
-
-    position: int
-    buffer: object
-    fill: object = None
-
-
-@dataclass
-class RecordedLaunch:
-    entry: str
-    function: object
-    grid: tuple
-    block: tuple
-    args: tuple
-    owned: tuple[Owned, ...]
-
-    @property
-    def module(self) -> str:
-        return MODULE_OF.get(self.entry, self.entry)
-
-    @property
-    def stages(self) -> tuple[str, ...]:
-        return LAUNCH_STAGES.get(self.entry, ())
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.recorder import LaunchRecorder, RecordedLaunch
+from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 
 
 @dataclass
@@ -61,39 +33,6 @@ class StepLaunches:
     expected: dict[int, np.ndarray] = field(default_factory=dict)  # id(buffer) -> bytes after the step
 
 
-class RecordingBackend:
-    """A backend that remembers its launches and what each one owns."""
-
-    def __init__(self, inner: Backend):
-        self.inner = inner
-        self.launches: list[RecordedLaunch] = []
-        self._pending: dict[int, tuple[object, object]] = {}
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def empty(self, shape, dtype):
-        buffer = self.inner.empty(shape, dtype)
-        self._pending[id(buffer)] = (buffer, None)
-        return buffer
-
-    def full(self, shape, value, dtype):
-        buffer = self.inner.full(shape, value, dtype)
-        self._pending[id(buffer)] = (buffer, value)
-        return buffer
-
-    def launch(self, entry, function, grid, block, args) -> None:
-        self.inner.launch(entry, function, grid, block, args)
-        owned = tuple(Owned(position, arg, self._pending[id(arg)][1])
-                      for position, arg in enumerate(args) if id(arg) in self._pending)
-        self._pending = {}
-        self.launches.append(RecordedLaunch(entry, function, tuple(grid), tuple(block), tuple(args), owned))
-
-    def take(self) -> list[RecordedLaunch]:
-        launches, self.launches = self.launches, []
-        return launches
-
-
 def _bytes(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
@@ -102,11 +41,11 @@ class RecordingRunner(DeviceRunner):
     """The device runner (chained, nothing forced to the host) that keeps its last step's launches."""
 
     def __init__(self, kernels: KernelDirectory, backend_factory: Callable[[], Backend]):
-        super().__init__(kernels, backend_factory=lambda: RecordingBackend(backend_factory()))
+        super().__init__(kernels, backend_factory=lambda: LaunchRecorder(backend_factory()))
         self.last: StepLaunches | None = None
 
     @property
-    def recorder(self) -> RecordingBackend | None:
+    def recorder(self) -> LaunchRecorder | None:
         return self._backend  # type: ignore[return-value]
 
     def run_step(self, attrs: Mapping, inputs: Mapping[str, np.ndarray], output_names: Sequence[str],
@@ -114,7 +53,7 @@ class RecordingRunner(DeviceRunner):
         result = super().run_step(attrs, inputs, output_names, **options)
         recorder = self.recorder
         if recorder is not None:
-            launches = recorder.take()
+            launches, _ = recorder.take_step()
             if launches:
                 expected = {id(owned.buffer): _bytes(recorder.download(owned.buffer)).copy()
                             for launch in launches for owned in launch.owned}

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from csa_conform.bench.recording import RecordedLaunch
 from csa_conform.contract import StepGeometry
+from csa_conform.device.recorder import RecordedLaunch
 from csa_conform.spec import LAUNCHES, ReadBack
 
 READ_BACK = {launch.entry: launch.read_back for launch in LAUNCHES}

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from csa_conform.bench.recording import RecordedLaunch
+from csa_conform.device.recorder import RecordedLaunch
 
 ROTATE_FACTOR = 2  # as the cold flush buffer: twice the L2
 MAX_COPIES = 64

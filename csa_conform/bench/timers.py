@@ -30,10 +30,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from csa_conform.bench.recording import RecordedLaunch
 from csa_conform.bench.samples import Reading
 from csa_conform.bench.trust import Guard
 from csa_conform.device.kernels import Build, ModuleSource
+from csa_conform.device.recorder import RecordedLaunch
 from csa_conform.errors import DeviceUnavailable
 
 HOST_CAVEAT = "host timings: not a device measurement"

@@ -15,7 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from csa_conform.bench.recording import Owned, RecordedLaunch, StepLaunches
+from csa_conform.bench.recording import StepLaunches
+from csa_conform.device.recorder import Owned, RecordedLaunch
 from csa_conform.numerics.bits import differing_bits, same_bits
 
 POISON = 0xC3  # never the conformance run's 0xA5

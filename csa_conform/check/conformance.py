@@ -17,6 +17,7 @@ import numpy as np
 
 from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
 from csa_conform._base.terminal import one_line
+from csa_conform.check.findings import RunFinding
 from csa_conform.compare.bitwise import TensorDiff, compare_payloads
 from csa_conform.compare.errorstats import Gap
 from csa_conform.device.launches import RECORD_CACHES, kernel_of
@@ -58,10 +59,6 @@ class StageVerdict:
     kernel: str | None = None  # 'module.cu:entry' that wrote the stage (None on the host)
     diagnosis: list = field(default_factory=list)  # csa_conform.explain.patterns findings of the first divergent step
 
-    def to_dict(self) -> dict:
-        return {**vars(self), "diffs": [diff.to_dict() for diff in self.diffs],
-                "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
-
 
 @dataclass
 class CaseReport:
@@ -72,8 +69,8 @@ class CaseReport:
     rejected_steps: list[int] = field(default_factory=list)
     failure: dict | None = None
     stages: dict[str, StageVerdict] = field(default_factory=dict)
-    findings: list[dict] = field(default_factory=list)  # --repeat and --replay: {"type", "step", "message", ...}
-    errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.compare.errorstats.Gap), not in to_dict
+    findings: list[RunFinding] = field(default_factory=list)  # --repeat, --replay and --invariance
+    errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.compare.errorstats.Gap)
     invalid: str | None = None  # why the case cannot be judged (csa_conform.errors.invalid_case)
 
     @property
@@ -83,11 +80,6 @@ class CaseReport:
 
     def diverged(self) -> list[StageVerdict]:
         return [verdict for verdict in self.stages.values() if verdict.status == DIVERGED]
-
-    def to_dict(self) -> dict:
-        stages = {name: verdict.to_dict() for name, verdict in self.stages.items()}
-        fields = {key: value for key, value in vars(self).items() if key != "errors"}
-        return {**fields, "passed": self.passed, "stages": stages}
 
 
 def _expected(attrs: dict, output_names: Sequence[str], step: GoldenStep) -> dict[str, dict[str, np.ndarray]]:
@@ -231,8 +223,7 @@ def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Seq
             report.errors.add_step(case_id, outcome.index, {stage: outcome.expected[stage] for stage in chosen
                                                             if stage in outcome.expected}, outcome.actual.stages)
         for finding in outcome.actual.findings:
-            report.findings.append({"type": finding.kind, "step": outcome.index, **finding.to_dict(),
-                                    "message": finding.message})
+            report.findings.append(RunFinding.of_device(finding, outcome.index))
             for stage in finding.stages:
                 if stage in verdicts and verdicts[stage].status in (NOT_COMPARED, IDENTICAL):
                     verdicts[stage].status, verdicts[stage].step = finding.kind, outcome.index

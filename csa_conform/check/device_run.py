@@ -35,9 +35,9 @@ def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[st
             found, _ = check_invariance(golden, case, runner, invariance, Path(work))
         report.findings.extend(found)
         for finding in found:
-            verdict = report.stages.get(finding["stage"])
+            verdict = report.stages.get(finding.stages[0])
             if verdict is not None and verdict.status in (IDENTICAL, NOT_COMPARED):
-                verdict.status, verdict.step = finding["type"], finding["step"]
+                verdict.status, verdict.step = finding.kind, finding.step
     return report, time.perf_counter() - started
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from csa_conform.check.conformance import replay
+from csa_conform.check.findings import RunFinding
 from csa_conform.check.results import BATCH_VARIANT, CHUNK_VARIANT
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.golden import GoldenCase, GoldenFile, write_goldens
@@ -134,9 +135,9 @@ def _pairs(variant: Variant, original: list[dict], widened: list[dict]):
                     yield step, stage, name, None, array, after[stage][name]
 
 
-def findings(variant: Variant, original: list[dict], widened: list[dict]) -> list[dict]:
+def findings(variant: Variant, original: list[dict], widened: list[dict]) -> list[RunFinding]:
     """One finding per differing (row of a) tensor, at its first step: the earliest stage first."""
-    found: dict[tuple, dict] = {}
+    found: dict[tuple, RunFinding] = {}
     for step, stage, name, row, before, after in _pairs(variant, original, widened):
         key = (row, name, stage)
         if key in found or _same(before, after):
@@ -146,19 +147,20 @@ def findings(variant: Variant, original: list[dict], widened: list[dict]) -> lis
         where = f"row {row} differs" if row is not None else f"{stage}/{name} differs"
         detail = (f"{stage}/{name}: {differing} of {before.nbytes} bytes" if differing is not None
                   else f"{stage}/{name}: shape {before.shape} vs {after.shape}")
-        found[key] = {"type": VARIANT[variant.kind], "step": step, "stages": [stage], "stage": stage,
-                      "tensor": name, **({"row": row} if row is not None else {}),
-                      "message": f"{VARIANT[variant.kind]}: {where} {variant.description} ({detail})"}
-    ordered = sorted(found.values(), key=lambda item: (item["step"], STAGE_ORDER.index(item["stage"]),
-                                                       item.get("row", 0)))
+        found[key] = RunFinding(VARIANT[variant.kind], step,
+                                f"{VARIANT[variant.kind]}: {where} {variant.description} ({detail})",
+                                {"stages": [stage], "stage": stage, "tensor": name,
+                                 **({"row": row} if row is not None else {})})
+    ordered = sorted(found.values(), key=lambda item: (item.step, STAGE_ORDER.index(item.stages[0]),
+                                                       item.details.get("row", 0)))
     first_per_row: dict = {}
     for item in ordered:
-        first_per_row.setdefault(item.get("row"), item)
+        first_per_row.setdefault(item.details.get("row"), item)
     return list(first_per_row.values())
 
 
 def check_invariance(golden: GoldenFile, case_id: str, runner: DeviceRunner, kinds, workdir: Path,
-                     seed: int = 0) -> tuple[list[dict], list[str]]:
+                     seed: int = 0) -> tuple[list[RunFinding], list[str]]:
     """The findings of each invariance for one case, and a note per invariance the case cannot test."""
     stream = accepted(stream_of(golden, case_id), golden, case_id)
     if stream is None:

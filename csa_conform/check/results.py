@@ -214,10 +214,8 @@ def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) ->
         steps[failure["step"]] = step_entry(failure["step"], failure=failure_entry(
             STEP_REJECTED, failure["message"], reproduce(stage), stage=failure["stage"]))
     for finding in report.findings:
-        details = {key: value for key, value in finding.items() if key not in ("type", "step", "message")}
-        step = steps.setdefault(finding["step"], step_entry(finding["step"]))
-        step.setdefault("findings", []).append(
-            failure_entry(finding["type"], finding["message"], reproduce(finding["stages"][0]), **details))
+        step = steps.setdefault(finding.step, step_entry(finding.step))
+        step.setdefault("findings", []).append(finding.to_json(reproduce(finding.stages[0])))
     for verdict in report.diverged():
         if verdict.diffs:
             step = steps.setdefault(verdict.step, step_entry(verdict.step))

@@ -5,6 +5,7 @@ Presentation only: measuring, statistics, the gate and the roofline live in csa_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -32,7 +33,7 @@ from csa_conform.check.results import (
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import DEFAULT_FILE, case_selection, devices_option, golden_file, quiet_option
+from csa_conform.cli.options import DEFAULT_FILE, case_selection, devices_option, golden_file, grouped, quiet_option
 from csa_conform.device.backend import BACKENDS, CUDA, HOST
 from csa_conform.device.devices import resolve_devices
 from csa_conform.device.kernels import BUILDS, MANIFEST
@@ -41,12 +42,44 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
 
 
-def _reproduce(file: str, case: str, kernels: str | None, profile: str | None, backend: str, mode: str) -> str:
-    words = ["csa-conform", "bench", file, "--case", exact_glob(case), "--mode", mode]
-    words += ["--kernels", kernels] if kernels else []
-    words += ["--build", profile] if profile else []
-    words += ["--backend", backend] if backend != CUDA else []
-    return shell_join(words)
+@dataclass(frozen=True, kw_only=True)
+class BenchRun:
+    """What is timed and how: --kernels, --build, --backend, --devices, --mode, --time-cap and --time-diverged."""
+
+    kernels: str | None
+    profile: str | None
+    backend: str
+    devices: tuple[int, ...] | None | bool  # False: not given; None: all
+    mode: str
+    time_cap: float
+    time_diverged: bool
+
+    def reproduce(self, file: str, case: str) -> str:
+        """The bench command line that times one case again."""
+        words = ["csa-conform", "bench", file, "--case", exact_glob(case), "--mode", self.mode]
+        words += ["--kernels", self.kernels] if self.kernels else []
+        words += ["--build", self.profile] if self.profile else []
+        words += ["--backend", self.backend] if self.backend != CUDA else []
+        return shell_join(words)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchGate:
+    """What the rows are gated against: --baseline RESULTS.json or --baseline-kernels DIR, and --strict."""
+
+    baseline: str | None
+    baseline_kernels: str | None
+    strict: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOutput:
+    """Where the results go besides stdout: --samples FILE, --markdown FILE, and --json, --quiet."""
+
+    samples_path: Path | None
+    markdown_path: Path | None
+    as_json: bool
+    quiet: bool
 
 
 def _gate_failures(bench: CaseBench, strict: bool) -> list[tuple[str, str]]:
@@ -154,9 +187,11 @@ def markdown(section: dict) -> str:
               metavar="FILE", help="Write a Markdown summary for a CI job's page.")
 @click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md).")
 @quiet_option("No header or rows: failures and the summary only.")
+@grouped("run", BenchRun)
+@grouped("gate", BenchGate)
+@grouped("output", BenchOutput)
 @boundary
-def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_kernels, backend, devices, strict,
-                  time_diverged, time_cap, samples_path, markdown_path, as_json, quiet):
+def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGate, output: BenchOutput) -> ExitCode:
     """Time each kernel launch and the whole step, once it passes conformance, against the roofline and a baseline.
 
     \b
@@ -167,6 +202,9 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
       csa-conform bench build/bench.h5 --kernels ./new --baseline-kernels ./old --markdown build/bench.md
       csa-conform bench --backend host --case 'random.*' --time-cap 0.5   # the gate logic, no GPU
     """
+    baseline, baseline_kernels, strict = gate.baseline, gate.baseline_kernels, gate.strict
+    samples_path, markdown_path = output.samples_path, output.markdown_path
+    backend, devices, mode, time_cap = run.backend, run.devices, run.mode, run.time_cap
     if baseline and baseline_kernels:
         raise UsageError("give --baseline or --baseline-kernels, not both")
     if devices is None and backend != CUDA:
@@ -175,14 +213,14 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
         if path is not None:
             refuse_special_target(path)
     recorded = read_baseline(load_results(read_text(baseline), baseline), baseline) if baseline else None
-    options = BenchOptions(mode, Policy(time_cap=time_cap), time_diverged)
+    options = BenchOptions(mode, Policy(time_cap=time_cap), run.time_diverged)
     with GoldenFile(file) as golden:
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
-    job = BenchJob(file, tuple(cases), kernels, profile, backend, options, baseline_kernels, recorded)
+    job = BenchJob(file, tuple(cases), run.kernels, run.profile, backend, options, baseline_kernels, recorded)
     if devices is False:
         runs = [run_device(job, lambda benches: progress(benches, len(cases), "bench", lambda done: done.case,
-                                                          quiet or as_json))]
+                                                          output.quiet or output.as_json))]
     else:
         runs = run_devices(resolve_devices(devices), job)
     caveat = HOST_CAVEAT if backend == HOST else None
@@ -191,7 +229,7 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
         "timer": parts[0]["timer"], "caveat": caveat, "mode": mode,
         "policy": {"time_cap_s": time_cap, "min_samples": options.policy.min_samples,
                    "target_noise": options.policy.target_noise},
-        "strict": strict, "time_diverged": time_diverged,
+        "strict": strict, "time_diverged": run.time_diverged,
         "baseline": ({"kind": "kernels", "path": baseline_kernels} if baseline_kernels
                      else {"kind": "results", "path": baseline} if baseline else None),
         "samples_file": str(samples_path.resolve()) if samples_path is not None else None,
@@ -199,7 +237,7 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
     }
     if devices is not False:
         section["devices"] = devices_section(runs, parts)
-    reproduce = [_reproduce(file, case, kernels, profile, backend, mode) for case in cases]
+    reproduce = [run.reproduce(file, case) for case in cases]
     entries = _entries(runs, reproduce, strict)
     code = _exit_code([bench for run in runs for bench in run.benches], strict)
     if samples_path is not None:
@@ -210,16 +248,16 @@ def bench_command(file, kernels, profile, case_glob, mode, baseline, baseline_ke
     if markdown_path is not None:
         write_atomically(markdown_path, markdown(section).encode("utf-8"))
     provenance = runs[0].provenance
-    if as_json:
+    if output.as_json:
         emit_json(results_document(
             "bench", argv(), entries, exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance),
-            control=False, options={"mode": mode, "kernels": kernels, "build": profile, "backend": backend,
+            control=False, options={"mode": mode, "kernels": run.kernels, "build": run.profile, "backend": backend,
                                     "baseline": baseline, "baseline_kernels": baseline_kernels, "strict": strict,
-                                    "time_diverged": time_diverged, "time_cap_s": time_cap,
+                                    "time_diverged": run.time_diverged, "time_cap_s": time_cap,
                                     **({"devices": [run.device for run in runs]} if devices is not False else {})},
             extra={"bench": section}))
         return code
-    _print(section, entries, provenance, quiet)
+    _print(section, entries, provenance, output.quiet)
     return code
 
 

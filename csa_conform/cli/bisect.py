@@ -29,11 +29,12 @@ from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import (
     DEFAULT_FILE,
+    DeviceOptions,
+    OutputOptions,
     case_selection,
     device_options,
     golden_file,
     output_options,
-    run_options,
 )
 from csa_conform.cli.run_header import control_banner
 from csa_conform.device.launches import kernel_of
@@ -123,7 +124,7 @@ def _case(case: str, steps: int, found: dict | None, isolated: list[str], option
 @device_options
 @output_options
 @boundary
-def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, quiet):
+def bisect(file, case, device: DeviceOptions, output: OutputOptions):
     """Find the first divergent step, stage, tensor and element of a stream (oracle vs device values, ULP).
 
     \b
@@ -131,7 +132,7 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
       csa-conform bisect --case random.r4-stream-3 --kernels ./my-kernels
       csa-conform bisect goldens/ci.h5 --case random.r4-stream-3 --json > bisect.json
     """
-    options = run_options(file, force_host, build, backend, ulp)
+    options = device.run_options(file)
     started = time.perf_counter()
     chained, isolated_runner = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     with GoldenFile(file) as golden:
@@ -140,14 +141,14 @@ def bisect(file, case, force_host, build, backend, ulp, git_bisect, as_json, qui
         golden_ref = golden_reference(file, golden.schema_version)
         steps = golden.case_info(case).step_count
         golden_ratio = golden.case_info(case).attrs.get("compression_ratio")
-        found = _first_divergence(golden, case, options, chained, steps, quiet or as_json)
+        found = _first_divergence(golden, case, options, chained, steps, output.quiet or output.as_json)
         isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []
     code = ExitCode.DIVERGED if found else ExitCode.OK
     control = control_run(chained.provenance) and (
         not isolated_runner.provenance.launches or control_run(isolated_runner.provenance))
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
-    if as_json:
+    if output.as_json:
         summary = None
         if found is not None:
             summary = {key: found.get(key) for key in ("step", "stage", "tensor", "element", "message")}

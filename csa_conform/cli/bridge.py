@@ -33,7 +33,7 @@ from csa_conform.check.results import golden_reference, results_document
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import envelope_lines
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import case_selection, golden_file, jobs_option, output_options
+from csa_conform.cli.options import OutputOptions, case_selection, golden_file, jobs_option, output_options
 from csa_conform.compare.tolerance import Tolerances
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
@@ -143,7 +143,7 @@ def _summary(cases: list[BridgeCase], file: str) -> str:
 @boundary
 def bridge_command(file: str, runner: str, case_glob: str | None, environment: tuple[tuple[str, str], ...],
                    force_host_env: str, mode: str, ulp: int, timeout_s: float, tolerance: str | None, jobs: int,
-                   as_json: bool, quiet: bool) -> ExitCode:
+                   output: OutputOptions) -> ExitCode:
     """Run every step of FILE through the runtime's conformance runner and compare its outputs bit for bit.
 
     Each step is exported as a single-node model with its .nxrt inputs (as
@@ -169,11 +169,12 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
         schema_version = golden.schema_version
         with tempfile.TemporaryDirectory(prefix="csa-conform-bridge-") as work:
             with removed_on_signal(Path(work), stop_runners):
-                cases = _cases(golden, case_ids, options, Path(work), jobs, quiet or as_json, envelope is not None)
+                cases = _cases(golden, case_ids, options, Path(work), jobs, output.quiet or output.as_json,
+                               envelope is not None)
     # diff's dual verdict over the cases' error statistics (each output under the stage computing it)
     judged = envelope.judge_run(str(tolerance), [case.errors for case in cases]) if envelope is not None else None
     code = _exit_code(cases, judged)
-    if as_json:
+    if output.as_json:
         emit_json(results_document(
             "bridge", argv(), [case.result.entry() for case in cases], exit_code=code,
             golden=golden_reference(file, schema_version),
@@ -184,7 +185,7 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
                                            for runs in case.runs.values() for run in runs]},
                    **({"tolerance": judged} if judged is not None else {})}))
         return code
-    if not quiet:
+    if not output.quiet:
         runs = "plain and force-host" + f" ({force_host_env}=1)" if force_host_env else PLAIN
         click.echo(one_line(f"csa-conform bridge {file}: runner {runner}, mode {mode}, runs {runs}, "
                             f"at most {timeout_s:g} s a step"))

@@ -11,6 +11,7 @@ report it") and its own exit code (70), never the divergence code.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -77,28 +78,32 @@ def boundary(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def run(*args, **kwargs):
+        switches = _given(kwargs, "as_json"), _given(kwargs, "git_bisect"), kwargs.get("file")
         try:
             code = command(*args, **kwargs)
         except (MemoryError, RuntimeError) as error:
             # A thread whose stack cannot be mapped is memory too (ulimit -v): "can't start new thread".
             if isinstance(error, RuntimeError) and "can't start new thread" not in str(error):
-                _error_exit(InternalError.of(error), click.get_current_context().info_name,
-                            kwargs.get("as_json", False), kwargs.get("git_bisect", False), kwargs.get("file"))
+                _error_exit(InternalError.of(error), click.get_current_context().info_name, *switches)
             shortage = MemoryShortage(f"out of memory{memory_bound()}; rerun with more memory (or fewer --jobs)")
-            _error_exit(shortage, click.get_current_context().info_name, kwargs.get("as_json", False),
-                        kwargs.get("git_bisect", False), kwargs.get("file"))
+            _error_exit(shortage, click.get_current_context().info_name, *switches)
         except (CsaConformError, OSError) as error:
-            name = click.get_current_context().info_name
-            _error_exit(error, name, kwargs.get("as_json", False), kwargs.get("git_bisect", False),
-                        kwargs.get("file"))
+            _error_exit(error, click.get_current_context().info_name, *switches)
         except (click.ClickException, click.Abort, KeyboardInterrupt):
             raise
         except Exception as error:  # noqa: BLE001 - a bug of csa-conform: its own exit code, never a verdict
-            _error_exit(InternalError.of(error), click.get_current_context().info_name,
-                        kwargs.get("as_json", False), kwargs.get("git_bisect", False), kwargs.get("file"))
+            _error_exit(InternalError.of(error), click.get_current_context().info_name, *switches)
         sys.exit(int(code if code is not None else ExitCode.OK))
 
     return run
+
+
+def _given(kwargs: dict, name: str) -> bool:
+    """A command's flag, passed alone or inside one of its option groups (csa_conform.cli.options)."""
+    if name in kwargs:
+        return kwargs[name]
+    return next((getattr(value, name) for value in kwargs.values()
+                 if dataclasses.is_dataclass(value) and hasattr(value, name)), False)
 
 
 class OneLineErrors(click.Group):

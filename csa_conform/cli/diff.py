@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from dataclasses import dataclass
 
 import click
 
@@ -35,13 +36,17 @@ from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section, failed_code
 from csa_conform.cli.options import (
     DEFAULT_FILE,
+    DepthOptions,
+    DeviceOptions,
+    OutputOptions,
     case_selection,
+    compose,
     device_depth_options,
     device_options,
     effective_shard,
     golden_file,
+    grouped,
     output_options,
-    run_options,
     stage_option,
 )
 from csa_conform.cli.run_header import control_banner, run_header
@@ -86,8 +91,8 @@ def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
         lines.append(f"{case} step {failure['step']}: the run stopped at {failure['stage']}: "
                      f"{failure['message']}")
     for finding in report.findings:
-        lines.append(f"{case} step {finding['step']}: {finding['message']}")
-        lines.append(f"  reproduce: {options.command(report.case, finding['stages'][0])}")
+        lines.append(f"{case} step {finding.step}: {finding.message}")
+        lines.append(f"  reproduce: {options.command(report.case, finding.stages[0])}")
     diverged = report.diverged()
     # Chained, a stage reads what the stages before it wrote: the first divergence is the block, the rest
     # are counted. Isolated, every stage read the oracle's inputs, so each divergence is its own block,
@@ -236,7 +241,7 @@ def _summary(reports: list[CaseReport]) -> str:
     kinds: dict[str, int] = {}
     for report in reports:
         if report.findings:
-            kinds[report.findings[0]["type"]] = kinds.get(report.findings[0]["type"], 0) + 1
+            kinds[report.findings[0].kind] = kinds.get(report.findings[0].kind, 0) + 1
     invalid = sum(report.invalid is not None for report in reports)
     compared = sum(report.compared_steps for report in reports)
     rejected = sum(len(report.rejected_steps) for report in reports)
@@ -244,6 +249,29 @@ def _summary(reports: list[CaseReport]) -> str:
             f"{len(reports) - failed} conformant, {failed - invalid - sum(kinds.values())} diverged"
             + "".join(f", {count} {kind}" for kind, count in kinds.items())
             + (f", {invalid} invalid" if invalid else ""))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffChecks:
+    """What diff judges besides the bits: --explain, --tolerance FILE and every --invariance kind."""
+
+    explain: bool
+    tolerance: str | None
+    invariance: tuple[str, ...]
+
+
+diff_checks = compose(
+    grouped("checks", DiffChecks),
+    click.option("--explain", "explain", is_flag=True,
+                 help="Name the numeric cause of every divergence (as csa-conform explain does)."),
+    click.option("--tolerance", "tolerance", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                 help="Also judge every stage against the envelope of a tolerance file (csa-conform calibrate); "
+                 "the envelope, not bit equality, is then the gate."),
+    click.option("--invariance", "invariance", multiple=True, type=click.Choice(INVARIANCES),
+                 help="Also run each case as a variant whose rows must keep their bits by the contract and compare "
+                 "device with device: batch (its rows beside 4 random rows), chunks (its first prefill in two "
+                 "steps). Repeatable."),
+)
 
 
 @exits("conformant", "divergence", bisect=True)
@@ -257,18 +285,10 @@ def _summary(reports: list[CaseReport]) -> str:
 @device_options
 @device_depth_options
 @output_options
-@click.option("--explain", "explain", is_flag=True,
-              help="Name the numeric cause of every divergence (as csa-conform explain does).")
-@click.option("--tolerance", "tolerance", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Also judge every stage against the envelope of a tolerance file (csa-conform calibrate); "
-              "the envelope, not bit equality, is then the gate.")
-@click.option("--invariance", "invariance", multiple=True, type=click.Choice(INVARIANCES),
-              help="Also run each case as a variant whose rows must keep their bits by the contract and compare "
-              "device with device: batch (its rows beside 4 random rows), chunks (its first prefill in two "
-              "steps). Repeatable.")
+@diff_checks
 @boundary
-def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bisect, repeat, replay, sanitize, shard,
-         devices, as_json, quiet, explain, tolerance, invariance):
+def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptions, output: OutputOptions,
+         checks: DiffChecks):
     """Run the device kernels on golden cases and compare each stage with the oracle, bit for bit.
 
     \b
@@ -282,54 +302,57 @@ def diff(file, stages, mode, case_glob, force_host, build, backend, ulp, git_bis
       csa-conform diff --kernels ./my-kernels --backend host   # no GPU: modules built with g++
       git bisect run csa-conform diff --kernels kernels --git-bisect -q
     """
+    tolerance, devices, backend = checks.tolerance, depth.devices, device.backend
     envelope = Tolerances.read(tolerance) if tolerance else None
     mode = envelope.run_mode(tolerance, mode) if envelope is not None else mode or Mode.CHAINED.value
-    options = run_options(file, force_host, build, backend, ulp, mode=Mode(mode), repeat=repeat, replay=replay,
-                          tolerance=tolerance, invariance=invariance)
-    if backend != CUDA and (devices is not False or sanitize):
+    options = device.run_options(file, mode=Mode(mode), depth=depth, tolerance=tolerance,
+                                 invariance=checks.invariance)
+    if backend != CUDA and (devices is not False or depth.sanitize):
         raise UsageError(f"--{'devices' if devices is not False else 'sanitize'} needs GPUs: leave out --backend {backend}")
-    shard = effective_shard(shard)
+    shard = effective_shard(depth.shard)
     if shard is not None and shard.origin != "--shard":
         click.echo(f"diff: running shard {shard} of the cases ({shard.origin}; --shard 1/1 runs all)", err=True)
-    if sanitize:
+    if depth.sanitize:
         if tolerance:
             raise UsageError("--sanitize judges memory errors, not numerics: leave out --tolerance")
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
-        return sanitized_diff(sanitize, options, stages, case_glob, shard, as_json, git_bisect)
+        return sanitized_diff(depth.sanitize, options, stages, case_glob, shard, output.as_json, device.git_bisect)
     timed_reports, provenance, golden_ref = run_cases(options, stages, case_glob, shard, devices,
-                                                     watch=functools.partial(progress, quiet=quiet or as_json),
+                                                     watch=functools.partial(progress,
+                                                                             quiet=output.quiet or output.as_json),
                                                      diagnose=stage_findings)
     reports = [report for report, _ in timed_reports]
-    explanations = explain_reports(file, reports, options, stages) if explain else None
+    explanations = explain_reports(file, reports, options, stages) if checks.explain else None
     invalid = any(report.invalid for report in reports)
     code = verdicts_code(not all(report.passed for report in reports), invalid)
     judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None
     if judged is not None:
         sound = all(report.failure is None and not report.findings for report in reports)
         code = verdicts_code(not (judged["within"] and sound), invalid)
-    if code == ExitCode.USAGE and git_bisect:
+    if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
-    code = failed_code(explanations, code, git_bisect)
+    code = failed_code(explanations, code, device.git_bisect)
     control = control_run(provenance)
     if control and reports:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
-    if as_json:
+    if output.as_json:
         emit_json(results_document(
             "diff", argv(),
             [device_case_entry(report, lambda stage, case=report.case: options.command(case, stage), seconds)
              for report, seconds in timed_reports],
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
-            options={**options.describe(), "stages": list(stages), "explain": explain,
+            options={**options.describe(), "stages": list(stages), "explain": checks.explain,
                      **({"shard": str(shard)} if shard else {})},
             extra={**(explanations_section(explanations) if explanations is not None else {}),
                    **({"tolerance": judged} if judged is not None else {})} or None,
         ))
         return code
-    if sys.stdout.isatty() and not quiet and reports:
-        render_rich(reports, stages, run_header("diff", provenance, options, stages), options)
+    header = run_header("diff", provenance, options, stages)
+    if sys.stdout.isatty() and not output.quiet and reports:
+        render_rich(reports, stages, header, options)
     else:
-        render_plain(reports, stages, run_header("diff", provenance, options, stages), options, quiet)
+        render_plain(reports, stages, header, options, output.quiet)
     for line in explanation_lines(explanations) if explanations is not None else ():
         click.echo(line)
     for line in envelope_lines(judged, envelope) if judged is not None else ():

@@ -25,11 +25,12 @@ from csa_conform.cli.exit_status import exits
 from csa_conform.cli.explanations import explanation_lines, explanations_section, failed_code
 from csa_conform.cli.options import (
     DEFAULT_FILE,
+    DeviceOptions,
+    OutputOptions,
     case_selection,
     device_options,
     golden_file,
     output_options,
-    run_options,
     stage_option,
 )
 from csa_conform.cli.run_header import control_banner, run_header
@@ -48,7 +49,7 @@ from csa_conform.spec import Mode
 @device_options
 @output_options
 @boundary
-def explain_command(file, stages, case_glob, force_host, build, backend, ulp, git_bisect, as_json, quiet):
+def explain_command(file, stages, case_glob, device: DeviceOptions, output: OutputOptions):
     """Name the numeric cause of every divergence: each divergent stage is localized by an isolated
     re-run and re-computed on the host with one ingredient swapped (a libm function correctly rounded
     or the device's own, FMA contraction, flush-to-zero, the block scale's log2f) until one reproduces
@@ -60,39 +61,39 @@ def explain_command(file, stages, case_glob, force_host, build, backend, ulp, gi
       csa-conform explain goldens/ci.h5 --case 'random.r4-*' --stage 7:attention --json > explain.json
       csa-conform explain --nvrtc-option=-DCSA_LIBM_PLATFORM -q
     """
-    options = run_options(file, force_host, build, backend, ulp)
+    options = device.run_options(file)
     chained, isolated = options.runner(Mode.CHAINED), options.runner(Mode.ISOLATED)
     entries, explanations = [], []
     with GoldenFile(file) as golden:
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
         timed = []
-        for case in progress(cases, len(cases), "explain", str, quiet or as_json):
+        for case in progress(cases, len(cases), "explain", str, output.quiet or output.as_json):
             started = time.perf_counter()
-            report = check_case(golden, case, chained, stages, ulp, diagnose=stage_findings)
+            report = check_case(golden, case, chained, stages, options.ulp, diagnose=stage_findings)
             timed.append((report, time.perf_counter() - started))
         reports = [report for report, _ in timed]  # the conformant ones are experiments on the same kernels
         for report, checked in timed:
             started = time.perf_counter()
             if not report.passed and report.invalid is None:
-                explanations += explain_report(golden, report, isolated, stages, ulp, reports)
+                explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
             entries.append(device_case_entry(report, lambda stage, case=report.case: options.command(case, stage),
                                              checked + time.perf_counter() - started))
     code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
-    if code == ExitCode.USAGE and git_bisect:
+    if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
-    code = failed_code(explanations, code, git_bisect)
+    code = failed_code(explanations, code, device.git_bisect)
     control = control_run(chained.provenance)
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)
-    if as_json:
+    if output.as_json:
         emit_json(results_document(
             "explain", argv(), entries, exit_code=code, golden=golden_ref,
             kernels=kernel_provenance(chained.provenance), control=control,
             options={**options.describe(), "stages": list(stages)}, extra=explanations_section(explanations),
         ))
         return code
-    if not quiet:
+    if not output.quiet:
         for line in run_header("explain", chained.provenance, options, stages):
             click.echo(one_line(line))
     for entry in filter(invalid_entry, entries):

@@ -14,7 +14,7 @@ import click
 
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import device_options, quiet_option, run_options
+from csa_conform.cli.options import DeviceOptions, device_options, quiet_option
 from csa_conform.errors import MissingExtra, UsageError
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import write_goldens
@@ -37,7 +37,7 @@ from csa_conform.repro.reduce import Probe, describe
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @quiet_option("No progress on stderr.")
 @boundary
-def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, database, output, force, quiet):
+def fuzz_command(device: DeviceOptions, budget_s, seed, database, output, force, quiet):
     """Draw valid cases at the suite's thin edges until the kernels diverge from the oracle; shrink it.
 
     Both ratios, f32/FP8 caches, 5/6 outputs, every bias shape, streams and resumed streams, block
@@ -55,15 +55,15 @@ def fuzz_command(force_host, build, backend, ulp, git_bisect, budget_s, seed, da
     output = Path(output)
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
-    options = run_options(str(output), force_host, build, backend, ulp)
+    options = device.run_options(str(output))
 
     def say(line: str) -> None:
         if not quiet:
             click.echo(line, err=True)
 
     with tempfile.TemporaryDirectory(prefix="csa-fuzz-") as work:
-        run = fuzz(Probe(options.runner(), Path(work), ulp), budget_s, seed, Path(database), say)
-    replay = ["csa-conform", "fuzz", *build.words(), "--budget-s", f"{budget_s:g}"]
+        run = fuzz(Probe(options.runner(), Path(work), options.ulp), budget_s, seed, Path(database), say)
+    replay = ["csa-conform", "fuzz", *options.build.words(), "--budget-s", f"{budget_s:g}"]
     replay += ["--seed", str(seed)] if seed is not None else ["--database", database]
     drawn = f"seed {seed}" if seed is not None else f"database {database}"
     if run.found is None:

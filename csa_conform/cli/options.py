@@ -5,15 +5,18 @@ which stages (any spelling the registry knows), ``device_options`` how the
 device run is set up, ``device_depth_options`` what more than one eager run
 checks (specs/device-depth.md), ``output_options`` how results are shown.
 
-``device_options`` gives the command ``backend`` (cuda or host) and ``build``, a BuildChoice: `--kernels DIR`
-(default: the built-in kernels), `--build strict|production`, `--nvrtc-option
-OPT` (repeatable) and `--strict-ptx` as one value, which makes the
-KernelDirectory and spells itself back for the reproduce commands.
+Each group hands the command one value: ``device_options`` a DeviceOptions (``device``): --force-host,
+``build``, a BuildChoice (`--kernels DIR`, default the built-in kernels; `--build strict|production`,
+`--nvrtc-option OPT`, repeatable; `--strict-ptx`: one value that makes the KernelDirectory and spells
+itself back for the reproduce commands), the backend (cuda or host), --ulp and --git-bisect;
+``device_depth_options`` a DepthOptions (``depth``); ``output_options`` an OutputOptions (``output``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from dataclasses import dataclass
 from typing import Callable
 
 import click
@@ -42,7 +45,7 @@ DEFAULT_FILE = str(ci_goldens())
 STAGE_CHOICES = "all, " + ", ".join(f"{stage.label} ({stage.name})" for stage in PIPELINE)
 
 
-def _compose(*decorators: Callable) -> Callable:
+def compose(*decorators: Callable) -> Callable:
     def apply(function: Callable) -> Callable:
         for decorator in reversed(decorators):
             function = decorator(function)
@@ -119,16 +122,6 @@ def stage_option(function: Callable) -> Callable:
     )(function)
 
 
-def run_options(file: str, force_host: str | None, build: BuildChoice, backend: str, ulp: int, *,
-                mode: Mode = Mode.CHAINED, repeat: int = 1, replay: str | None = None, tolerance: str | None = None,
-                invariance: tuple[str, ...] = ()) -> RunOptions:
-    """The one place a command turns its device options (``device_options``, and the depth options where it
-    has them) into the RunOptions every device run takes; --force-host gets the environment's stages."""
-    return RunOptions(file=file, mode=mode, force_host=effective_force_host(force_host), ulp=ulp, build=build,
-                      repeat=repeat, replay=replay, tolerance=tolerance, invariance=tuple(dict.fromkeys(invariance)),
-                      backend=backend)
-
-
 def effective_force_host(option: str | None) -> frozenset[str]:
     """--force-host plus the environment switches (CSA_CONFORM_FORCE_HOST, ONNX_GENAI_CSA_FORCE_HOST)."""
     try:
@@ -137,16 +130,74 @@ def effective_force_host(option: str | None) -> frozenset[str]:
         raise click.BadParameter(str(error), param_hint="--force-host") from None
 
 
-def _build_choice(command: Callable) -> Callable:
+@dataclass(frozen=True, kw_only=True)
+class DeviceOptions:
+    """What ``device_options`` parsed: --force-host as given, the kernels and their build, the backend, --ulp
+    and --git-bisect. ``run_options`` is the one place a command turns them into RunOptions."""
+
+    force_host: str | None
+    build: BuildChoice
+    backend: str
+    ulp: int
+    git_bisect: bool
+
+    def run_options(self, file: str, *, mode: Mode = Mode.CHAINED, depth: DepthOptions | None = None,
+                    tolerance: str | None = None, invariance: tuple[str, ...] = ()) -> RunOptions:
+        """The RunOptions every device run takes (with the depth options where the command has them);
+        --force-host gets the environment's stages."""
+        depth = depth or DepthOptions()
+        return RunOptions(file=file, mode=mode, force_host=effective_force_host(self.force_host), ulp=self.ulp,
+                          build=self.build, repeat=depth.repeat, replay=depth.replay, tolerance=tolerance,
+                          invariance=tuple(dict.fromkeys(invariance)), backend=self.backend)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepthOptions:
+    """What ``device_depth_options`` parsed: --repeat, --replay, --sanitize, --shard as given, --devices
+    (False when not given)."""
+
+    repeat: int = 1
+    replay: str | None = None
+    sanitize: str | None = None
+    shard: str | None = None
+    devices: tuple[int, ...] | bool | None = False  # None: every GPU of the host
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions:
+    """What ``output_options`` parsed: --json and --quiet."""
+
+    as_json: bool
+    quiet: bool
+
+
+def _device_group(command: Callable) -> Callable:
     @functools.wraps(command)
-    def wrapped(*args, kernels, build_name, nvrtc_options, strict_ptx, **kwargs):
-        return command(*args, build=BuildChoice(kernels=kernels, name=build_name, nvrtc_options=tuple(nvrtc_options),
-                                                strict_ptx=strict_ptx), **kwargs)
+    def wrapped(*args, kernels, build_name, nvrtc_options, strict_ptx, force_host, backend, ulp, git_bisect,
+                **kwargs):
+        build = BuildChoice(kernels=kernels, name=build_name, nvrtc_options=tuple(nvrtc_options), strict_ptx=strict_ptx)
+        return command(*args, device=DeviceOptions(force_host=force_host, build=build, backend=backend, ulp=ulp,
+                                                   git_bisect=git_bisect), **kwargs)
 
     return wrapped
 
 
-device_options = _compose(
+def grouped(keyword: str, group: type) -> Callable:
+    """Hand the command the options named by ``group``'s fields as one value, ``keyword=group(...)``."""
+    names = tuple(field.name for field in dataclasses.fields(group))
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapped(*args, **kwargs):
+            values = {name: kwargs.pop(name) for name in names}
+            return command(*args, **{keyword: group(**values)}, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+device_options = compose(
     click.option("--force-host", "force_host", default=None, metavar="STAGES",
                  help="Stages (as --stage spells them, or all) to run on the host oracle inside the device run; "
                  "CSA_CONFORM_FORCE_HOST and ONNX_GENAI_CSA_FORCE_HOST add to it."),
@@ -161,7 +212,7 @@ device_options = _compose(
                  help="Extra NVRTC option, after the build's (repeatable; e.g. --nvrtc-option=-DMY_SWITCH)."),
     click.option("--strict-ptx", is_flag=True,
                  help="Refuse (exit 4) a module whose PTX holds .ftz, .approx or fused binary32 instructions."),
-    _build_choice,
+    _device_group,
     click.option("--backend", type=click.Choice(BACKENDS), default=CUDA, show_default=True,
                  help="Where kernels launch: cuda (device 0, through CuPy/NVRTC), or host (every module built "
                  "with g++ and run on the CPU: no GPU needed; what it cannot show: specs/host-backend.md)."),
@@ -191,7 +242,8 @@ def devices_option(context, param, value):
         raise click.BadParameter(str(error)) from None
 
 
-device_depth_options = _compose(
+device_depth_options = compose(
+    grouped("depth", DepthOptions),
     click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
                  help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run; "
                  "any byte that differs between runs is a non-deterministic finding (exit 1)."),
@@ -209,7 +261,8 @@ device_depth_options = _compose(
                  "are those of one GPU."),
 )
 
-output_options = _compose(
+output_options = compose(
+    grouped("output", OutputOptions),
     click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md)."),
     quiet_option("No progress, header or table: failures and the summary only."),
 )

@@ -19,11 +19,11 @@ from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import (
     DEFAULT_FILE,
+    DeviceOptions,
     case_selection,
     device_options,
     golden_file,
     quiet_option,
-    run_options,
 )
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
@@ -107,7 +107,7 @@ def _floor(reduction: Reduction) -> str:
               help="Stop searching after this many seconds; the smallest case found so far is written.")
 @quiet_option("No progress on stderr.")
 @boundary
-def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, output, force, budget_s, quiet):
+def reduce_command(file, case, device: DeviceOptions, output, force, budget_s, quiet):
     """Shrink a divergent case while its first divergent stage and tensor still diverge.
 
     Starts the stream at the failing step from its stored past state, then drops batch rows,
@@ -123,7 +123,7 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
       csa-conform reduce goldens/ci.h5 --case boundaries.r4-prefill-9 --kernels ./my-kernels --build production
       csa-conform reduce goldens/ci.h5 --kernels ./my-kernels --budget-s 120
     """
-    options = run_options(file, force_host, build, backend, ulp)
+    options = device.run_options(file)
     output = Path(output or (f"{case}.reduced.h5" if case else "reduced.h5"))
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
@@ -133,7 +133,7 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
             click.echo(line, err=True)
 
     with tempfile.TemporaryDirectory(prefix="csa-reduce-") as work:
-        probe = Probe(options.runner(), Path(work), ulp)
+        probe = Probe(options.runner(), Path(work), options.ulp)
         with GoldenFile(file) as golden:
             if case is not None and case not in golden.case_ids():
                 raise UsageError(f"{file} has no case {case!r}")
@@ -149,19 +149,19 @@ def reduce_command(file, case, force_host, build, backend, ulp, git_bisect, outp
             click.echo(f"{subject}: no divergence (chained, every stage): nothing to reduce")
             return ExitCode.OK
         builtin = DeviceRunner(KernelDirectory(), mode=Mode.CHAINED, force_host=options.force_host,
-                               backend_factory=backend_named(backend))
-        builtin_found = Probe(builtin, Path(work), ulp)(reduction.case)
+                               backend_factory=backend_named(options.backend))
+        builtin_found = Probe(builtin, Path(work), options.ulp)(reduction.case)
     if case is None:
         case = found_file.case_id
         click.echo(f"smallest repro from {case}: {len(found_file.diverging)} diverging of {found_file.scanned} cases "
                    f"probed (smallest first); reduced " +
                    ", ".join(f"{case_id} {before:,} -> {after:,}" for case_id, before, after in found_file.reduced))
-    _report(reduction, case, output, force, budget_s, builtin_found, options, ulp, build, backend)
+    _report(reduction, case, output, force, budget_s, builtin_found, options)
     return ExitCode.DIVERGED
 
 
 def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s: float, builtin_found: dict | None,
-            options: RunOptions, ulp: int, build, backend) -> None:
+            options: RunOptions) -> None:
     write_goldens(output, [reduction.case], force=force)
     with GoldenFile(output) as written:
         verified = verify_case(written, reduction.case.case_id)

@@ -29,7 +29,14 @@ from csa_conform.cli.common import (
     stdout_is_terminal,
 )
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import case_selection, engine_option, golden_file, jobs_option, output_options
+from csa_conform.cli.options import (
+    OutputOptions,
+    case_selection,
+    engine_option,
+    golden_file,
+    jobs_option,
+    output_options,
+)
 from csa_conform.errors import CsaConformError, GoldenChanged
 from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.golden import GoldenFile
@@ -77,7 +84,7 @@ def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
 @engine_option
 @boundary
 def verify_command(
-    file: str, case_glob: str | None, as_json: bool, quiet: bool, jobs: int, engine: str | None
+    file: str, case_glob: str | None, output: OutputOptions, jobs: int, engine: str | None
 ) -> ExitCode:
     """Re-run the oracle on every case of FILE and require bit-identical stages and outputs.
 
@@ -114,7 +121,7 @@ def verify_command(
                 len(case_ids),
                 "verify",
                 lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
-                quiet,
+                output.quiet,
             )
         )
     if jobs > 1:
@@ -126,9 +133,9 @@ def verify_command(
         "verify", argv(), [result.entry() for result in results],
         exit_code=code, golden=golden_reference(file, schema_version, digest.result() if digest else None),
     )
-    if as_json:
+    if output.as_json:
         emit_json(document)
-    elif stdout_is_terminal() and not quiet:
+    elif stdout_is_terminal() and not output.quiet:
         _table(results, document, file)
     else:
         _lines(results, document, file)

@@ -20,66 +20,17 @@ the capture step and this one.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
 from csa_conform._base.statuses import REPLAY_MISMATCH
+from csa_conform.device.recorder import Allocation, LaunchRecorder, RecordedLaunch
 from csa_conform.numerics.bits import unsigned
 
 GRAPH = "graph"
 REPLAY_MODES = (GRAPH,)  # what --replay takes
-
-
-@dataclass
-class RecordedLaunch:
-    """One eager launch as a graph would capture it."""
-
-    entry: str
-    function: object
-    grid: tuple
-    block: tuple
-    args: tuple
-    written: frozenset[int]  # positions of the buffers allocated for this step (outputs and scratch)
-
-
-@dataclass
-class _Fresh:
-    buffer: object
-    fill: object = None  # the ABI's pre-fill, None when uninitialised
-
-
-class LaunchRecorder:
-    """A backend that records the launches of the current step and the buffers it allocates."""
-
-    def __init__(self, backend):
-        self.inner = backend
-        self.launches: list[RecordedLaunch] = []
-        self._fresh: dict[int, _Fresh] = {}
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def empty(self, shape, dtype):
-        buffer = self.inner.empty(shape, dtype)
-        self._fresh[id(buffer)] = _Fresh(buffer)
-        return buffer
-
-    def full(self, shape, value, dtype):
-        buffer = self.inner.full(shape, value, dtype)
-        self._fresh[id(buffer)] = _Fresh(buffer, value)
-        return buffer
-
-    def launch(self, entry, function, grid, block, args) -> None:
-        self.inner.launch(entry, function, grid, block, args)
-        written = frozenset(position for position, arg in enumerate(args) if id(arg) in self._fresh)
-        self.launches.append(RecordedLaunch(entry, function, grid, block, tuple(args), written))
-
-    def take_step(self) -> tuple[list[RecordedLaunch], dict[int, _Fresh]]:
-        step, fresh = self.launches, self._fresh
-        self.launches, self._fresh = [], {}
-        return step, fresh
 
 
 def _is_buffer(arg) -> bool:
@@ -141,7 +92,7 @@ class ReplayMismatch:
 class Graph:
     """A captured launch sequence on buffers of its own; ``replay()`` runs it as captured."""
 
-    def __init__(self, backend, step: list[RecordedLaunch], fresh: Mapping[int, _Fresh], index: int):
+    def __init__(self, backend, step: list[RecordedLaunch], fresh: Mapping[int, Allocation], index: int):
         self.step_index = index
         own: dict[int, object] = {}
         for launch in step:
@@ -151,9 +102,8 @@ class Graph:
                     backend.copy_into(own[id(arg)], arg)
         self.fills = {id(own[key]): item.fill for key, item in fresh.items() if key in own and item.fill is not None}
         self.launches = [
-            RecordedLaunch(launch.entry, launch.function, launch.grid, launch.block,
-                           tuple(own.get(id(arg), arg) if _is_buffer(arg) else arg for arg in launch.args),
-                           launch.written)
+            replace(launch, args=tuple(own.get(id(arg), arg) if _is_buffer(arg) else arg for arg in launch.args),
+                    owned=tuple(replace(owned, buffer=own[id(owned.buffer)]) for owned in launch.owned))
             for launch in step
         ]
         capture = getattr(backend, "capture", None)

@@ -23,17 +23,14 @@ from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.launches import reserved_caches
 from csa_conform.device.plan import StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
-from csa_conform.device.replay import LaunchRecorder, Replayer
+from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
+from csa_conform.device.replay import Replayer
 from csa_conform.device.step import DeviceStepResult, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
-from csa_conform.spec import LAUNCHES, Mode
+from csa_conform.spec import Mode
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
-
-# entry -> the stages its launch computes, for naming what a replay mismatch affects
-LAUNCH_STAGES = {MODULES[launch.module]: launch.stages for launch in LAUNCHES}
-
 
 class DeviceRunner:
     """Runs steps on one kernel directory under one mode and force-host set; ``repeat`` > 1 runs

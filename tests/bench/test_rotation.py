@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from csa_conform.bench.recording import Owned, RecordedLaunch
+from csa_conform.device.recorder import Owned, RecordedLaunch
 from csa_conform.bench.rotation import MAX_COPIES, ROTATE_FACTOR, copies_for, cycled, inputs, rotated
 from csa_conform.bench.timers import persisting_reset
 
@@ -40,8 +40,8 @@ def _step():
     """Launch A reads x and w, writes y; launch B reads y (A's output) and x, writes z."""
     x, w = np.arange(8, dtype=np.float32), np.ones(4, dtype=np.float32)
     y, z = np.zeros(8, dtype=np.float32), np.zeros(8, dtype=np.float32)
-    first = RecordedLaunch("a", None, (1, 1, 1), (8, 1, 1), (x, w, y, np.int32(8)), (Owned(2, y),))
-    second = RecordedLaunch("b", None, (1, 1, 1), (8, 1, 1), (y, x, z), (Owned(2, z),))
+    first = RecordedLaunch("a", None, (1, 1, 1), (8, 1, 1), (x, w, y, np.int32(8)), (Owned(2, y),), frozenset())
+    second = RecordedLaunch("b", None, (1, 1, 1), (8, 1, 1), (y, x, z), (Owned(2, z),), frozenset())
     return [first, second], x, w, y, z
 
 

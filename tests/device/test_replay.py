@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.device.host import HostEmulationBackend
-from csa_conform.device.replay import LaunchRecorder, Replayer, fits
+from csa_conform.device.recorder import LaunchRecorder
+from csa_conform.device.replay import Replayer, fits
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import write_goldens
 from csa_conform.golden.recipes import suite_recipes

@@ -20,6 +20,8 @@ from csa_conform.explain.patterns import (
 from csa_conform.explain.patterns.factor import simple_form
 from csa_conform.explain.patterns.findings import spans
 
+from ci_steps import first_step
+
 RNG = np.random.default_rng(16)
 
 
@@ -120,23 +122,12 @@ def test_kinds_are_documented_and_in_the_schema():
     assert schema()["$defs"]["finding"]["properties"]["kind"]["enum"] == list(KINDS)
 
 
-def _ci_step(case: str):
-    from pathlib import Path
-
-    from csa_conform.contract import validate_step
-    from csa_conform.golden import GoldenFile
-
-    with GoldenFile(Path(__file__).resolve().parents[2] / "goldens" / "ci.h5") as golden:
-        info, step = golden.case_info(case), golden.read_step(case, 0)
-    return validate_step(info.attrs, step.inputs, info.output_names), step.inputs, step.stages
-
-
 def test_one_rope_tail_byte_a_bf16_step_off_is_localized_at_rope():
     """What the CUDA seed's kernels do at large positions (device cosf/powf): one bf16 of the RoPE tail
     one step off; the head's codes and the tail's energy are the reference's, so RoPE is where it starts."""
     from csa_conform.explain.patterns.substeps import localize
 
-    g, inputs, stages = _ci_step("boundaries.r128-resumed-119-chunks")
+    g, inputs, stages = first_step("boundaries.r128-resumed-119-chunks")
     reference = stages["compression_update"]
     device = {name: np.array(array, copy=True) for name, array in reference.items()}
     device["present_compressed_kv"][0, -1, 583 - 2] ^= 0x01  # the low byte of the last tail bf16
@@ -152,7 +143,7 @@ def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_
     from csa_conform.explain.patterns.substeps import _record_chain, localize
     from csa_conform.numerics.fp8 import e4m3_decode
 
-    g, inputs, stages = _ci_step("boundaries.r128-resumed-119-chunks")
+    g, inputs, stages = first_step("boundaries.r128-resumed-119-chunks")
     reference = stages["compression_update"]
     assert localize("compression_update", g, inputs, reference, reference) is None
     normalized = _record_chain("compression_update", g, inputs)[0][0, -1]

@@ -3,37 +3,20 @@ stage, and the stated cap on the combinations tried (reported in the document wh
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jsonschema
 import numpy as np
 
 import csa_conform.explain.search as explain_search
 from csa_conform.check.results import schema
-from csa_conform.compare.bitwise import compare_payloads
-from csa_conform.contract import validate_step
-from csa_conform.explain import EXPLAINED, UNEXPLAINED, explain_step
+from csa_conform.explain import EXPLAINED, UNEXPLAINED
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.explain.rows import differing_rows
 from csa_conform.explain.stages import run_stage
-from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
 
-CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
+from ci_steps import explain_payload, first_step
+
 ATTENTION = "sparse_sink_softmax_attention"
-
-
-def _step(case: str):
-    with GoldenFile(CI_GOLDENS) as golden:
-        info, step = golden.case_info(case), golden.read_step(case, 0)
-    return validate_step(info.attrs, step.inputs, info.output_names), step.inputs, step.stages
-
-
-def _explain(stage, g, inputs, expected, payload):
-    device = dict(expected, **{stage: payload})
-    diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: payload}) if not diff.passed]
-    assert diffs
-    return explain_step("case", 0, stage, g, inputs, expected, device, diffs, None, {})
 
 
 def _rounded_expf_rows(g, inputs, expected, rows):
@@ -46,11 +29,11 @@ def _rounded_expf_rows(g, inputs, expected, rows):
 
 
 def test_attention_trials_run_on_the_differing_rows_and_the_cause_on_the_whole_stage():
-    g, inputs, expected = _step("boundaries.r4-prefill-7")
+    g, inputs, expected = first_step("boundaries.r4-prefill-7")
     rounded, _ = _rounded_expf_rows(g, inputs, expected, slice(None))
     rows = differing_rows(rounded, expected[ATTENTION])
     assert 0 < rows.size <= g.sequence // 2, "the case must have rows the hypothesis leaves alone"
-    explanation = _explain(ATTENTION, g, inputs, expected, rounded)
+    explanation = explain_payload(ATTENTION, g, inputs, expected, rounded)
     assert explanation.verdict == EXPLAINED and explanation.cause.key == "expf:correctly-rounded"
     assert explanation.search["screened_rows"] == rows.size
     whole = sum(np.asarray(array).size for array in expected[ATTENTION].values())
@@ -62,12 +45,12 @@ def test_attention_trials_run_on_the_differing_rows_and_the_cause_on_the_whole_s
 def test_a_hypothesis_that_reproduces_only_the_screened_rows_is_no_cause():
     """The device rounds expf correctly in one differing row only: screened on that row the hypothesis
     reproduces, but re-run on the whole stage it changes rows the device computed the reference's way."""
-    g, inputs, expected = _step("boundaries.r128-resumed-119-chunks")
+    g, inputs, expected = first_step("boundaries.r128-resumed-119-chunks")
     rounded, _ = _rounded_expf_rows(g, inputs, expected, slice(None))
     rows = differing_rows(rounded, expected[ATTENTION])
     assert rows.size >= 2
     _, payload = _rounded_expf_rows(g, inputs, expected, rows[:1])
-    explanation = _explain(ATTENTION, g, inputs, expected, payload)
+    explanation = explain_payload(ATTENTION, g, inputs, expected, payload)
     assert explanation.search["screened_rows"] == 1
     assert explanation.verdict == UNEXPLAINED and explanation.cause is None
     single = next(trial for trial in explanation.trials if trial.key == "expf:correctly-rounded")
@@ -76,12 +59,12 @@ def test_a_hypothesis_that_reproduces_only_the_screened_rows_is_no_cause():
 
 def test_the_combination_search_stops_at_its_cap_and_says_so(monkeypatch):
     """A record byte no ingredient produces and no single comes closer to: the stalled cap stops it."""
-    g, inputs, expected = _step("boundaries.r4-prefill-8")
+    g, inputs, expected = first_step("boundaries.r4-prefill-8")
     stage = "compression_update"
     payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
     payload["present_compressed_kv"][0, -1, -1] ^= 0x01  # the last bf16 byte of the RoPE tail
     monkeypatch.setattr(explain_search, "STALLED_CAP", 3)
-    explanation = _explain(stage, g, inputs, expected, payload)
+    explanation = explain_payload(stage, g, inputs, expected, payload)
     search = explanation.search
     assert explanation.verdict == UNEXPLAINED and explanation.closest is None
     assert search["combinations"] == 3 and search["cap"] == 3 and search["capped"] and search["untried"] > 0
@@ -94,21 +77,21 @@ def test_the_combination_search_stops_at_its_cap_and_says_so(monkeypatch):
 
 
 def test_without_the_cap_every_combination_runs(monkeypatch):
-    g, inputs, expected = _step("boundaries.r4-prefill-8")
+    g, inputs, expected = first_step("boundaries.r4-prefill-8")
     stage = "compression_update"
     payload = {name: np.array(array, copy=True) for name, array in expected[stage].items()}
     payload["present_compressed_kv"][0, -1, -1] ^= 0x01
     monkeypatch.setattr(explain_search, "STALLED_CAP", 1000)
-    search = _explain(stage, g, inputs, expected, payload).search
+    search = explain_payload(stage, g, inputs, expected, payload).search
     assert not search["capped"] and search["untried"] == 0 and search["combinations"] > 3
 
 
 def test_a_single_that_comes_closer_lifts_the_cap_to_the_full_one():
     """expf correctly rounded fixes every row but one flipped bit: the search may combine further."""
-    g, inputs, expected = _step("boundaries.r128-resumed-119-chunks")
+    g, inputs, expected = first_step("boundaries.r128-resumed-119-chunks")
     rounded, payload = _rounded_expf_rows(g, inputs, expected, slice(None))
     payload["Y"].reshape(-1)[np.flatnonzero(
         payload["Y"].reshape(-1).view(np.uint32) != expected[ATTENTION]["Y"].reshape(-1).view(np.uint32))[0]] *= 2
-    explanation = _explain(ATTENTION, g, inputs, expected, payload)
+    explanation = explain_payload(ATTENTION, g, inputs, expected, payload)
     assert explanation.verdict == UNEXPLAINED and explanation.closest.key == "expf:correctly-rounded"
     assert explanation.search["cap"] == explain_search.COMBINATION_CAP

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 import csa_conform.explain.entry as entry
-import csa_conform.explain.search as search
-from csa_conform.compare.bitwise import compare_payloads
-from csa_conform.contract import validate_step
 from csa_conform.exitcodes import ExitCode
-from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, explain_step
+from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.patterns import Context, diagnose
 from csa_conform.explain.patterns.findings import MIN_SUPPORT, confidence_of
@@ -26,9 +22,7 @@ from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
 
-ROOT = Path(__file__).resolve().parents[2]
-CI_GOLDENS = ROOT / "goldens" / "ci.h5"
-
+from ci_steps import CI_GOLDENS, ROOT, add_rival, explain_payload, first_step
 
 def _diagnosed(expected: np.ndarray, actual: np.ndarray, axes: tuple[str, ...]):
     return diagnose("stage", {"t": expected}, {"t": actual}, {"t": axes}, Context("stage"))
@@ -73,33 +67,19 @@ def test_rows_that_hold_another_rows_data_are_aliased_and_axes_written_in_anothe
     assert finding.evidence["contract"] == "[b,s,h,d]" and finding.decisive
 
 
-def _step(case: str):
-    with GoldenFile(CI_GOLDENS) as golden:
-        info, step = golden.case_info(case), golden.read_step(case, 0)
-    return validate_step(info.attrs, step.inputs, info.output_names), step.inputs, step.stages
-
-
-def _explain(stage, g, inputs, expected, payload):
-    device = dict(expected, **{stage: payload})
-    diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: payload}) if not diff.passed]
-    assert diffs
-    return explain_step("case", 0, stage, g, inputs, expected, device, diffs, None, {})
-
-
 def test_rival_ingredients_that_both_reproduce_make_the_verdict_ambiguous(monkeypatch):
     """bf16 ties away from zero reproduces the device; so does a rival of another ingredient that rounds the
     same way: neither is chosen, both are named."""
-    g, inputs, expected = _step("boundaries.r4-chunks-3-3-6-2")
+    g, inputs, expected = first_step("boundaries.r4-chunks-3-3-6-2")
     stage = "index_query_finalize"
     device = run_stage(stage, g, inputs, expected, Numerics(bf16_rounding="ties-away"))
-    alone = _explain(stage, g, inputs, expected, device)
+    alone = explain_payload(stage, g, inputs, expected, device)
     assert alone.verdict == EXPLAINED and alone.cause.key == "bf16:ties-away"
     assert alone.diagnosis[0].kind == "rounding-convention" and alone.confidence in ("strong", "moderate", "weak")
     assert f"({alone.cause.strength()})" in alone.headline()
     rival = Hypothesis("rival:bf16-elsewhere", "a rival that rounds bf16 ties away too", bf16="ties-away")
-    stock = search.stage_hypotheses
-    monkeypatch.setattr(search, "stage_hypotheses", lambda *args: stock(*args) + [rival])
-    both = _explain(stage, g, inputs, expected, device)
+    add_rival(monkeypatch, rival)
+    both = explain_payload(stage, g, inputs, expected, device)
     assert both.verdict == AMBIGUOUS and both.cause is None and both.confidence == AMBIGUOUS
     assert {trial.key for trial in both.rivals} == {"bf16:ties-away", "rival:bf16-elsewhere"}
     assert ": ambiguous: " in both.headline() and " or " in both.headline()
@@ -112,7 +92,7 @@ def test_records_pooled_from_another_vector_name_the_pool_and_unmatched_ones_nam
     follows ran on another pooled vector. Scrambled bytes match nothing and name no sub-step."""
     from csa_conform.explain.patterns.substeps import localize
 
-    g, inputs, expected = _step("boundaries.r4-prefill-8")
+    g, inputs, expected = first_step("boundaries.r4-prefill-8")
     stage = "compression_update"
     gate = np.asarray(inputs["compressor_gate"], dtype=np.float32)
     device = run_stage(stage, g, dict(inputs, compressor_gate=gate * np.float32(0.5)), expected)
@@ -188,13 +168,12 @@ def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(m
     """Both rivals reproduce the divergence; on a conformant case where bf16 ties occur the device kept the
     reference's bytes, which one rival (ties away everywhere) predicts otherwise: it is refuted, the other
     explains, and the experiment is reported."""
-    g, inputs, expected = _step("boundaries.r4-chunks-3-3-6-2")
+    g, inputs, expected = first_step("boundaries.r4-chunks-3-3-6-2")
     stage = "index_query_finalize"
     device = run_stage(stage, g, inputs, expected, Numerics(bf16_rounding="ties-away"))
     rival = Hypothesis("rival:reference-elsewhere", "a rival that predicts the reference's bytes elsewhere",
                        bf16="ties-away")
-    stock = search.stage_hypotheses
-    monkeypatch.setattr(search, "stage_hypotheses", lambda *args: stock(*args) + [rival])
+    add_rival(monkeypatch, rival)
     real = entry.Witnesses.run
 
     def run(self, stage, ratio, hypotheses):
@@ -206,9 +185,7 @@ def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(m
     monkeypatch.setattr(entry.Witnesses, "run", run)
     with GoldenFile(CI_GOLDENS) as golden:
         witnesses = entry.Witnesses(golden, [_witness("boundaries.r4-chunks-3-3-6-2", stage, g.ratio)])
-        device_payloads = dict(expected, **{stage: device})
-        diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: device}) if not diff.passed]
-        explanation = explain_step("case", 0, stage, g, inputs, expected, device_payloads, diffs, None, {}, witnesses)
+        explanation = explain_payload(stage, g, inputs, expected, device, witnesses)
     assert explanation.experiments and explanation.experiments[0]["device_differing"] == 0
     assert explanation.experiments[0]["predicted_differing"]["bf16:ties-away"] > 0
     assert sorted(explanation.refuted) == ["bf16:ties-away"]

@@ -42,7 +42,7 @@ def confidence_of(support: int) -> str:
     return "strong" if support >= STRONG else "moderate" if support >= MODERATE else "weak"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
     """One diagnosis: ``covered`` of the tensor's ``differing`` elements fit the pattern."""
 
