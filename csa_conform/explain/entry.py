@@ -125,7 +125,8 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.baseline = mismatches(expected[stage], target)[0]
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
-    if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
+    if any(finding.decisive and finding.kind in STRUCTURAL and finding.evidence.get("structural", True)
+           for finding in explanation.diagnosis):
         return explanation
     carry = unwritten_state(stage, explanation.tensors(), explanation.baseline, g, inputs, upstream, target)
     if carry is not None:

@@ -76,6 +76,26 @@ EXPLAIN_BUGS = (
         "slot moves one place up (the candidates read back name a position past current_kv: explain's re-run "
         "once crashed on it with an IndexError)",
         {}, claims=frozenset({"restricted", "index-shift"})),
+    Bug("index_query_scale_from_frexpf", "csa_ratio4_index_select.cu",
+        (("            quantize_fp4_e2m1_block(values, &scale, packed);\n"
+          "            const float block_scale = e8m0_scale(scale);\n",
+          "            float amax = 6.0f * 0x1p-126f;\n"
+          "            for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(values[i]));\n"
+          "            int power;\n"
+          "            frexpf(amax / 6.0f, &power);\n"
+          "            const float block_scale = csa_power_of_two(power);\n"
+          "            scale = (unsigned char)(power + 127);\n"
+          "            for (int i = 0; i < 16; ++i) {\n"
+          "                const unsigned char low = csa_encode_e2m1(fminf(fmaxf(values[2 * i] / block_scale, -6.0f), "
+          "6.0f));\n"
+          "                const unsigned char high = csa_encode_e2m1(fminf(fmaxf(values[2 * i + 1] / block_scale, "
+          "-6.0f), 6.0f));\n"
+          "                packed[i] = (unsigned char)(low | (high << 4));\n"
+          "            }\n"),),
+        "index_query_finalize", "quant-edge.r4-*",
+        "the query's FP4 round trip takes its E8M0 exponent from frexpf, one too large where amax/6 is an exact "
+        "power of two (frexpf's mantissa is in [0.5, 1))",
+        {"kind": "scale-exponent", "tensor": "transformed"}),
     Bug("selection_pads_with_record_zero", "csa_ratio4_index_select.cu",
         (("rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = -1;",
           "rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = 0;"),),
