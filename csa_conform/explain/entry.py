@@ -29,7 +29,7 @@ from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
-from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis
+from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis, structural_hypotheses
 from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
 from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.rows import Rerun
@@ -100,6 +100,40 @@ def _decide(explanation: Explanation, reproducing, localized, witnesses: Witness
     if hypothesis.sub_step:
         explanation.diagnosis.insert(0, sub_step_finding(explanation.stage, explanation.tensors(),
                                                          explanation.baseline, hypothesis, cause, localized))
+
+
+def settle_across_steps(explanations: Sequence[Explanation]) -> None:
+    """Rivals (of an ambiguous verdict, or an explained one's equal variants) decided by the run's other
+    divergent steps of the same kernel and stage: where one rival's re-run reproduces the device bit for bit
+    and another's does not, the device refuted the other (one kernel, one arithmetic). A single survivor of an
+    ambiguous verdict explains the divergence, unless it is a sub-step re-run (its finding needs the re-run's
+    own evidence); an explained verdict whose cause was refuted takes the surviving variant changing fewest
+    arguments."""
+    structural = {hypothesis.key for ratio in (4, 128) for stage in STAGE_NAMES
+                  for hypothesis in structural_hypotheses(stage, ratio)}
+    for explanation in explanations:
+        if explanation.verdict not in (AMBIGUOUS, EXPLAINED) or len(explanation.rivals) < 2:
+            continue
+        keys = [trial.key for trial in explanation.rivals]
+        for other in explanations:
+            if other is explanation or (other.kernel, other.stage) != (explanation.kernel, explanation.stage):
+                continue
+            there = {trial.key: trial for trial in other.trials if trial.key in keys and trial.rejected is None}
+            if not any(trial.reproduces for trial in there.values()):
+                continue
+            for key, trial in there.items():
+                if not trial.reproduces and key not in explanation.refuted:
+                    explanation.refuted[key] = {"case": other.case, "step": other.step, "predicted_differing": {},
+                                                "device_differing": other.baseline,
+                                                "unlike_device": {key: trial.mismatches}}
+                    explanation.experiments.append(explanation.refuted[key])
+        left = [trial for trial in explanation.rivals if trial.key not in explanation.refuted]
+        if explanation.verdict == EXPLAINED:
+            explanation.rivals = left
+            if explanation.cause not in left:
+                explanation.cause = min(left, key=lambda trial: sum(changed for changed, _ in trial.changed.values()))
+        elif len(left) == 1 and left[0].key not in structural:
+            explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, left[0], left
 
 
 def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, diffs,
@@ -251,4 +285,5 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                 note="diverges only chained: the isolated re-run, on the oracle's inputs, is bit-exact, so the "
                      "difference comes from device stages upstream or from earlier steps",
                 kernel=kernel_of(verdict.stage, chained.ratio, [diff.tensor for diff in verdict.diffs])))
+    settle_across_steps(explanations)
     return explanations
