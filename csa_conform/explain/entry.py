@@ -39,6 +39,8 @@ from csa_conform.explain.structural import (
     diagnose_stage,
     layout_finding,
     layout_trials,
+    offset_finding,
+    offset_trials,
     sub_step_finding,
     sub_step_trials,
     unwritten_state,
@@ -200,17 +202,19 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
 
 
 def _read_layouts(explanation: Explanation, g, inputs, upstream, target) -> None:
-    """Nothing else reproduced: one input read in another layout (two leading axes exchanged) may."""
-    reruns = layout_trials(explanation.stage, g, inputs, upstream, target)
-    explanation.trials += [trial for _, trial, _ in reruns]
-    reproducing = [(hypothesis, trial, evidence) for hypothesis, trial, evidence in reruns if trial.reproduces]
+    """Nothing else reproduced: one input read in another layout (two leading axes exchanged), or without its
+    offset along one axis (every row reads row 0's data), may."""
+    reruns = [(*rerun, layout_finding) for rerun in layout_trials(explanation.stage, g, inputs, upstream, target)]
+    reruns += [(*rerun, offset_finding) for rerun in offset_trials(explanation.stage, g, inputs, upstream, target)]
+    explanation.trials += [trial for _, trial, _, _ in reruns]
+    reproducing = [rerun for rerun in reruns if rerun[1].reproduces]
     if len(reproducing) > 1:
-        explanation.verdict, explanation.rivals = AMBIGUOUS, [trial for _, trial, _ in reproducing]
+        explanation.verdict, explanation.rivals = AMBIGUOUS, [trial for _, trial, _, _ in reproducing]
     elif reproducing:
-        _, trial, evidence = reproducing[0]
+        _, trial, evidence, finding = reproducing[0]
         explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, trial, [trial]
-        explanation.diagnosis.insert(0, layout_finding(explanation.stage, explanation.tensors(),
-                                                       explanation.baseline, trial, evidence))
+        explanation.diagnosis.insert(0, finding(explanation.stage, explanation.tensors(), explanation.baseline, trial,
+                                                evidence))
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),

@@ -146,7 +146,8 @@ def _fast_exps(device_libm: Callable[[str], Callable] | None) -> list[Hypothesis
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     """One sub-step of a multi-step stage done another way: a bf16 rounding convention, FP8/FP4 codes
     rounding ties away from zero, RoPE at the wrong position (the block's last position for a record, one
-    off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed."""
+    off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed or the rotation left
+    out."""
     found = []
     if stage in BF16_STAGES:
         for convention, name in BF16_CONVENTIONS.items():
@@ -166,4 +167,6 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     if "Hadamard" in SUB_STEPS.get(stage, ()):
         found.append(Hypothesis("hadamard:difference-reversed", "the Hadamard butterfly writing b - a for a - b",
                                 hadamard="difference-reversed", sub_step="Hadamard"))
+        found.append(Hypothesis("hadamard:skipped", "the Hadamard rotation left out (the quantizer takes the RoPE "
+                                "output)", hadamard="skipped", sub_step="Hadamard"))
     return found

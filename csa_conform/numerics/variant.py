@@ -88,7 +88,7 @@ class Numerics:
     code_ties_away: bool = False  # FP8/FP4 codes round ties away from zero instead of to the even code
     fused_multiply_add: Callable = fmaf  # an exact binary32 fma (explain passes a compiled one)
     scale_folding: str | None = None  # index scoring's 1/sqrt(d)/sqrt(I) rounded another way (SCALE_FOLDINGS)
-    hadamard_variant: str | None = None  # "difference-reversed": the butterfly writes b - a for a - b
+    hadamard_variant: str | None = None  # "difference-reversed" (b - a for a - b) or "skipped" (left out)
     softmax_reciprocal: bool = False  # softmax weights times the rounded 1/Z instead of divided by Z
     weights_expf: Callable | None = None  # attention's P·V weights' exp, recomputed apart from the denominator's
 
