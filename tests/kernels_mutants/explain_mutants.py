@@ -67,7 +67,7 @@ EXPLAIN_BUGS = (
           "where->dense_row = absolute - r.kv_base;"),),
         "sparse_sink_softmax_attention", "random.r*-b2n2-*",
         "the dense window is read without the batch row's offset: batch b >= 1 attends batch 0's keys",
-        {"kind": "restricted", "predicate": "batch rows b >= 1"}),
+        {"kind": "row-aliasing", "trial": "offset:current_kv:0"}),
     Bug("dense_window_one_longer_on_a_first_step", "block_quant.cuh",
         (("    r.dense = first_position == 0 ? min(a.current_kv_len, 128) : 128;",
           "    r.dense = min(a.current_kv_len + 1, 128);"),),
