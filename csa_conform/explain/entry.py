@@ -29,7 +29,7 @@ from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
-from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis, structural_hypotheses
+from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
 from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
 from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.rows import Rerun
@@ -96,12 +96,18 @@ def _decide(explanation: Explanation, reproducing, localized, witnesses: Witness
         explanation.rivals = [min(group, key=lambda pair: pair[1].support)[1] for group in groups.values()]
         return
     (group,) = groups.values()
-    hypothesis, cause = min(group, key=lambda pair: sum(changed for changed, _ in pair[1].changed.values()))
+    hypothesis, cause = min(group, key=lambda pair: _simplest(pair[1]))
     explanation.verdict, explanation.cause = EXPLAINED, cause
     explanation.rivals = [trial for _, trial in group]
     if hypothesis.sub_step:
         explanation.diagnosis.insert(0, sub_step_finding(explanation.stage, explanation.tensors(),
                                                          explanation.baseline, hypothesis, cause, localized))
+
+
+def _simplest(trial) -> tuple[bool, int]:
+    """The order a cause is chosen in among equal variants: one function throughout before the P·V weights' alone
+    (the same payload says nothing of the denominator's), then the fewest changed arguments."""
+    return trial.key.startswith(WEIGHTS_ONLY), sum(changed for changed, _ in trial.changed.values())
 
 
 def settle_across_steps(explanations: Sequence[Explanation]) -> None:
@@ -133,7 +139,7 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
         if explanation.verdict == EXPLAINED:
             explanation.rivals = left
             if explanation.cause not in left:
-                explanation.cause = min(left, key=lambda trial: sum(changed for changed, _ in trial.changed.values()))
+                explanation.cause = min(left, key=_simplest)
         elif len(left) == 1 and left[0].key not in structural:
             explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, left[0], left
 

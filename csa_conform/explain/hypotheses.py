@@ -39,6 +39,7 @@ from csa_conform.oracle.index_scoring import SCALE_FOLDINGS
 from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
 LOG2_E = np.float32(1.4426950408889634)  # 1.44269504f: log2 e as a binary32 literal
+WEIGHTS_ONLY = "weights-"  # key prefix of an expf variant for attention's P·V weights alone
 # Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
 BF16_STAGES = ("compression_update", "index_key_update", "index_query_finalize")
 BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even)",
@@ -108,7 +109,7 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
         if name == "expf":
             found += _fast_exps(device_libm)
     if stage == "sparse_sink_softmax_attention":  # its kernel may recompute the weights after the denominator
-        found += [Hypothesis(f"weights-{h.key}", f"the P·V weights' {h.name} (the denominator's expf the "
+        found += [Hypothesis(f"{WEIGHTS_ONLY}{h.key}", f"the P·V weights' {h.name} (the denominator's expf the "
                              "reference's)", weights_exp=h.libm[0][1])
                   for h in found if h.libm and h.libm[0][0] == "expf"]
     for fused in BY_NAME[stage].fusions:

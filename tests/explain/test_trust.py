@@ -244,6 +244,9 @@ def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes
     assert ambiguous.verdict == EXPLAINED and ambiguous.cause.key == "weights-expf:exp2f"
     assert list(ambiguous.refuted) == ["ftz"]
     assert elsewhere.cause.key == "expf:exp2f" and not elsewhere.refuted
+    # where the same payload cannot tell them apart, one expf throughout comes before the P·V weights' alone
+    equals = [_trial("weights-expf:device", 0, changed=1), _trial("expf:device", 0, changed=5)]
+    assert min(equals, key=entry._simplest).key == "expf:device"
 
 
 def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path):
