@@ -35,7 +35,7 @@ from csa_conform.cli.options import (
 )
 from csa_conform.cli.run_header import control_banner, run_header
 from csa_conform.exitcodes import ExitCode, verdicts_code
-from csa_conform.explain import explain_report
+from csa_conform.explain import explain_report, settle_across_steps
 from csa_conform.explain.patterns import stage_findings
 from csa_conform.golden import GoldenFile
 from csa_conform.spec import Mode
@@ -79,6 +79,7 @@ def explain_command(file, stages, case_glob, device: DeviceOptions, output: Outp
                 explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
             entries.append(device_case_entry(report, lambda stage, case=report.case: options.command(case, stage),
                                              checked + time.perf_counter() - started))
+    settle_across_steps(explanations)  # the run's other cases of the same kernel are evidence too
     code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
     if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit

@@ -15,6 +15,7 @@ from csa_conform.explain import (
     VERDICTS,
     Explanation,
     explain_report,
+    settle_across_steps,
 )
 from csa_conform.explain.device_libm import measured
 from csa_conform.explain.patterns import stage_findings
@@ -39,6 +40,7 @@ def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
             if chained is not None:
                 report = check_case(golden, report.case, chained, stages, options.ulp, diagnose=stage_findings)
             explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
+    settle_across_steps(explanations)  # the run's other cases of the same kernel are evidence too
     return explanations
 
 

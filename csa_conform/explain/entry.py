@@ -29,7 +29,7 @@ from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
-from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis
+from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
 from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
 from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.rows import Rerun
@@ -39,6 +39,8 @@ from csa_conform.explain.structural import (
     diagnose_stage,
     layout_finding,
     layout_trials,
+    offset_finding,
+    offset_trials,
     sub_step_finding,
     sub_step_trials,
     unwritten_state,
@@ -94,12 +96,52 @@ def _decide(explanation: Explanation, reproducing, localized, witnesses: Witness
         explanation.rivals = [min(group, key=lambda pair: pair[1].support)[1] for group in groups.values()]
         return
     (group,) = groups.values()
-    hypothesis, cause = min(group, key=lambda pair: sum(changed for changed, _ in pair[1].changed.values()))
+    hypothesis, cause = min(group, key=lambda pair: _simplest(pair[1]))
     explanation.verdict, explanation.cause = EXPLAINED, cause
     explanation.rivals = [trial for _, trial in group]
     if hypothesis.sub_step:
         explanation.diagnosis.insert(0, sub_step_finding(explanation.stage, explanation.tensors(),
                                                          explanation.baseline, hypothesis, cause, localized))
+
+
+def _simplest(trial) -> tuple[bool, int]:
+    """The order a cause is chosen in among equal variants: one function throughout before the P·V weights' alone
+    (the same payload says nothing of the denominator's), then the fewest changed arguments."""
+    return trial.key.startswith(WEIGHTS_ONLY), sum(changed for changed, _ in trial.changed.values())
+
+
+def settle_across_steps(explanations: Sequence[Explanation]) -> None:
+    """Rivals (of an ambiguous verdict, or an explained one's equal variants) decided by the run's other
+    divergent steps of the same kernel and stage: where one rival's re-run reproduces the device bit for bit
+    and another's does not, the device refuted the other (one kernel, one arithmetic). A single survivor of an
+    ambiguous verdict explains the divergence, unless it is a sub-step re-run (its finding needs the re-run's
+    own evidence); an explained verdict whose cause was refuted takes the surviving variant changing fewest
+    arguments."""
+    structural = {hypothesis.key for ratio in (4, 128) for stage in STAGE_NAMES
+                  for hypothesis in structural_hypotheses(stage, ratio)}
+    for explanation in explanations:
+        if explanation.verdict not in (AMBIGUOUS, EXPLAINED) or len(explanation.rivals) < 2:
+            continue
+        keys = [trial.key for trial in explanation.rivals]
+        for other in explanations:
+            if other is explanation or (other.kernel, other.stage) != (explanation.kernel, explanation.stage):
+                continue
+            there = {trial.key: trial for trial in other.trials if trial.key in keys and trial.rejected is None}
+            if not any(trial.reproduces for trial in there.values()):
+                continue
+            for key, trial in there.items():
+                if not trial.reproduces and key not in explanation.refuted:
+                    explanation.refuted[key] = {"case": other.case, "step": other.step, "predicted_differing": {},
+                                                "device_differing": other.baseline,
+                                                "unlike_device": {key: trial.mismatches}}
+                    explanation.experiments.append(explanation.refuted[key])
+        left = [trial for trial in explanation.rivals if trial.key not in explanation.refuted]
+        if explanation.verdict == EXPLAINED:
+            explanation.rivals = left
+            if explanation.cause not in left:
+                explanation.cause = min(left, key=_simplest)
+        elif len(left) == 1 and left[0].key not in structural:
+            explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, left[0], left
 
 
 def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, diffs,
@@ -125,7 +167,8 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     explanation.baseline = mismatches(expected[stage], target)[0]
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
-    if any(finding.decisive and finding.kind in STRUCTURAL for finding in explanation.diagnosis):
+    if any(finding.decisive and finding.kind in STRUCTURAL and finding.evidence.get("structural", True)
+           for finding in explanation.diagnosis):
         return explanation
     carry = unwritten_state(stage, explanation.tensors(), explanation.baseline, g, inputs, upstream, target)
     if carry is not None:
@@ -165,17 +208,19 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
 
 
 def _read_layouts(explanation: Explanation, g, inputs, upstream, target) -> None:
-    """Nothing else reproduced: one input read in another layout (two leading axes exchanged) may."""
-    reruns = layout_trials(explanation.stage, g, inputs, upstream, target)
-    explanation.trials += [trial for _, trial, _ in reruns]
-    reproducing = [(hypothesis, trial, evidence) for hypothesis, trial, evidence in reruns if trial.reproduces]
+    """Nothing else reproduced: one input read in another layout (two leading axes exchanged), or without its
+    offset along one axis (every row reads row 0's data), may."""
+    reruns = [(*rerun, layout_finding) for rerun in layout_trials(explanation.stage, g, inputs, upstream, target)]
+    reruns += [(*rerun, offset_finding) for rerun in offset_trials(explanation.stage, g, inputs, upstream, target)]
+    explanation.trials += [trial for _, trial, _, _ in reruns]
+    reproducing = [rerun for rerun in reruns if rerun[1].reproduces]
     if len(reproducing) > 1:
-        explanation.verdict, explanation.rivals = AMBIGUOUS, [trial for _, trial, _ in reproducing]
+        explanation.verdict, explanation.rivals = AMBIGUOUS, [trial for _, trial, _, _ in reproducing]
     elif reproducing:
-        _, trial, evidence = reproducing[0]
+        _, trial, evidence, finding = reproducing[0]
         explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, trial, [trial]
-        explanation.diagnosis.insert(0, layout_finding(explanation.stage, explanation.tensors(),
-                                                       explanation.baseline, trial, evidence))
+        explanation.diagnosis.insert(0, finding(explanation.stage, explanation.tensors(), explanation.baseline, trial,
+                                                evidence))
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
@@ -250,4 +295,5 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                 note="diverges only chained: the isolated re-run, on the oracle's inputs, is bit-exact, so the "
                      "difference comes from device stages upstream or from earlier steps",
                 kernel=kernel_of(verdict.stage, chained.ratio, [diff.tensor for diff in verdict.diffs])))
+    settle_across_steps(explanations)
     return explanations

@@ -9,8 +9,10 @@ both evaluated on the GPU on the same arguments; fused multiply-adds in the redu
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
 exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
 zero, truncation); index scoring's head weight scale 1/sqrt(d)/sqrt(I) rounded as one product or one
-folded square root. Each stage is tried only with the ingredients it contains (its ``libm`` and
-``fusions`` in csa_conform.spec).
+folded square root; attention's softmax weights multiplied by the rounded reciprocal of their denominator;
+expf as exp2f(x·log2 e) (a fast-math exp); and, as attention's kernel may recompute its P·V weights after
+the denominator, each expf variant for those weights alone. Each stage is tried only with the ingredients it
+contains (its ``libm`` and ``fusions`` in csa_conform.spec).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from csa_conform.explain import exact_fma
 from csa_conform.explain.patterns.substeps import SUB_STEPS
 from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
+    GLIBC,
     PAIRS_FIRST,
     PAIRS_SECOND,
     SUMS_FIRST,
@@ -33,6 +38,8 @@ from csa_conform.numerics.variant import (
 from csa_conform.oracle.index_scoring import SCALE_FOLDINGS
 from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
+LOG2_E = np.float32(1.4426950408889634)  # 1.44269504f: log2 e as a binary32 literal
+WEIGHTS_ONLY = "weights-"  # key prefix of an expf variant for attention's P·V weights alone
 # Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
 BF16_STAGES = ("compression_update", "index_key_update", "index_query_finalize")
 BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even)",
@@ -64,16 +71,20 @@ class Hypothesis:
     sub_step: str = ""  # for a structural hypothesis: the sub-step of the stage it changes
     scale_folding: str | None = None  # index scoring's head weight scale rounded another way
     hadamard: str | None = None  # the Hadamard butterfly ported another way
+    softmax_reciprocal: bool = False  # the softmax weights times the rounded 1/Z instead of over Z
+    weights_exp: Callable | None = None  # attention's P·V weights' exp, apart from the denominator's
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
         return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
                         self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
-                        self.scale_folding, self.hadamard)
+                        self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp)
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
                           self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz,
-                          self.bf16 or other.bf16)
+                          self.bf16 or other.bf16,
+                          softmax_reciprocal=self.softmax_reciprocal or other.softmax_reciprocal,
+                          weights_exp=self.weights_exp or other.weights_exp)
 
 
 def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
@@ -95,6 +106,12 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
                                         libm=((name, device_libm(name)),)))
                 found.append(Hypothesis(f"{name}:device-double", f"{name} as {double}",
                                         libm=((name, device_libm(name + "-double")),)))
+        if name == "expf":
+            found += _fast_exps(device_libm)
+    if stage == "sparse_sink_softmax_attention":  # its kernel may recompute the weights after the denominator
+        found += [Hypothesis(f"{WEIGHTS_ONLY}{h.key}", f"the P·V weights' {h.name} (the denominator's expf the "
+                             "reference's)", weights_exp=h.libm[0][1])
+                  for h in found if h.libm and h.libm[0][0] == "expf"]
     for fused in BY_NAME[stage].fusions:
         found.append(Hypothesis(f"fma:{fused}", FUSION_NAMES[fused], fused=frozenset({fused})))
     if stage in FLOAT_STAGES:
@@ -103,13 +120,35 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
         for folding, how in SCALE_FOLDINGS.items():
             found.append(Hypothesis(f"scale:{folding}", f"the head weight scale 1/sqrt(d)/sqrt(I) computed as {how}",
                                     scale_folding=folding))
+    if stage == "sparse_sink_softmax_attention":
+        found.append(Hypothesis("softmax:reciprocal", "the softmax weights multiplied by the rounded reciprocal 1/Z "
+                                "of their denominator instead of divided by Z", softmax_reciprocal=True))
+    return found
+
+
+def _via_exp2(exp2: Callable) -> Callable:
+    """expf as a fast-math port writes it: exp2f(x * log2 e), the product rounded to binary32 first."""
+    def evaluate(x):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return exp2(np.asarray(x, dtype=np.float32) * LOG2_E)
+    return evaluate
+
+
+def _fast_exps(device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
+    """expf as exp2f(x·log2 e): glibc's exp2f (the host's and the reference platform's), and the device's."""
+    found = [Hypothesis("expf:exp2f", "expf as exp2f(x·log2 e) with glibc's exp2f (a fast-math exp)",
+                        libm=(("expf", _via_exp2(GLIBC["exp2f"])),))]
+    if device_libm is not None:
+        found.append(Hypothesis("expf:exp2f-device", "expf as exp2f(x·log2 e) with the device's exp2f (a fast-math "
+                                "exp)", libm=(("expf", _via_exp2(device_libm("exp2f"))),)))
     return found
 
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     """One sub-step of a multi-step stage done another way: a bf16 rounding convention, FP8/FP4 codes
     rounding ties away from zero, RoPE at the wrong position (the block's last position for a record, one
-    off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed."""
+    off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed or the rotation left
+    out."""
     found = []
     if stage in BF16_STAGES:
         for convention, name in BF16_CONVENTIONS.items():
@@ -129,4 +168,6 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     if "Hadamard" in SUB_STEPS.get(stage, ()):
         found.append(Hypothesis("hadamard:difference-reversed", "the Hadamard butterfly writing b - a for a - b",
                                 hadamard="difference-reversed", sub_step="Hadamard"))
+        found.append(Hypothesis("hadamard:skipped", "the Hadamard rotation left out (the quantizer takes the RoPE "
+                                "output)", hadamard="skipped", sub_step="Hadamard"))
     return found

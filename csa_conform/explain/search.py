@@ -27,10 +27,13 @@ ROPE_LIBM = ("powf", "sinf", "cosf")  # called only in the compressed RoPE
 
 
 def ingredient(hypothesis: Hypothesis) -> str:
-    """What a hypothesis swaps: a libm function, the block scale, a fusion kind, ftz, or its sub-step's
-    convention (a structural re-run); variants of one ingredient are no rivals of each other."""
+    """What a hypothesis swaps: a libm function (expf also for attention's P·V weights alone), the block
+    scale, a fusion kind, ftz, or its sub-step's convention (a structural re-run); variants of one ingredient
+    are no rivals of each other."""
     if hypothesis.libm:
         return "+".join(sorted(name for name, _ in hypothesis.libm))
+    if hypothesis.weights_exp is not None:  # a variant of the stage's expf: where the denominators do not
+        return "expf"  # tell them apart, both compute the same payload
     if hypothesis.block_scale is not None:
         return "block scale"
     if hypothesis.fused:

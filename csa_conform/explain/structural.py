@@ -1,7 +1,7 @@
 """Structural pre-checks of a divergence, before any numeric ingredient: the pattern detectors
 (csa_conform.explain.patterns), a past carry the kernel never copied, and the sub-step re-runs (a bf16 or code
 rounding convention, RoPE at another position or pair layout), every one of them tried; and, when nothing
-else reproduces, an input read in another layout."""
+else reproduces, an input read in another layout or without its offset along an axis."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from csa_conform.explain.patterns import (
     LAYOUT,
     NEVER_WRITTEN,
     ROUNDING_CONVENTION,
+    ROW_ALIASING,
     SUB_STEP,
     Context,
     Finding,
@@ -122,6 +123,35 @@ def layout_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothe
             found.append((hypothesis, trial, {"input": name, "axes": [first, second],
                                               "shape": list(array.shape)}))
     return found
+
+
+def offset_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothesis, Trial, dict]]:
+    """The stage re-run with one input read without its offset along one leading axis (longer than one): every
+    index of that axis reads index 0's data, a batch or head offset left out of the address. Each is a
+    hypothesis of its own; what reproduces names the input and the axis."""
+    found = []
+    for name in BY_NAME[stage].inputs:
+        array = inputs.get(name)
+        if array is None or np.ndim(array) == 0:
+            continue
+        array = np.asarray(array)
+        for axis in range(max(1, array.ndim - 1)):
+            if array.shape[axis] < 2:
+                continue
+            first = np.ascontiguousarray(np.broadcast_to(np.take(array, [0], axis=axis), array.shape))
+            hypothesis = Hypothesis(f"offset:{name}:{axis}", f"{name} read without its offset along axis {axis}")
+            trial = Rerun(stage, g, dict(inputs, **{name: first}), upstream, target).trial(hypothesis)
+            found.append((hypothesis, trial, {"input": name, "axis": axis, "shape": list(array.shape)}))
+    return found
+
+
+def offset_finding(stage: str, tensors: str, baseline: int, trial: Trial, evidence: dict) -> Finding:
+    """A read without an offset that reproduces the device bit for bit: every row reads row 0's data."""
+    headline = (f"the kernel reads {evidence['input']} (shape {tuple(evidence['shape'])}) without its offset along "
+                f"axis {evidence['axis']}: every index there reads index 0's data, and the stage re-run from that "
+                "reading reproduces the device bit for bit")
+    return Finding(ROW_ALIASING, stage, tensors, headline, baseline, baseline,
+                   dict(evidence, trial=trial.key, support=trial.support, read=True))
 
 
 def layout_finding(stage: str, tensors: str, baseline: int, trial: Trial, evidence: dict) -> Finding:

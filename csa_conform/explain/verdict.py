@@ -86,14 +86,25 @@ class Explanation:
         return f"{where}: unexplained{pattern} ({self.closest_text()})"
 
     def experiment_text(self) -> str:
-        """What the experiments on conformant steps showed: the rivals they refuted, or that none disagreed."""
+        """What the experiments showed: the rivals they refuted (on a conformant step, or on a divergent step of
+        the same kernel that another rival reproduces), and the conformant steps that agree."""
         if not self.experiments:
             return ""
-        parts = [f"{key} refuted on {e['case']} step {e['step']}: it predicts {e['predicted_differing'][key]:,} "
-                 "differing elements, the device's bytes are the reference's" for key, e in self.refuted.items()]
-        steps = len(self.experiments)
-        agreed = f"the device agrees with it on {steps} conformant step{'s' if steps != 1 else ''} of this kernel"
-        return "; " + "; ".join(parts + [agreed])
+        parts = []
+        for key, e in self.refuted.items():
+            if e["device_differing"]:
+                parts.append(f"{key} refuted on {e['case']} step {e['step']}, a divergent step of this kernel that "
+                             f"a rival reproduces: its re-run leaves {e['unlike_device'][key]:,} elements unlike the "
+                             "device's")
+            else:
+                parts.append(f"{key} refuted on {e['case']} step {e['step']}: it predicts "
+                             f"{e['predicted_differing'][key]:,} differing elements, the device's bytes are the "
+                             "reference's")
+        steps = sum(not e["device_differing"] for e in self.experiments)
+        if steps:
+            parts.append(f"the device agrees with it on {steps} conformant step{'s' if steps != 1 else ''} of this "
+                         "kernel")
+        return "; " + "; ".join(parts)
 
     def closest_text(self) -> str:
         if self.closest is not None:

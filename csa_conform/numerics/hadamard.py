@@ -2,7 +2,8 @@
 
 Span order 1, 2, 4, ... with each a+b / a-b rounded in binary32, as the
 reference's index path does before its FP4 round trip (a numerics variant may
-write b - a for a - b: explain's hypothesis of a butterfly ported the other way).
+write b - a for a - b, or leave the rotation out: explain's hypotheses of a
+butterfly ported the other way or forgotten).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ def hadamard_bf16(x, numerics: Numerics = REFERENCE) -> np.ndarray:
     width = values.shape[-1]
     if width == 0 or width & (width - 1):
         raise unsupported(f"Hadamard index width must be a power of two, got {width}")
+    if numerics.hadamard_variant == "skipped":
+        return values
     span = 1
     while span < width:
         pairs = values.reshape(values.shape[:-1] + (width // (2 * span), 2, span))

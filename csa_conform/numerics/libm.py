@@ -333,6 +333,33 @@ def expf(x) -> np.ndarray:
     return _elementwise(_expf_kernel, x)
 
 
+# --- exp2f (never the reference's: what a fast-math expf, exp2f(x * log2 e), calls) -----
+
+_EXP2F_BIG = _U32(0x43000000)  # |x| >= 128: e_exp2f's special-case branch
+_EXP2F_UNDERFLOW = np.float32(-150.0)
+
+
+def _exp2f_kernel(x):
+    """e_exp2f-fma: x = k/32 + r, 2^(k/32) from the table times the fused cubic in r."""
+    xd = x.astype(_F64)
+    shifted = xd + _SHIFT_SCALED
+    r = xd - (shifted - _SHIFT_SCALED)
+    c0, c1, c2 = _EXP2F_POLY
+    out = (fma(fma(c0, r, c1), r * r, fma(c2, r, 1.0)) * _exp2_scale(shifted.view(_U64))).astype(np.float32)
+    bits = x.view(_U32)
+    big = (bits & _U32(0x7FFFFFFF)) >= _EXP2F_BIG
+    out[big & (x > 0)] = np.inf
+    out[big & (x <= _EXP2F_UNDERFLOW)] = 0.0
+    nan = _is_nan(bits)
+    out[nan] = _quiet(bits[nan])
+    return out
+
+
+def exp2f(x) -> np.ndarray:
+    """glibc exp2f (e_exp2f-fma) of binary32 values, elementwise."""
+    return _elementwise(_exp2f_kernel, x)
+
+
 # --- sinf / cosf ---------------------------------------------------------------
 
 _TOP12_2M12 = 0x398  # abstop12(0x1p-12f)

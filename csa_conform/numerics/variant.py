@@ -24,7 +24,8 @@ import numpy as np
 from csa_conform.numerics import libm
 
 LIBM = ("expf", "sinf", "cosf", "powf", "log2f")
-GLIBC: Mapping[str, Callable] = MappingProxyType({name: getattr(libm, name) for name in LIBM})
+# exp2f is no function of the reference's: a fast-math expf calls it, and a probe of the device's compares with it
+GLIBC: Mapping[str, Callable] = MappingProxyType({name: getattr(libm, name) for name in LIBM + ("exp2f",)})
 
 ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
 PAIRS_FIRST = "pairs-first"  # a*b ± c*d -> fma(a, b, ±c*d)
@@ -87,13 +88,16 @@ class Numerics:
     code_ties_away: bool = False  # FP8/FP4 codes round ties away from zero instead of to the even code
     fused_multiply_add: Callable = fmaf  # an exact binary32 fma (explain passes a compiled one)
     scale_folding: str | None = None  # index scoring's 1/sqrt(d)/sqrt(I) rounded another way (SCALE_FOLDINGS)
-    hadamard_variant: str | None = None  # "difference-reversed": the butterfly writes b - a for a - b
+    hadamard_variant: str | None = None  # "difference-reversed" (b - a for a - b) or "skipped" (left out)
+    softmax_reciprocal: bool = False  # softmax weights times the rounded 1/Z instead of divided by Z
+    weights_expf: Callable | None = None  # attention's P·V weights' exp, recomputed apart from the denominator's
 
     @property
     def is_reference(self) -> bool:
         return (not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
                 and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves
-                and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None)
+                and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None
+                and not self.softmax_reciprocal and self.weights_expf is None)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""
@@ -129,6 +133,14 @@ class Numerics:
 
     def cosf(self, x):
         return self._libm("cosf", x)
+
+    def weight_exp(self, x):
+        """The exp of attention's P·V weights: the stage's expf unless a variant recomputes them otherwise."""
+        if self.weights_expf is None:
+            return self.expf(x)
+        result = np.asarray(self.weights_expf(x), dtype=np.float32)
+        self._count("P·V weights' expf", GLIBC["expf"](x), result)
+        return result
 
     def powf(self, x, y):
         return self._libm("powf", x, y)
@@ -186,6 +198,16 @@ class Numerics:
         if PAIRS_SECOND in self.fused or (sign > 0 and SUMS_SECOND in self.fused):
             return "second"
         return None
+
+    def normalized(self, weights: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+        """The softmax weights over their denominator: divided (the reference) or times its rounded reciprocal."""
+        quotient = weights / denominator
+        if not self.softmax_reciprocal:
+            return quotient
+        with np.errstate(divide="ignore"):  # a row without candidates: its Z is 0 and its weights are dropped
+            product = weights * (np.float32(1) / denominator)
+        self._count("softmax division", quotient, product)
+        return product
 
     def dequantized(self, values: np.ndarray) -> np.ndarray:
         return self._flush(values) if self.ftz else values

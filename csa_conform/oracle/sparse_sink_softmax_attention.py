@@ -76,7 +76,9 @@ def sparse_sink_softmax_attention(
 
     def attend(chunk: slice):
         live, row_ids, live_scores = chunk_scores(chunk)
-        probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf)
+        probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf,
+                                                   numerics.normalized,
+                                                   None if numerics.weights_expf is None else numerics.weight_exp)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values, numerics)
         if scores is not None:
@@ -182,10 +184,12 @@ def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
     return dots
 
 
-def softmax_with_sink(scores, head_sink, first_query, exp):
+def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide, weight_exp=None):
     """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
 
-    `exp` is the numerics' expf (glibc's, as the NumPy port, unless explain swapped it).
+    `exp` is the numerics' expf (glibc's, as the NumPy port, unless explain swapped it), `normalized` how the
+    weights are put over their denominator (divided, unless explain swapped it); `weight_exp`, when given,
+    recomputes the weights over the denominator with another exp (a kernel's second pass).
     """
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
@@ -198,7 +202,9 @@ def softmax_with_sink(scores, head_sink, first_query, exp):
             denominator += candidate
         denominator += exp(head_sink - maximum)
         invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
-        probabilities = np.where(active, weights / denominator, np.float32(0))
+        if weight_exp is not None:
+            weights = np.where(valid, weight_exp(exponent), np.float32(0))
+        probabilities = np.where(active, normalized(weights, denominator), np.float32(0))
     if invalid.any():
         b, s, h = np.argwhere(invalid)[0]
         return probabilities, (int(b), first_query + int(s), int(h))

@@ -288,7 +288,8 @@ def _summary(number: int, document: dict, failing: list[dict], found: dict[str, 
     parts = [f"<h3>Summary: {len(failing)} of {len(document['cases'])} cases fail</h3>"]
     if explain:
         parts.append(f"<p class='why'>explain: {explain['divergences']} divergences: {explain['explained']} "
-                     f"explained, {explain['inherited']} inherited, {explain['unexplained']} unexplained</p>")
+                     f"explained, {explain['ambiguous']} ambiguous, {explain['inherited']} inherited, "
+                     f"{explain['unexplained']} unexplained, {explain['failed']} failed</p>")
     parts.append("<table><tr><th>kernel module</th><th>cases failing</th><th>first divergent stage</th>"
                  "<th>why (each failing case)</th></tr>")
     for module, entries in modules.items():

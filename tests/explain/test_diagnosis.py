@@ -19,6 +19,7 @@ from csa_conform.explain.patterns import (
 )
 from csa_conform.explain.patterns.factor import simple_form
 from csa_conform.explain.patterns.findings import spans
+from csa_conform.numerics.fp4 import e2m1_decode, e2m1_encode
 
 from ci_steps import first_step
 
@@ -101,6 +102,33 @@ def test_scale_exponent_counts_blocks_and_steps():
         actual[0, 0, 65 * block + 1: 65 * block + 65] //= 2
     finding = _kinds("compression_update", "present_compressed_kv", expected, actual, ("b", "r", "byte"))[0]
     assert finding.kind == SCALE_EXPONENT and finding.evidence["blocks"] == 2 and finding.evidence["steps"] == [1]
+
+
+def _query_round_trip(x, powers):
+    """x[..., 32 * k] through FP4 E2M1 at the given E8M0 exponents, one per block of 32."""
+    blocks = x.reshape(x.shape[:-1] + (-1, 32))
+    scale = np.ldexp(np.float32(1), powers).astype(np.float32)[..., None]
+    return (e2m1_decode(e2m1_encode(np.clip(blocks / scale, -6, 6))) * scale).reshape(x.shape).astype(np.float32)
+
+
+def test_a_query_block_at_frexpf_exponent_is_a_scale_exponent_exactly_at_its_power_of_two():
+    x = RNG.standard_normal((1, 2, 1, 128)).astype(np.float32)
+    x[0, 1, 0, 32:64] *= np.float32(2.5) / np.abs(x[0, 1, 0, 32:64]).max()
+    x[0, 1, 0, 40] = 3.0  # amax / 6 = 2^-1: ceil(log2) is -1, frexpf's exponent 0
+    amax = np.abs(x.reshape(1, 2, 1, 4, 32)).max(axis=-1)
+    ceil, frexp = np.ceil(np.log2(amax / 6)).astype(int), np.frexp(amax / np.float32(6))[1]
+    assert (ceil != frexp).sum() == 1
+    expected, actual = _query_round_trip(x, ceil), _query_round_trip(x, frexp)
+    context = Context("index_query_finalize", tracer=lambda: {"FP4 E2M1 block input": [x.reshape(2, 1, 4, 32)]})
+    axes = ("b", "s", "i", "d")
+    finding = _kinds("index_query_finalize", "transformed", expected, actual, axes, context)[0]
+    assert finding.kind == SCALE_EXPONENT and finding.evidence["steps"] == [1] and finding.evidence["blocks"] == 1
+    assert finding.evidence["power_of_two"] == finding.evidence["power_of_two_blocks"] == 1
+    assert finding.evidence["query_rows"] == "1" and finding.evidence["structural"]
+    nudged = expected.copy()
+    nudged[0, 1, 0, 32:64] = np.nextafter(nudged[0, 1, 0, 32:64], np.float32(np.inf))
+    kinds = {f.kind for f in _kinds("index_query_finalize", "transformed", expected, nudged, axes, context)}
+    assert SCALE_EXPONENT not in kinds
 
 
 def test_restricted_names_batch_rows_and_the_device_value():

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import csa_conform.explain.entry as entry
 from csa_conform.exitcodes import ExitCode
-from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED
+from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, Explanation, Trial
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.patterns import Context, diagnose
 from csa_conform.explain.patterns.findings import MIN_SUPPORT, confidence_of
@@ -192,6 +192,38 @@ def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(m
     assert explanation.verdict == EXPLAINED and explanation.cause.key == "rival:reference-elsewhere"
     assert "bf16:ties-away refuted on boundaries.r4-chunks-3-3-6-2 step 0" in explanation.headline()
     assert explanation.to_dict()["refuted"] == ["bf16:ties-away"]
+
+
+def _trial(key: str, mismatches: int, changed: int = 3) -> Trial:
+    return Trial(key, key, mismatches, 100, {"expf": (changed, 20)} if mismatches == 0 else {})
+
+
+def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes_the_other():
+    """Step 1 cannot tell exp2f everywhere from exp2f in the P·V weights alone; step 0, where only the latter
+    reproduces the device, refutes the former. A step that neither reproduces (another bug) refutes nothing."""
+    kernel, stage = "attention.cu:entry", "sparse_sink_softmax_attention"
+    full, weights = _trial("expf:exp2f", 0), _trial("weights-expf:exp2f", 0)
+    settled = Explanation("case", 1, stage, EXPLAINED, cause=full, rivals=[full, weights], kernel=kernel)
+    ambiguous = Explanation("other", 1, stage, AMBIGUOUS, rivals=[_trial("weights-expf:exp2f", 0), _trial("ftz", 0)],
+                            kernel=kernel)
+    step0 = Explanation("case", 0, stage, EXPLAINED, cause=weights, baseline=40, kernel=kernel,
+                        trials=[_trial("expf:exp2f", 435), _trial("weights-expf:exp2f", 0), _trial("ftz", 12)])
+    unlike = Explanation("case", 2, stage, "unexplained", kernel=kernel,
+                         trials=[_trial("expf:exp2f", 7), _trial("weights-expf:exp2f", 9)])
+    elsewhere = Explanation("case", 0, stage, EXPLAINED, cause=full, kernel="another.cu:entry",
+                            trials=[_trial("expf:exp2f", 0), _trial("weights-expf:exp2f", 5)])
+    entry.settle_across_steps([settled, ambiguous, unlike, step0, elsewhere])
+    assert settled.verdict == EXPLAINED and settled.cause.key == "weights-expf:exp2f"
+    assert [trial.key for trial in settled.rivals] == ["weights-expf:exp2f"] and list(settled.refuted) == ["expf:exp2f"]
+    assert settled.refuted["expf:exp2f"]["step"] == 0
+    assert ("expf:exp2f refuted on case step 0, a divergent step of this kernel that a rival reproduces: its re-run "
+            "leaves 435 elements unlike the device's") in settled.headline()
+    assert ambiguous.verdict == EXPLAINED and ambiguous.cause.key == "weights-expf:exp2f"
+    assert list(ambiguous.refuted) == ["ftz"]
+    assert elsewhere.cause.key == "expf:exp2f" and not elsewhere.refuted
+    # where the same payload cannot tell them apart, one expf throughout comes before the P·V weights' alone
+    equals = [_trial("weights-expf:device", 0, changed=1), _trial("expf:device", 0, changed=5)]
+    assert min(equals, key=entry._simplest).key == "expf:device"
 
 
 def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path):

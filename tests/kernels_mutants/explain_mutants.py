@@ -67,7 +67,7 @@ EXPLAIN_BUGS = (
           "where->dense_row = absolute - r.kv_base;"),),
         "sparse_sink_softmax_attention", "random.r*-b2n2-*",
         "the dense window is read without the batch row's offset: batch b >= 1 attends batch 0's keys",
-        {"kind": "restricted", "predicate": "batch rows b >= 1"}),
+        {"kind": "row-aliasing", "trial": "offset:current_kv:0"}),
     Bug("dense_window_one_longer_on_a_first_step", "block_quant.cuh",
         (("    r.dense = first_position == 0 ? min(a.current_kv_len, 128) : 128;",
           "    r.dense = min(a.current_kv_len + 1, 128);"),),
@@ -76,6 +76,26 @@ EXPLAIN_BUGS = (
         "slot moves one place up (the candidates read back name a position past current_kv: explain's re-run "
         "once crashed on it with an IndexError)",
         {}, claims=frozenset({"restricted", "index-shift"})),
+    Bug("index_query_scale_from_frexpf", "csa_ratio4_index_select.cu",
+        (("            quantize_fp4_e2m1_block(values, &scale, packed);\n"
+          "            const float block_scale = e8m0_scale(scale);\n",
+          "            float amax = 6.0f * 0x1p-126f;\n"
+          "            for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(values[i]));\n"
+          "            int power;\n"
+          "            frexpf(amax / 6.0f, &power);\n"
+          "            const float block_scale = csa_power_of_two(power);\n"
+          "            scale = (unsigned char)(power + 127);\n"
+          "            for (int i = 0; i < 16; ++i) {\n"
+          "                const unsigned char low = csa_encode_e2m1(fminf(fmaxf(values[2 * i] / block_scale, -6.0f), "
+          "6.0f));\n"
+          "                const unsigned char high = csa_encode_e2m1(fminf(fmaxf(values[2 * i + 1] / block_scale, "
+          "-6.0f), 6.0f));\n"
+          "                packed[i] = (unsigned char)(low | (high << 4));\n"
+          "            }\n"),),
+        "index_query_finalize", "quant-edge.r4-*",
+        "the query's FP4 round trip takes its E8M0 exponent from frexpf, one too large where amax/6 is an exact "
+        "power of two (frexpf's mantissa is in [0.5, 1))",
+        {"kind": "scale-exponent", "tensor": "transformed"}),
     Bug("selection_pads_with_record_zero", "csa_ratio4_index_select.cu",
         (("rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = -1;",
           "rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = 0;"),),
@@ -99,19 +119,51 @@ EXPLAIN_BUGS = (
           "const float probability = csa_expf(logit - maximum) * (1.0f / denominator);"),),
         "sparse_sink_softmax_attention", "random.r*-b2n2*",
         "softmax multiplies by a rounded reciprocal of the denominator instead of dividing",
-        {}, kind="numeric"),
+        {"trial": "softmax:reciprocal"}, kind="numeric"),
     Bug("fast_math_exp", "block_quant.cuh",
         (("const float probability = csa_expf(logit - maximum) / denominator;",
           "const float probability = exp2f((logit - maximum) * 1.44269504f) / denominator;"),),
         "sparse_sink_softmax_attention", "random.r*-b2n2*",
         "the weights of P·V use exp2f(x·log2 e), a fast-math exp",
-        {}, kind="numeric"),
+        {"trial": ("weights-expf:exp2f", "weights-expf:exp2f-device")}, kind="numeric"),
     Bug("pv_fma_contracted", "block_quant.cuh",
         (("accumulated = accumulated + csa_mul(probability, csa_candidate_value(a, where, d));",
           "accumulated = fmaf(probability, csa_candidate_value(a, where, d), accumulated);"),),
         "sparse_sink_softmax_attention", "random.r*-b2n2*",
         "P·V accumulates with a contracted fma",
         {"trial": "fma:accumulate"}, kind="numeric"),
+    Bug("index_query_skips_the_hadamard", "csa_ratio4_index_select.cu",
+        (("        csa_hadamard_bf16(q, index_dim);\n", ""),),
+        "index_query_finalize", "boundaries.r4-prefill-8",
+        "the query is quantized to FP4 without its Hadamard rotation (the keys keep theirs)",
+        {"kind": "sub-step", "sub_step": "Hadamard", "trial": "hadamard:skipped"},
+        claims=frozenset({"restricted", "sub-step:none"})),
+    Bug("sink_of_head_zero_for_every_head", "block_quant.cuh",
+        (("            denominator = denominator + csa_expf(a.sink[r.head] - maximum);",
+          "            denominator = denominator + csa_expf(a.sink[0] - maximum);"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2*",
+        "every head's softmax takes head 0's sink logit",
+        {"kind": "row-aliasing", "trial": "offset:head_sink:0"}),
+    Bug("index_weights_without_batch_offset", "csa_ratio4_index_select.cu",
+        (("    const float* weights = index_weight + (long long)row * index_heads;",
+          "    const float* weights = index_weight + (long long)s * index_heads;"),),
+        "index_scoring", "random.r4-b2n2-*",
+        "the head weights are read without the batch row's offset: batch b >= 1 scores with batch 0's weights",
+        {"kind": "row-aliasing", "trial": "offset:index_weight:0"}),
+    Bug("index_scores_fma_contracted", "csa_ratio4_index_select.cu",
+        (("                dot = dot + csa_mul(q[d], decode_e2m1(code) * e8m0_scale(block[0]));",
+          "                dot = fmaf(q[d], decode_e2m1(code) * e8m0_scale(block[0]), dot);"),
+         ("            weighted = weighted + csa_mul(fmaxf(dot, 0.0f) * weights[h], weight_scale);",
+          "            weighted = fmaf(fmaxf(dot, 0.0f) * weights[h], weight_scale, weighted);")),
+        "index_scoring", "random.r4-[5n]*",
+        "the index score's dot and head sum accumulate with fmaf, as a contracting compiler would",
+        {"trial": "fma:accumulate"}, kind="numeric"),
+    Bug("refactor_fp8_scaled_by_reciprocal", "block_quant.cuh",
+        (("packed[i] = csa_encode_e4m3fn(fminf(fmaxf(in[i] / block_scale, -448.0f), 448.0f));",
+          "packed[i] = csa_encode_e4m3fn(fminf(fmaxf(in[i] * (1.0f / block_scale), -448.0f), 448.0f));"),),
+        None, "boundaries.r128-resumed-119-*",
+        "FP8 values times the reciprocal of their power-of-two scale: exact, so the same codes",
+        kind="refactor"),
     Bug("refactor_scores_cleared_backwards", "block_quant.cuh",
         (("for (int c = 0; c < a.scratch_stride; ++c) slot_scores[c] = CSA_NEG_INF;",
           "for (int c = a.scratch_stride - 1; c >= 0; --c) slot_scores[c] = CSA_NEG_INF;"),),

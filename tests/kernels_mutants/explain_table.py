@@ -49,9 +49,15 @@ def _finding_matches(finding: dict, named: dict) -> bool:
         return False
     if "predicate" in named and not any(named["predicate"] in p for p in evidence.get("predicates", [])):
         return False
-    if "trial" in named and evidence.get("trial") != named["trial"]:
+    if "trial" in named and evidence.get("trial") not in _trials(named):
         return False
     return True
+
+
+def _trials(named: dict) -> tuple[str, ...]:
+    """The trial keys that name the bug: one, or variants of one ingredient (glibc's or the device's function)."""
+    trial = named.get("trial", ())
+    return (trial,) if isinstance(trial, str) else tuple(trial)
 
 
 def classify(bug: Bug, document: dict) -> tuple[str, str]:
@@ -75,14 +81,14 @@ def _judge(bug: Bug, explanation: dict) -> str:
     cause = explanation.get("cause") or {}
     first = findings[0] if findings else None
     if explanation["verdict"] == "explained":
-        if "trial" in named and cause.get("key") == named["trial"]:
+        if cause.get("key") in _trials(named):
             return "named"
         if first is not None and named.get("kind") and _finding_matches(first, named):
             return "named"
         return "false"
     if explanation["verdict"] == "ambiguous":
         keys = {rival["key"] for rival in explanation.get("rivals", [])}
-        return "claim" if named.get("trial") in keys else "false"
+        return "claim" if keys & set(_trials(named)) else "false"
     if first is None:
         return "unexplained"
     if named.get("kind") and _finding_matches(first, named):

@@ -7,6 +7,7 @@ the host."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -85,6 +86,18 @@ def test_the_summary_comes_first_and_gives_each_failing_cases_headline_linked(do
         if explanation["verdict"] != "inherited":  # each case's own headline, as explain wrote it
             suffix = explanation["headline"].split("]: ", 1)[1]
             assert suffix.replace("'", "&#x27;") in head, suffix
+
+
+def test_the_summary_counts_every_verdict_of_explain(documents, page):
+    """Ambiguous and failed verdicts are counted beside explained and unexplained (each count its own)."""
+    document = copy.deepcopy(documents["diff"])
+    counts = dict(zip(("explained", "ambiguous", "inherited", "unexplained", "failed"), (5, 3, 7, 2, 1)))
+    document["explain"]["summary"] = {"divergences": sum(counts.values()), **counts}
+    head = render_html([document]).split("Verdicts: case × stage")[0]
+    assert ("explain: 18 divergences: 5 explained, 3 ambiguous, 7 inherited, 2 unexplained, 1 failed") in head
+    measured, head = documents["diff"]["explain"]["summary"], page.split("Verdicts: case × stage")[0]
+    assert (f"{measured['ambiguous']} ambiguous, {measured['inherited']} inherited, {measured['unexplained']} "
+            f"unexplained, {measured['failed']} failed</p>") in head
 
 
 def test_rejected_cases_are_one_line_and_failing_cases_come_first(documents, page):

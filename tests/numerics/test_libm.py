@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from csa_conform.numerics import libm
-from csa_conform.numerics.libm import cosf, expf, fma, log2f, powf, sinf
+from csa_conform.numerics.libm import cosf, exp2f, expf, fma, log2f, powf, sinf
 
 SEED = 20261129
 
@@ -44,7 +44,7 @@ needs_libm = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 def _libm():
     lib = ctypes.CDLL("libm.so.6")
-    for name in ("expf", "sinf", "cosf", "log2f"):
+    for name in ("expf", "exp2f", "sinf", "cosf", "log2f"):
         getattr(lib, name).restype = ctypes.c_float
         getattr(lib, name).argtypes = [ctypes.c_float]
     lib.powf.restype = ctypes.c_float
@@ -131,6 +131,13 @@ def softmax_arguments(rng) -> np.ndarray:
     return np.concatenate([differences, sinks, random_bit_patterns(rng, 300_000), thresholds, SPECIALS, SIGNALING])
 
 
+def fast_exp_arguments(rng) -> np.ndarray:
+    """A fast-math expf's exp2f arguments, (score - max) * log2 e, and every binary32 threshold of exp2f."""
+    thresholds = neighbours([128.0, -126.0, -149.0, -150.0, 1.0, 0.0], reach=64)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaNs stay NaNs, the largest finite go to inf
+        return np.concatenate([softmax_arguments(rng) * f32(1.44269504), thresholds])
+
+
 def rope_frequencies() -> np.ndarray:
     """f = b(1-r) + (b/16) r with b = powf(160000, -2j/64) and the clamp ramp, all binary32."""
     j = np.arange(32, dtype=np.float32)
@@ -177,11 +184,12 @@ def powf_arguments(rng) -> tuple[np.ndarray, np.ndarray]:
 
 RNG_DOMAINS = {
     "expf": softmax_arguments,
+    "exp2f": fast_exp_arguments,
     "sinf": trig_arguments,
     "cosf": trig_arguments,
     "log2f": block_scale_arguments,
 }
-PORTS = {"expf": expf, "sinf": sinf, "cosf": cosf, "log2f": log2f}
+PORTS = {"expf": expf, "exp2f": exp2f, "sinf": sinf, "cosf": cosf, "log2f": log2f}
 
 
 # --- the exact fma --------------------------------------------------------------

@@ -20,7 +20,7 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
 
     detectors = (unwritten.never_written, unwritten.stale, layout.layout, layout.aliased, permutation.permuted,
                  shift.index_shift,
-                 quantization.scale_exponent, factor.constant_factor, restriction.restricted)
+                 quantization.scale_exponent, quantization.query_scale_exponent, factor.constant_factor, restriction.restricted)
     findings: list[Finding] = []
     for position, (tensor, reference) in enumerate(expected.items()):
         device = actual.get(tensor)
