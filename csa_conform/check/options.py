@@ -74,17 +74,20 @@ class RunOptions:
             return "all"
         return ",".join(stage for stage in STAGE_NAMES if stage in self.force_host)
 
-    def to_argv(self, case: str, stage: str, mode: Mode | None = None) -> list[str]:
-        """The reproducing ``csa-conform diff`` command of one case and stage, as words."""
-        words = ["csa-conform", "diff", self.file, "--stage", stage, "--mode", (mode or self.mode).value,
-                 "--case", exact_glob(case)]
-        if self.force_host:
-            words += ["--force-host", self.forced]
+    def device_words(self) -> list[str]:
+        """What runs the kernels, as every device command spells it: --force-host, the build, --backend, --ulp."""
+        words = ["--force-host", self.forced] if self.force_host else []
         words += self.build.words()
         if self.backend != CUDA:
             words += ["--backend", self.backend]
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
+        return words
+
+    def to_argv(self, case: str, stage: str, mode: Mode | None = None) -> list[str]:
+        """The reproducing ``csa-conform diff`` command of one case and stage, as words."""
+        words = ["csa-conform", "diff", self.file, "--stage", stage, "--mode", (mode or self.mode).value,
+                 "--case", exact_glob(case), *self.device_words()]
         if self.repeat > 1:
             words += ["--repeat", str(self.repeat)]
         if self.replay:

@@ -63,7 +63,7 @@ def fuzz_command(device: DeviceOptions, budget_s, seed, database, output, force,
 
     with tempfile.TemporaryDirectory(prefix="csa-fuzz-") as work:
         run = fuzz(Probe(options.runner(), Path(work), options.ulp), budget_s, seed, Path(database), say)
-    replay = ["csa-conform", "fuzz", *options.build.words(), "--budget-s", f"{budget_s:g}"]
+    replay = ["csa-conform", "fuzz", *options.device_words(), "--budget-s", f"{budget_s:g}"]
     replay += ["--seed", str(seed)] if seed is not None else ["--database", database]
     drawn = f"seed {seed}" if seed is not None else f"database {database}"
     if run.found is None:
