@@ -72,9 +72,10 @@ def test_every_compiled_function_is_a_listed_kernel():
 
 
 def test_no_kernel_contains_a_fused_multiply_add():
-    """Recompiled without the on-disk cache (numba cannot show cached code), same options and signatures."""
+    """Every kernel's assembly per signature, as LLVM emits it from the optimised module numba links
+    (kept for a cached kernel too, whose own listing numba cannot show), with the package's options."""
     _compile_every_kernel()
-    every_listing = _fresh_listings()
+    every_listing = _listings()
     assembly = "".join(text for listings in every_listing.values() for text in listings.values())
     assert MULTIPLY.search(assembly), "no multiply in any kernel: the scan cannot read this assembly"
     for kernel, listings in every_listing.items():
@@ -83,24 +84,56 @@ def test_no_kernel_contains_a_fused_multiply_add():
             assert fused is None, f"{kernel.__name__}{signature} contains {fused.group(1)}"
 
 
-def _fresh_listings() -> dict:
-    """Each kernel's assembly per signature, compiled afresh. A kernel inlined into cached callers has
-    no signature of its own until a fresh caller compiles it, so callers go first."""
-    import numba
-
-    from csa_conform.oracle.compiled.dots import KERNEL_OPTIONS
-
+def _listings() -> dict:
+    """Each kernel's assembly per signature. A kernel inlined into cached callers has no signature of
+    its own until a caller is typed afresh (typing compiles, or loads, its callees), so callers go first;
+    typing alone is a tenth of a fresh compile."""
     listings, pending = {}, _every_kernel()
     while pending:
         ready = [kernel for kernel in pending if kernel.signatures]
         assert ready, f"never compiled: {', '.join(kernel.__name__ for kernel in pending)}"
         for kernel in ready:
-            fresh = numba.njit(**dict(KERNEL_OPTIONS, cache=False))(kernel.py_func)
-            for signature in kernel.signatures:
-                fresh.compile(signature)
-            listings[kernel] = fresh.inspect_asm()
+            _type_afresh(kernel)
+            listings[kernel] = {signature: _assembly(compiled.library)
+                                for signature, compiled in kernel.overloads.items()}
         pending = [kernel for kernel in pending if kernel not in listings]
     return listings
+
+
+def _assembly(library) -> str:
+    return str(library._codegen._tm.emit_assembly(library._get_module_for_linking()))
+
+
+def _type_afresh(kernel) -> None:
+    """numba's untyped and typing passes over the kernel's source for each of its signatures."""
+    from numba.core import compiler, registry, typed_passes
+    from numba.core.compiler_machinery import AnalysisPass, register_pass
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class TypedOnly(AnalysisPass):
+        _name = "csa_typed_only"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            state.cr = state.typemap
+            return False
+
+    class TypingOnly(compiler.CompilerBase):
+        def define_pipelines(self):
+            pipeline = compiler.DefaultPassBuilder.define_untyped_pipeline(self.state)
+            pipeline.add_pass(typed_passes.NopythonTypeInference, "typing")
+            pipeline.add_pass(TypedOnly, "stop after typing")
+            pipeline.finalize()
+            return [pipeline]
+
+    flags = compiler.Flags()
+    kernel.targetdescr.options.parse_as_flags(flags, kernel.targetoptions)
+    target = registry.cpu_target
+    for signature in kernel.signatures:
+        compiler.compile_extra(target.typing_context, target.target_context, kernel.py_func, signature, None,
+                               flags, {}, pipeline_class=TypingOnly)
 
 
 def test_the_fused_multiply_add_detector_sees_a_contracted_kernel():
