@@ -96,6 +96,8 @@ def _listings() -> dict:
 
 
 def _assembly(library) -> str:
+    """What LLVM emits for the optimised module numba links into callers: the compiled one, or the cached
+    one, whose object code was emitted from it."""
     return str(library._codegen._tm.emit_assembly(library._get_module_for_linking()))
 
 
