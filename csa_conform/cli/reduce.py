@@ -36,6 +36,7 @@ from csa_conform.golden.edits import Stream, stream_of
 from csa_conform.repro.reduce import (
     FILE_CASES,
     Probe,
+    ProbedFile,
     Reduction,
     alike_finder,
     describe,
@@ -138,12 +139,13 @@ def reduce_command(file, case, device: DeviceOptions, output, force, budget_s, q
             if case is not None and case not in golden.case_ids():
                 raise UsageError(f"{file} has no case {case!r}")
             streams = {case_id: stream_of(golden, case_id) for case_id in golden.case_ids()}
+        with ProbedFile(Path(file), probe) as probed:
             if case is None:
-                found_file = reduce_file(golden, streams, probe, budget_s, say)
+                found_file = reduce_file(probed, streams, budget_s, say)
                 reduction = None if found_file is None else found_file.best
             else:
                 reduction = reduce_case(streams[case], case, probe, budget_s, say,
-                                        alike_finder(golden, streams, probe, case, say))
+                                        alike_finder(probed, streams, case, say))
         if reduction is None:
             subject = f"case {case}" if case else f"{file}: no probed case"
             click.echo(f"{subject}: no divergence (chained, every stage): nothing to reduce")

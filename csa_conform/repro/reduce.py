@@ -318,7 +318,34 @@ def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
                      all(entry[5] for entry in results), name, tried, source)
 
 
-def alike_finder(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, case_id: str,
+class ProbedFile:
+    """The golden file whose cases are probed, opened at the first probe and closed (``close``) before a
+    reduction's trials: HDF5 closes a file in time proportional to every object open in the process, an
+    indexed case holds its datasets open, and each trial writes and reads a file, so the file held open
+    over the trials would cost each trial about 0.1 s at the ci suite's size."""
+
+    def __init__(self, path: Path, probe: Probe):
+        self.path, self.probe = path, probe
+        self._golden: GoldenFile | None = None
+
+    def first_divergence(self, case_id: str) -> dict | None:
+        if self._golden is None:
+            self._golden = GoldenFile(self.path)
+        return first_divergence(replay(self._golden, case_id, self.probe.runner), STAGE_NAMES, self.probe.ulp)
+
+    def close(self) -> None:
+        if self._golden is not None:
+            self._golden.close()
+            self._golden = None
+
+    def __enter__(self) -> ProbedFile:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def alike_finder(probed: ProbedFile, streams: dict[str, Stream], case_id: str,
                  say: Callable[[str], None]) -> Callable[[tuple[str, str | None], float], tuple[str, Stream] | None]:
     """``reduce_case``'s ``alike``: the file's smallest case (smaller than ``case_id``, same ratio) whose
     chained run first diverges at the given (stage, tensor), probed smallest first within the time limit."""
@@ -330,13 +357,16 @@ def alike_finder(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, c
 
     def find(target: tuple[str, str | None], limit_s: float) -> tuple[str, Stream] | None:
         deadline = time.perf_counter() + limit_s
-        for probed, other in enumerate(order):
-            if time.perf_counter() >= deadline:
-                say(f"reduce: {probed} smaller cases probed for one diverging alike: none in the time allowed")
-                return None
-            if signature(first_divergence(replay(golden, other, probe.runner), STAGE_NAMES, probe.ulp)) == target:
-                return other, streams[other]
-        return None
+        try:
+            for count, other in enumerate(order):
+                if time.perf_counter() >= deadline:
+                    say(f"reduce: {count} smaller cases probed for one diverging alike: none in the time allowed")
+                    return None
+                if signature(probed.first_divergence(other)) == target:
+                    return other, streams[other]
+            return None
+        finally:
+            probed.close()
 
     return find
 
@@ -390,7 +420,7 @@ def _repro_rank(reduction: Reduction) -> tuple[int, bool]:
     return after, 4 * after > reduction.original.elements()
 
 
-def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, budget_s: float,
+def reduce_file(probed: ProbedFile, streams: dict[str, Stream], budget_s: float,
                 say: Callable[[str], None]) -> FileReduction | None:
     """Probe the file's cases smallest first (chained, these kernels) until ``FILE_CASES`` diverge or
     half the budget is spent, reduce each of those in an equal share of what is left, and keep the
@@ -405,20 +435,22 @@ def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, bu
         if len(diverging) == FILE_CASES or time.perf_counter() - started >= budget_s / 2:
             break
         scanned += 1
-        if first_divergence(replay(golden, case_id, probe.runner), STAGE_NAMES, probe.ulp) is not None:
+        if probed.first_divergence(case_id) is not None:
             diverging.append(case_id)
             say(f"reduce: {case_id} diverges ({streams[case_id].elements():,} input elements)")
+    probed.close()
     say(f"reduce: {len(diverging)} diverging of {scanned} cases probed (smallest first, of {len(order)})")
     best: tuple[Reduction, str] | None = None
     reduced = []
     for position, case_id in enumerate(diverging):
         share = (budget_s - (time.perf_counter() - started)) / (len(diverging) - position)
-        reduction = reduce_case(streams[case_id], case_id, probe, max(share, 1.0), say)
+        reduction = reduce_case(streams[case_id], case_id, probed.probe, max(share, 1.0), say)
         if reduction is None:
             continue
         reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))
         if best is None or _repro_rank(reduction) < _repro_rank(best[0]):
             best = (reduction, case_id)
+    probed.close()
     if best is None:
         return None
     # A repro over a quarter of its case: the smallest diverging cases four times its size, in what is
@@ -431,14 +463,15 @@ def reduce_file(golden: GoldenFile, streams: dict[str, Stream], probe: Probe, bu
         if case_id is None:
             break
         scanned += 1
-        if first_divergence(replay(golden, case_id, probe.runner), STAGE_NAMES, probe.ulp) is None:
+        if probed.first_divergence(case_id) is None:
             continue
+        probed.close()
         extra += 1
         diverging.append(case_id)
         say(f"reduce: {case_id} diverges ({streams[case_id].elements():,} input elements, at least four times "
             "the smallest repro)")
         share = (budget_s - (time.perf_counter() - started)) / (FILE_CASES - extra + 1)
-        reduction = reduce_case(streams[case_id], case_id, probe, max(share, 1.0), say)
+        reduction = reduce_case(streams[case_id], case_id, probed.probe, max(share, 1.0), say)
         if reduction is None:
             continue
         reduced.append((case_id, reduction.original.elements(), reduction.reduced.elements()))

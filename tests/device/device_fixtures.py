@@ -51,10 +51,10 @@ def device_goldens(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def emulation_backend(tmp_path_factory):
+def emulation_backend(host_builds):
     if GXX is None:
         pytest.skip("g++ is not installed (needed to emulate the kernels on the host)")
-    return HostEmulationBackend(tmp_path_factory.mktemp("emulated-kernels"))
+    return HostEmulationBackend(host_builds)
 
 
 @pytest.fixture

@@ -14,11 +14,9 @@ from thin_mutants import THIN_MUTANTS
 
 from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.golden import GoldenFile
 from csa_conform.spec import STAGE_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
-CI_GOLDENS = ROOT / "goldens" / "ci.h5"
 KERNELS = ROOT / "kernels"
 MINIMUM = 3
 COVERED = {mutant.name: mutant for mutant in (*DIFF_MUTANTS, *THIN_MUTANTS, *(d.mutant for d in DIAGNOSED))}
@@ -26,15 +24,14 @@ COVERED = {mutant.name: mutant for mutant in (*DIFF_MUTANTS, *THIN_MUTANTS, *(d.
 
 @pytest.mark.usefixtures("emulated_cuda")
 @pytest.mark.parametrize("name", sorted(COVERED))
-def test_the_ci_suite_catches_each_planted_bug_in_several_cases(name, tmp_path):
+def test_the_ci_suite_catches_each_planted_bug_in_several_cases(name, tmp_path, ci_golden):
     mutant = COVERED[name]
     runner = DeviceRunner(KernelDirectory(mutant.apply(KERNELS, tmp_path / "kernels")))
     caught = []
-    with GoldenFile(CI_GOLDENS) as golden:
-        cases = sorted(golden.case_ids(), key=lambda case: not fnmatch.fnmatchcase(case, mutant.cases))
-        for case in cases:
-            if not check_case(golden, case, runner, STAGE_NAMES).passed:
-                caught.append(case)
-                if len(caught) == MINIMUM:
-                    break
+    cases = sorted(ci_golden.case_ids(), key=lambda case: not fnmatch.fnmatchcase(case, mutant.cases))
+    for case in cases:
+        if not check_case(ci_golden, case, runner, STAGE_NAMES).passed:
+            caught.append(case)
+            if len(caught) == MINIMUM:
+                break
     assert len(caught) >= MINIMUM, f"{name} is caught by {len(caught)} ci cases only: {caught}"

@@ -14,7 +14,6 @@ from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
 from csa_conform.explain import EXPLAINED, INHERITED, explain_case
 from csa_conform.explain.patterns import KINDS, MIN_SUPPORT, STRUCTURAL, stage_findings
-from csa_conform.golden import GoldenFile
 from csa_conform.spec import STAGE_NAMES
 
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
@@ -49,18 +48,17 @@ def test_every_diagnosis_kind_but_the_reserved_one_has_a_mutant():
 
 @pytest.mark.usefixtures("emulated_cuda")
 @pytest.mark.parametrize("bug", DIAGNOSED, ids=lambda bug: bug.name)
-def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path):
+def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path, ci_golden):
     kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
-    with GoldenFile(CI_GOLDENS) as golden:
-        cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.mutant.cases)]
-        assert cases
-        chained = [check_case(golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
-                   for case in cases]
-        first = {next(stage for stage in STAGE_NAMES if report.stages[stage].status == "diverged")
-                 for report in chained if not report.passed}
-        assert first == {bug.mutant.stage}, f"{bug.name} first diverges at {first}"
-        explanations = [explanation for case, report in zip(cases, chained) if not report.passed
-                        for explanation in explain_case(golden, case, kernels)]
+    cases = [case for case in ci_golden.case_ids() if fnmatch.fnmatchcase(case, bug.mutant.cases)]
+    assert cases
+    chained = [check_case(ci_golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
+               for case in cases]
+    first = {next(stage for stage in STAGE_NAMES if report.stages[stage].status == "diverged")
+             for report in chained if not report.passed}
+    assert first == {bug.mutant.stage}, f"{bug.name} first diverges at {first}"
+    explanations = [explanation for case, report in zip(cases, chained) if not report.passed
+                    for explanation in explain_case(ci_golden, case, kernels)]
     located = [e for e in explanations if e.stage == bug.mutant.stage and e.verdict != INHERITED]
     assert located, f"{bug.name}: no isolated divergence at {bug.mutant.stage}"
     for explanation in located:
@@ -119,13 +117,12 @@ def test_bisect_and_diff_name_the_kernel_and_diff_prints_one_block_per_case(tmp_
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_records_pooled_from_a_carry_never_copied_are_never_written_without_numeric_trials(tmp_path):
+def test_records_pooled_from_a_carry_never_copied_are_never_written_without_numeric_trials(tmp_path, ci_golden):
     """At the step whose block completes, the carry is reset and only the records show the bug: the
     re-run from a poisoned past carry reproduces them, so no numeric ingredient is tried."""
     bug = next(bug for bug in DIAGNOSED if bug.name == "carry_not_copied")
     kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
-    with GoldenFile(CI_GOLDENS) as golden:
-        explanations = explain_case(golden, "boundaries.r128-resumed-119-chunks", kernels)
+    explanations = explain_case(ci_golden, "boundaries.r128-resumed-119-chunks", kernels)
     records = [e for e in explanations if e.stage == "compression_update" and any(
         "present_compressed_kv" in line for line in e.summary)]
     assert records
@@ -137,14 +134,13 @@ def test_records_pooled_from_a_carry_never_copied_are_never_written_without_nume
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_the_query_finalize_of_a_reversed_hadamard_is_localized_at_the_hadamard(tmp_path):
+def test_the_query_finalize_of_a_reversed_hadamard_is_localized_at_the_hadamard(tmp_path, ci_golden):
     """The index select launch runs the same butterfly on every query: its rows keep the RoPE output's
     energy but are no inverse Hadamard of it, and the re-run with the butterfly's difference reversed
     reproduces them."""
     bug = next(bug for bug in DIAGNOSED if bug.name == "hadamard_difference_reversed")
     kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
-    with GoldenFile(CI_GOLDENS) as golden:
-        explanations = explain_case(golden, "boundaries.r4-prefill-8", kernels)
+    explanations = explain_case(ci_golden, "boundaries.r4-prefill-8", kernels)
     query = next(e for e in explanations if e.stage == "index_query_finalize" and e.verdict != INHERITED)
     finding = query.diagnosis[0]
     assert finding.kind == "sub-step" and finding.evidence["sub_step"] == "Hadamard"

@@ -18,7 +18,6 @@ from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
 from csa_conform.explain import explain_case
 from csa_conform.explain.patterns import stage_findings
-from csa_conform.golden import GoldenFile
 from csa_conform.spec import STAGE_NAMES
 
 SWEPT = ("index_query_reads_batch_zero", "index_query_read_head_major", "attention_output_written_head_major",
@@ -26,7 +25,6 @@ SWEPT = ("index_query_reads_batch_zero", "index_query_read_head_major", "attenti
          "index_query_scale_from_frexpf", "index_query_skips_the_hadamard", "sink_of_head_zero_for_every_head",
          "softmax_reciprocal_multiply", "fast_math_exp")
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
-CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 
 
 @pytest.mark.parametrize("bug", EXPLAIN_BUGS, ids=lambda bug: bug.name)
@@ -38,15 +36,14 @@ def test_each_patch_applies_exactly_once(bug, tmp_path):
 @pytest.mark.slow
 @pytest.mark.usefixtures("emulated_cuda")
 @pytest.mark.parametrize("bug", [bug for bug in EXPLAIN_BUGS if bug.name in SWEPT], ids=lambda bug: bug.name)
-def test_a_bug_of_the_third_set_gets_no_false_claim(bug, tmp_path):
+def test_a_bug_of_the_third_set_gets_no_false_claim(bug, tmp_path, ci_golden):
     kernels = KernelDirectory(bug.apply(KERNELS, tmp_path / "kernels"), build="strict")
-    with GoldenFile(CI_GOLDENS) as golden:
-        cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, bug.cases)]
-        assert cases
-        reports = [check_case(golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
-                   for case in cases]
-        explanations = [explanation for case, report in zip(cases, reports) if not report.passed
-                        for explanation in explain_case(golden, case, kernels)]
+    cases = [case for case in ci_golden.case_ids() if fnmatch.fnmatchcase(case, bug.cases)]
+    assert cases
+    reports = [check_case(ci_golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
+               for case in cases]
+    explanations = [explanation for case, report in zip(cases, reports) if not report.passed
+                    for explanation in explain_case(ci_golden, case, kernels)]
     document = {"passed": all(report.passed for report in reports),
                 "explain": {"explanations": [explanation.to_dict() for explanation in explanations]}}
     outcome, headline = classify(bug, document)

@@ -8,15 +8,11 @@ between independent query rows, so worker count and chunking must not show.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from engine_pairs import assert_engines_agree, needs_numba, outcome
 
-from csa_conform.golden import GoldenFile
-
-CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
 # x86 vfmadd/vfmsub/vfnmadd/vfnmsub (and their addsub forms); aarch64 fmla/fmls/fmadd/fmsub/fnmadd/fnmsub.
 FUSED = re.compile(r"^\s*(vfn?m(?:add|sub)\w*|fml[as]|fn?m(?:add|sub))\b", re.MULTILINE)
 MULTIPLY = re.compile(r"^\s*(v?mul[sp][sd]|fmul)\b", re.MULTILINE)
@@ -28,10 +24,9 @@ THREADED_CASES = ("random.r4-b2n2-i2-k512", "random.r4-bias-BNSC", "random.r128-
 pytestmark = needs_numba
 
 
-def _steps(case_id):
-    with GoldenFile(CI_GOLDENS) as golden:
-        info = golden.case_info(case_id)
-        return info, [golden.read_step(case_id, index) for index in range(info.step_count)]
+def _steps(golden, case_id):
+    info = golden.case_info(case_id)
+    return info, [golden.read_step(case_id, index) for index in range(info.step_count)]
 
 
 def _compiled_modules():
@@ -47,11 +42,11 @@ def _every_kernel():
     return [kernel for module in _compiled_modules() for kernel in module.KERNELS]
 
 
-def _compile_every_kernel():
+def _compile_every_kernel(golden):
     from compiled_libm_arrays import FUNCTIONS, evaluate
 
     for case_id in THREADED_CASES:
-        info, steps = _steps(case_id)
+        info, steps = _steps(golden, case_id)
         for step in steps:
             outcome(info.attrs, step.inputs, list(info.output_names), "numba")
     sample = np.linspace(-200, 200, 1001, dtype=np.float32)
@@ -71,10 +66,11 @@ def test_every_compiled_function_is_a_listed_kernel():
         assert dispatchers == {kernel.__name__ for kernel in module.KERNELS}, module.__name__
 
 
-def test_no_kernel_contains_a_fused_multiply_add():
-    """Recompiled without the on-disk cache (numba cannot show cached code), same options and signatures."""
-    _compile_every_kernel()
-    every_listing = _fresh_listings()
+def test_no_kernel_contains_a_fused_multiply_add(ci_golden):
+    """Every kernel's assembly per signature, as LLVM emits it from the optimised module numba links
+    (kept for a cached kernel too, whose own listing numba cannot show), with the package's options."""
+    _compile_every_kernel(ci_golden)
+    every_listing = _listings()
     assembly = "".join(text for listings in every_listing.values() for text in listings.values())
     assert MULTIPLY.search(assembly), "no multiply in any kernel: the scan cannot read this assembly"
     for kernel, listings in every_listing.items():
@@ -83,24 +79,58 @@ def test_no_kernel_contains_a_fused_multiply_add():
             assert fused is None, f"{kernel.__name__}{signature} contains {fused.group(1)}"
 
 
-def _fresh_listings() -> dict:
-    """Each kernel's assembly per signature, compiled afresh. A kernel inlined into cached callers has
-    no signature of its own until a fresh caller compiles it, so callers go first."""
-    import numba
-
-    from csa_conform.oracle.compiled.dots import KERNEL_OPTIONS
-
+def _listings() -> dict:
+    """Each kernel's assembly per signature. A kernel inlined into cached callers has no signature of
+    its own until a caller is typed afresh (typing compiles, or loads, its callees), so callers go first;
+    typing alone is a tenth of a fresh compile."""
     listings, pending = {}, _every_kernel()
     while pending:
         ready = [kernel for kernel in pending if kernel.signatures]
         assert ready, f"never compiled: {', '.join(kernel.__name__ for kernel in pending)}"
         for kernel in ready:
-            fresh = numba.njit(**dict(KERNEL_OPTIONS, cache=False))(kernel.py_func)
-            for signature in kernel.signatures:
-                fresh.compile(signature)
-            listings[kernel] = fresh.inspect_asm()
+            _type_afresh(kernel)
+            listings[kernel] = {signature: _assembly(compiled.library)
+                                for signature, compiled in kernel.overloads.items()}
         pending = [kernel for kernel in pending if kernel not in listings]
     return listings
+
+
+def _assembly(library) -> str:
+    """What LLVM emits for the optimised module numba links into callers: the compiled one, or the cached
+    one, whose object code was emitted from it."""
+    return str(library._codegen._tm.emit_assembly(library._get_module_for_linking()))
+
+
+def _type_afresh(kernel) -> None:
+    """numba's untyped and typing passes over the kernel's source for each of its signatures."""
+    from numba.core import compiler, registry, typed_passes
+    from numba.core.compiler_machinery import AnalysisPass, register_pass
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class TypedOnly(AnalysisPass):
+        _name = "csa_typed_only"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            state.cr = state.typemap
+            return False
+
+    class TypingOnly(compiler.CompilerBase):
+        def define_pipelines(self):
+            pipeline = compiler.DefaultPassBuilder.define_untyped_pipeline(self.state)
+            pipeline.add_pass(typed_passes.NopythonTypeInference, "typing")
+            pipeline.add_pass(TypedOnly, "stop after typing")
+            pipeline.finalize()
+            return [pipeline]
+
+    flags = compiler.Flags()
+    kernel.targetdescr.options.parse_as_flags(flags, kernel.targetoptions)
+    target = registry.cpu_target
+    for signature in kernel.signatures:
+        compiler.compile_extra(target.typing_context, target.target_context, kernel.py_func, signature, None,
+                               flags, {}, pipeline_class=TypingOnly)
 
 
 def test_the_fused_multiply_add_detector_sees_a_contracted_kernel():
@@ -129,7 +159,7 @@ def test_no_kernel_uses_numba_threads():
 
 
 @pytest.mark.parametrize("case_id", THREADED_CASES)
-def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
+def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch, ci_golden):
     import numba
 
     from csa_conform.oracle.compiled import parallel
@@ -138,7 +168,7 @@ def test_worker_count_and_chunking_do_not_change_a_bit(case_id, monkeypatch):
 
     # FP8 decodes split over the workers from two records on (at long context: from 1,024).
     monkeypatch.setattr(compiled_records, "SPLIT_DECODE_RECORDS", 2)
-    info, steps = _steps(case_id)
+    info, steps = _steps(ci_golden, case_id)
     names = list(info.output_names)
     baseline = [outcome(info.attrs, step.inputs, names, "numpy") for step in steps]
     settings = [(workers, working_set) for workers in (1, 2, 3) for working_set in (1, 1 << 16)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -57,21 +58,35 @@ def gxx_flags(options: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
 
 
 def _build(source: str, wrapper: str, build_dir: Path, flags: tuple[str, ...] = ("-ffp-contract=off",)) -> ctypes.CDLL:
+    """The library of one source, wrapper and flags, built once per build folder. Its files appear
+    whole (written under a name of this process, then renamed), so processes may share a folder."""
     digest = hashlib.sha256((wrapper + "\0" + " ".join(flags) + "\0" + source).encode()).hexdigest()[:24]
     library = build_dir / f"{digest}.so"
     if not library.exists():
         source_file = build_dir / f"{digest}.cuh"
-        source_file.write_text(source, encoding="utf-8")
-        command = [
-            GXX, *GXX_FLAGS, *flags, f"-I{HERE}", f'-DCSA_SOURCE="{source_file}"', str(HERE / wrapper),
-            "-o", str(library),
-        ]
-        built = subprocess.run(command, capture_output=True, text=True)
-        if built.returncode != 0:
-            log = built.stderr.strip().splitlines()
-            raise DeviceUnavailable(f"g++ cannot build {wrapper} for the host backend: "
-                                    f"{log[0] if log else 'exit ' + str(built.returncode)}")
+        _publish(source_file, lambda path: path.write_text(source, encoding="utf-8"))
+        _publish(library, lambda path: _compile(wrapper, source_file, flags, path))
     return ctypes.CDLL(str(library))
+
+
+def _publish(path: Path, write) -> None:
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _compile(wrapper: str, source_file: Path, flags: tuple[str, ...], library: Path) -> None:
+    command = [
+        GXX, *GXX_FLAGS, *flags, f"-I{HERE}", f'-DCSA_SOURCE="{source_file}"', str(HERE / wrapper), "-o", str(library),
+    ]
+    built = subprocess.run(command, capture_output=True, text=True)
+    if built.returncode != 0:
+        log = built.stderr.strip().splitlines()
+        raise DeviceUnavailable(f"g++ cannot build {wrapper} for the host backend: "
+                                f"{log[0] if log else 'exit ' + str(built.returncode)}")
 
 
 def build_prelude(build_dir: Path, kernels: KernelDirectory | None = None) -> ctypes.CDLL:
