@@ -13,7 +13,9 @@ its times dropped. The probe is also the first warm-up repetition
 persisting L2 reset before every sample; ``hot``: not, the inputs rotated
 instead, csa_conform.bench.rotation) and the whole step (one CUDA graph); ``step``
 mode times the step only. With a baseline the two directories' samples are
-taken interleaved and the gate (csa_conform.bench.gate) judges every row;
+taken interleaved and the gate (csa_conform.bench.gate) judges every row
+(the baseline's conformance check reads the case as the new kernels' did,
+not again from the file);
 a SLOW row is measured again before it stands.
 """
 
@@ -35,7 +37,7 @@ from csa_conform.check.conformance import CaseReport, check_case
 from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.recorder import RecordedLaunch
-from csa_conform.golden import GoldenFile
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.spec import STAGE_NAMES
 
 COLD, HOT, STEP = "cold", "hot", "step"
@@ -103,6 +105,27 @@ class CaseBench:
         return step.samples.summary().median / sum(row.samples.summary().median for row in launches)
 
 
+class SharedReads:
+    """The golden file with each step of a case read (decompressed, its digests verified) once for all the
+    subjects' conformance checks; the arrays are read-only, so no check can change what the next one reads."""
+
+    def __init__(self, golden: GoldenFile):
+        self._golden = golden
+        self._steps: dict[tuple[str, int], GoldenStep] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self._golden, name)
+
+    def read_step(self, case_id: str, index: int) -> GoldenStep:
+        if (case_id, index) not in self._steps:
+            step = self._golden.read_step(case_id, index)
+            payloads = [step.inputs, step.outputs, *step.stages.values()]
+            for array in (array for payload in payloads for array in payload.values()):
+                array.flags.writeable = False
+            self._steps[case_id, index] = step
+        return self._steps[case_id, index]
+
+
 class Subject:
     """One kernel directory: its recording runner and, once it launched, its timer."""
 
@@ -110,7 +133,7 @@ class Subject:
         self.runner = RecordingRunner(kernels, backend_factory)
         self._timer = None
 
-    def check(self, golden: GoldenFile, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
+    def check(self, golden: GoldenFile | SharedReads, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
         self.runner.last = None
         started = time.perf_counter()
         report = check_case(golden, case, self.runner, STAGE_NAMES)
@@ -227,14 +250,20 @@ def _judge(new: Samples, base: Samples, resolution: float) -> Judgement:
     return compare(new.times, base.times, new.cycles(), base.cycles(), resolution)
 
 
+def _checks(golden: GoldenFile, case: str, subjects: Sequence[Subject]) -> list[tuple[CaseReport, StepLaunches | None,
+                                                                                   float]]:
+    """Every subject's conformance check of the case, its steps read once (and let go once all are checked)."""
+    reads = SharedReads(golden) if len(subjects) > 1 else golden
+    return [subject.check(reads, case) for subject in subjects]
+
+
 def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], options: BenchOptions,
                baseline: Mapping[tuple[str, str], Samples] | None = None,
                peaks: Callable[[], tuple[dict | None, dict | None]] = lambda: (None, None)) -> CaseBench:
     """The case's rows for ``subjects[0]``; ``subjects[1]`` (a baseline directory) or ``baseline``
     (samples of an earlier run, by case and row) is what the gate compares each row with."""
-    report, step, seconds = subjects[0].check(golden, case)
+    (report, step, seconds), *others = _checks(golden, case, subjects)
     bench = CaseBench(case, report, None if step is None else step.step, conformance_s=seconds)
-    others = [subject.check(golden, case) for subject in subjects[1:]]
     if report.failure is not None or step is None:
         return bench
     for index, (name, stages, launches) in enumerate(_rows(step, options.mode)):
