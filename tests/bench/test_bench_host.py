@@ -60,9 +60,9 @@ def test_the_builtin_kernels_are_timed_per_launch_and_step_labelled_as_host(tmp_
     assert list(rows) == LAUNCHES + ["step"]
     for row in rows.values():
         assert row["status"] == "timed" and row["samples"] >= 1
-        spent = row["repetitions"]  # the probe is the first warm-up repetition: 3 in all before sampling
-        assert spent == {"probe": 1, "warmup": 2, "samples": row["samples"] + row["throttled"]}, spent
-        assert spent["warmup"] == row["warmup"]
+        spent = row["repetitions"]  # the probe is the first of at most 3 warm-up repetitions (no clock here)
+        assert spent == {"probe": 1, "warmup": row["warmup"], "samples": row["samples"] + row["throttled"]}, spent
+        assert spent["warmup"] <= 2
         assert row["ci_s"][0] <= row["median_s"] <= row["ci_s"][1]
         assert row["roofline"]["bytes"] > 0 and row["roofline"]["measured"]["bound"] in ("memory", "compute")
         assert row["gate"] is None
