@@ -8,11 +8,14 @@ is timed only when every stage it computes came out identical to the oracle
 (``time_diverged`` times it anyway, marked untrusted). Each row is probed
 once and checked again after its last sample (csa_conform.bench.trust): a
 launch whose outputs then differ from the conformance run's is refused and
-its times dropped. Rows are the launches alone (``cold``: L2 flushed and the
+its times dropped. The probe is also the first warm-up repetition
+(csa_conform.bench.samples), and every row counts the repetitions it spent. Rows are the launches alone (``cold``: L2 flushed and the
 persisting L2 reset before every sample; ``hot``: not, the inputs rotated
 instead, csa_conform.bench.rotation) and the whole step (one CUDA graph); ``step``
 mode times the step only. With a baseline the two directories' samples are
-taken interleaved and the gate (csa_conform.bench.gate) judges every row;
+taken interleaved and the gate (csa_conform.bench.gate) judges every row
+(the baseline's conformance check reads the case as the new kernels' did,
+not again from the file);
 a SLOW row is measured again before it stands.
 """
 
@@ -27,14 +30,14 @@ from csa_conform.bench.gate import SLOW, Judgement, compare, confirm
 from csa_conform.bench.recording import RecordingRunner, StepLaunches
 from csa_conform.bench.roofline import Work, launch_work, roofline
 from csa_conform.bench.rotation import Rotation, cycled, rotated
-from csa_conform.bench.samples import Policy, Samples, collect
+from csa_conform.bench.samples import Policy, Repetitions, Samples, Timed, collect, timed
 from csa_conform.bench.timers import timer_for
 from csa_conform.bench.trust import Guard
 from csa_conform.check.conformance import CaseReport, check_case
 from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.recorder import RecordedLaunch
-from csa_conform.golden import GoldenFile
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.spec import STAGE_NAMES
 
 COLD, HOT, STEP = "cold", "hot", "step"
@@ -70,6 +73,7 @@ class Row:
     baseline: Samples | None = None
     judgement: Judgement | None = None
     rotation: Rotation | None = None  # hot rows: the copies of the inputs their samples cycled through
+    repetitions: Repetitions | None = None  # what the new kernels' side launched for it (None: nothing)
 
     @property
     def timed(self) -> bool:
@@ -101,6 +105,27 @@ class CaseBench:
         return step.samples.summary().median / sum(row.samples.summary().median for row in launches)
 
 
+class SharedReads:
+    """The golden file with each step of a case read (decompressed, its digests verified) once for all the
+    subjects' conformance checks; the arrays are read-only, so no check can change what the next one reads."""
+
+    def __init__(self, golden: GoldenFile):
+        self._golden = golden
+        self._steps: dict[tuple[str, int], GoldenStep] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self._golden, name)
+
+    def read_step(self, case_id: str, index: int) -> GoldenStep:
+        if (case_id, index) not in self._steps:
+            step = self._golden.read_step(case_id, index)
+            payloads = [step.inputs, step.outputs, *step.stages.values()]
+            for array in (array for payload in payloads for array in payload.values()):
+                array.flags.writeable = False
+            self._steps[case_id, index] = step
+        return self._steps[case_id, index]
+
+
 class Subject:
     """One kernel directory: its recording runner and, once it launched, its timer."""
 
@@ -108,7 +133,7 @@ class Subject:
         self.runner = RecordingRunner(kernels, backend_factory)
         self._timer = None
 
-    def check(self, golden: GoldenFile, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
+    def check(self, golden: GoldenFile | SharedReads, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
         self.runner.last = None
         started = time.perf_counter()
         report = check_case(golden, case, self.runner, STAGE_NAMES)
@@ -157,6 +182,9 @@ class _Side:
     def sample(self, cold: bool):
         return self.subject.timer.sample(self.issue, self.guard, cold)
 
+    def probe(self, cold: bool) -> Timed:
+        return timed(lambda: self.sample(cold))
+
     def mismatch(self) -> str | None:
         return self.guard.mismatch(self.subject.parameters)
 
@@ -192,25 +220,41 @@ def _refusal(sides: list[_Side]) -> str | None:
     return None
 
 
-def _measure(sides: list[_Side], options: BenchOptions) -> tuple[list[Samples] | None, str | None]:
-    """Probe, sample interleaved, probe again: the samples (new first), or why the row is refused."""
+@dataclass
+class _Measured:
+    """One measurement of a row: the samples (new first) or why the row is refused, and what the new side spent."""
+
+    samples: list[Samples] | None
+    refused: str | None
+    repetitions: Repetitions
+
+
+def _measure(sides: list[_Side], options: BenchOptions) -> _Measured:
+    """Probe, sample interleaved (each probe the first warm-up repetition of its side), probe again."""
     cold = options.mode != HOT
-    for side in sides:
-        side.sample(cold)
+    probes = {id(side): side.probe(cold) for side in sides}
     refused = _refusal(sides)
     if refused:
-        return None, refused
+        return _Measured(None, refused, Repetitions(probe=1))
     samples = collect([lambda side=side: side.sample(cold) for side in sides], options.policy,
-                      sides[0].subject.timer.max_clock_mhz)
+                      sides[0].subject.timer.max_clock_mhz, probes=[probes[id(side)] for side in sides])
     kept = len(sides)
     refused = _refusal(sides)
+    spent = samples[0].repetitions(probe=1)
     if refused:
-        return None, refused
-    return samples[:1] if len(sides) < kept else samples, None
+        return _Measured(None, refused, spent)
+    return _Measured(samples[:1] if len(sides) < kept else samples, None, spent)
 
 
 def _judge(new: Samples, base: Samples, resolution: float) -> Judgement:
     return compare(new.times, base.times, new.cycles(), base.cycles(), resolution)
+
+
+def _checks(golden: GoldenFile, case: str, subjects: Sequence[Subject]) -> list[tuple[CaseReport, StepLaunches | None,
+                                                                                   float]]:
+    """Every subject's conformance check of the case, its steps read once (and let go once all are checked)."""
+    reads = SharedReads(golden) if len(subjects) > 1 else golden
+    return [subject.check(reads, case) for subject in subjects]
 
 
 def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], options: BenchOptions,
@@ -218,9 +262,8 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
                peaks: Callable[[], tuple[dict | None, dict | None]] = lambda: (None, None)) -> CaseBench:
     """The case's rows for ``subjects[0]``; ``subjects[1]`` (a baseline directory) or ``baseline``
     (samples of an earlier run, by case and row) is what the gate compares each row with."""
-    report, step, seconds = subjects[0].check(golden, case)
+    (report, step, seconds), *others = _checks(golden, case, subjects)
     bench = CaseBench(case, report, None if step is None else step.step, conformance_s=seconds)
-    others = [subject.check(golden, case) for subject in subjects[1:]]
     if report.failure is not None or step is None:
         return bench
     for index, (name, stages, launches) in enumerate(_rows(step, options.mode)):
@@ -234,8 +277,8 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
             if other_step is not None and other_report.failure is None and _trusted(other_report, stages):
                 sides.append(_side(subject, other_step, name, launch_index, options.mode))
         recorded = baseline.get((case, name)) if baseline else None
-        row = _timed_row(name, stages, trusted, sides, options, step, launches, recorded)
-        for side in sides:
+        row = _timed_row(name, stages, trusted, list(sides), options, step, launches, recorded)
+        for side in sides:  # a baseline side the row dropped too: its later rows read these buffers
             side.guard.restore()
         if others and row.timed and row.judgement is None:
             row.message = "the baseline kernels' run of this row diverged or was refused: not compared"
@@ -249,17 +292,17 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
 
 def _timed_row(name: str, stages: tuple[str, ...], trusted: bool, sides: list[_Side], options: BenchOptions,
                step: StepLaunches, launches: list[RecordedLaunch], recorded: Samples | None) -> Row:
-    samples, refused = _measure(sides, options)
-    rotation = sides[0].rotation
+    measured = _measure(sides, options)
+    samples, rotation, spent = measured.samples, sides[0].rotation, measured.repetitions
     if samples is None:
-        return Row(name, stages, REFUSED, refused, rotation=rotation)
+        return Row(name, stages, REFUSED, measured.refused, rotation=rotation, repetitions=spent)
     if not samples[0].times:
         return Row(name, stages, THROTTLED, f"all {samples[0].throttled} samples ran throttled", samples[0],
-                   rotation=rotation)
+                   rotation=rotation, repetitions=spent)
     work = sum((launch_work(launch, step.geometry) for launch in launches), Work(0, 0))
     row = Row(name, stages, TIMED if trusted else UNTRUSTED,
               None if trusted else "timed although a stage it computes diverged (--time-diverged)", samples[0],
-              work, rotation=rotation)
+              work, rotation=rotation, repetitions=spent)
     base = samples[1] if len(samples) > 1 else recorded
     if base is None or not base.times:
         return row
@@ -267,9 +310,11 @@ def _timed_row(name: str, stages: tuple[str, ...], trusted: bool, sides: list[_S
     resolution = sides[0].subject.timer.resolution_s
     judgement = _judge(samples[0], base, resolution)
     if judgement.verdict == SLOW:
-        again, refused = _measure(sides, options)
-        if again is None:
-            return Row(name, stages, REFUSED, refused)
-        judgement = confirm(judgement, _judge(again[0], again[1] if len(again) > 1 else base, resolution))
+        again = _measure(sides, options)
+        row.repetitions = spent + again.repetitions
+        if again.samples is None:
+            return Row(name, stages, REFUSED, again.refused, repetitions=row.repetitions)
+        judgement = confirm(judgement, _judge(again.samples[0], again.samples[1] if len(again.samples) > 1 else base,
+                                              resolution))
     row.judgement = judgement
     return row

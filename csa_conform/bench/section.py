@@ -40,6 +40,7 @@ def row_entry(row: Row) -> dict:
                      p90_s=summary.p90, ci_s=[summary.ci_low, summary.ci_high], noise=summary.noise,
                      clock_mhz=_median(samples.clocks),
                      temperature_c=max((t for t in samples.temperatures if t is not None), default=None))
+    entry["repetitions"] = row.repetitions.to_dict() if row.repetitions is not None else None
     entry["roofline"] = row.roofline
     if row.baseline is not None and row.baseline.times:
         base = row.baseline.summary()

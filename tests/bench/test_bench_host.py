@@ -60,6 +60,9 @@ def test_the_builtin_kernels_are_timed_per_launch_and_step_labelled_as_host(tmp_
     assert list(rows) == LAUNCHES + ["step"]
     for row in rows.values():
         assert row["status"] == "timed" and row["samples"] >= 1
+        spent = row["repetitions"]  # the probe is the first of at most 3 warm-up repetitions (no clock here)
+        assert spent == {"probe": 1, "warmup": row["warmup"], "samples": row["samples"] + row["throttled"]}, spent
+        assert spent["warmup"] <= 2
         assert row["ci_s"][0] <= row["median_s"] <= row["ci_s"][1]
         assert row["roofline"]["bytes"] > 0 and row["roofline"]["measured"]["bound"] in ("memory", "compute")
         assert row["gate"] is None
@@ -83,6 +86,8 @@ def test_a_kernel_made_slower_is_slow_against_the_unchanged_one(tmp_path):
     jsonschema.validate(document, schema())
     replicate = _rows(document)["csa_ratio4_index_replicate"]
     assert replicate["gate"]["verdict"] == "SLOW" and replicate["gate"]["reruns"] == 1
+    assert replicate["repetitions"]["probe"] == 2  # measured again: both measurements' repetitions counted
+    assert replicate["repetitions"]["samples"] > replicate["samples"]
     assert replicate["gate"]["ratio"] > 2
     assert document["cases"][0]["failure"]["type"] == "slow"
 
@@ -95,6 +100,7 @@ def test_a_kernel_that_writes_only_once_is_refused_not_timed(tmp_path):
     rows = _rows(document)
     for name in ("csa_ratio4_index_replicate", "step"):
         assert rows[name]["status"] == "refused" and "median_s" not in rows[name]
+        assert rows[name]["repetitions"]["probe"] == 1  # what a refused row spent is still counted
         assert "argument 1 (selected)" in rows[name]["message"]
     assert rows["csa_ratio4_index_select"]["status"] == "timed"
     assert document["cases"][0]["verdicts"]["selection"] == "identical"  # the conformance run itself passed
