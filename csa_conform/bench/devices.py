@@ -15,7 +15,6 @@ case it stands out on; a flag is reported, never an exit status of its own.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
@@ -26,7 +25,7 @@ from csa_conform.bench.gate import MIN_CHANGE
 from csa_conform.bench.measure import STEP_ROW
 from csa_conform.bench.run import BenchJob, DeviceRun, run_device
 from csa_conform.device import cuda
-from csa_conform.device.devices import VISIBLE_ENV, visible_device
+from csa_conform.device.devices import own_device, visible_device
 
 MIN_DEVICES = 3
 
@@ -81,7 +80,7 @@ def step_medians(runs: Sequence[DeviceRun]) -> dict[str, dict[int, float]]:
 
 def _worker(share: tuple[int, str, BenchJob]) -> DeviceRun:
     device, visible, job = share
-    os.environ[VISIBLE_ENV] = visible
+    own_device(visible)
     return replace(run_device(job), device=device)
 
 

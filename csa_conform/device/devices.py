@@ -75,9 +75,14 @@ def visible_device(ordinal: int) -> str:
     return inherited[ordinal]
 
 
+def own_device(visible: str) -> None:
+    """Make this worker process see only ``visible`` (a CUDA_VISIBLE_DEVICES entry), before CUDA starts in it."""
+    os.environ[VISIBLE_ENV] = visible
+
+
 def _worker(share: tuple[str, Work, Sequence[str]]):
     visible, work, cases = share
-    os.environ[VISIBLE_ENV] = visible
+    own_device(visible)
     return work(cases)
 
 
