@@ -11,9 +11,13 @@ empty fields are left out, so a clean run of the whole suite stays small.
 ``results.schema.json`` beside this module is the machine-readable schema;
 the tests validate real output against it.
 
-A command builds its document from entries: ``tensor_entry`` (a failing
-TensorDiff), ``stage_entry``, ``step_entry``, ``failure_entry`` and
-``case_entry`` (or ``device_case_entry`` for a device CaseReport), then
+The result model every command builds is one typed tree: ``CaseEntry`` ->
+``StepEntry`` (failing steps only) -> ``StageEntry`` -> the failing
+TensorDiffs, with failures (``failure_entry``) and depth-mode findings
+(csa_conform.check.findings.RunFinding.to_json) as their dicts; ``to_json``
+gives each node's entry in the document. verify and bridge reach it from a
+CaseResult (``CaseResult.entry``), the device commands from a conformance
+CaseReport (``device_case``), bisect and gap build it directly. Then
 ``results_document(command, argv, cases, ...)`` with ``golden_reference``,
 ``kernel_provenance`` and ``control_run``; what only one command reports
 (bisect's origin, explain's findings) goes in ``extra`` under its name.
@@ -118,9 +122,9 @@ class CaseResult:
             lines += [f"FAIL {case} step {step.step} {diff.summary()}" for diff in step.diffs]
         return [one_line(f"{line} — reproduce: {self.reproduce}") for line in lines]
 
-    def entry(self) -> dict:
+    def entry(self) -> CaseEntry:
         failing = [step for step in self.steps if not step.passed]
-        return case_entry(
+        return CaseEntry(
             self.case_id,
             passed=self.passed,
             family=self.family,
@@ -132,21 +136,21 @@ class CaseResult:
             failure=(failure_entry(INVALID_CASE, self.invalid, self.reproduce) if self.invalid else
                      failure_entry(CORRUPT_DATASET, self.problem, self.reproduce) if self.problem else None),
             steps=[
-                step_entry(
+                StepEntry(
                     step.step,
                     failure=failure_entry(step.problem_type, step.problem, self.reproduce) if step.problem else None,
-                    stages=_group_by_stage(step.diffs, lambda stage: self.reproduce),
+                    stages=_group_by_stage(step.diffs, self.reproduce),
                 )
                 for step in failing
             ],
         )
 
 
-def _group_by_stage(diffs: Iterable[TensorDiff], reproduce) -> list[dict]:
+def _group_by_stage(diffs: Iterable[TensorDiff], reproduce: str) -> list[StageEntry]:
     stages: dict[str, list[TensorDiff]] = {}
     for diff in diffs:
         stages.setdefault(diff.stage, []).append(diff)
-    return [stage_entry(stage, reproduce(stage), found) for stage, found in stages.items()]
+    return [StageEntry(stage, reproduce, found) for stage, found in stages.items()]
 
 
 def failure_entry(kind: str, message: str, reproduce: str, **where) -> dict:
@@ -154,74 +158,95 @@ def failure_entry(kind: str, message: str, reproduce: str, **where) -> dict:
     return {"type": kind, "message": message, "reproduce": reproduce, **where}
 
 
-def stage_entry(stage: str, reproduce: str, diffs: Iterable[TensorDiff], kernel: str | None = None,
-                diagnosis: Iterable = ()) -> dict:
+@dataclass
+class StageEntry:
     """A divergent stage: its reproducer, the kernel that wrote it, its structural findings, its tensors."""
-    return {"stage": stage, "reproduce": reproduce, "kernel": kernel,
-            "diagnosis": [finding.to_dict() for finding in diagnosis],
-            "tensors": [tensor_entry(diff) for diff in diffs]}
+
+    stage: str
+    reproduce: str
+    diffs: list[TensorDiff]
+    kernel: str | None = None
+    diagnosis: list = field(default_factory=list)  # csa_conform.explain.patterns findings
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "reproduce": self.reproduce, "kernel": self.kernel,
+                "diagnosis": [finding.to_dict() for finding in self.diagnosis],
+                "tensors": [tensor_entry(diff) for diff in self.diffs]}
 
 
-def step_entry(step: int, *, failure: dict | None = None, stages: list[dict] | None = None) -> dict:
-    entry: dict = {"step": step}
-    if failure is not None:
-        entry["failure"] = failure
-    entry["stages"] = stages or []
-    return entry
+@dataclass
+class StepEntry:
+    """A failing step: why it stopped (``failure``), the stages that diverged, what a depth mode found."""
+
+    step: int
+    failure: dict | None = None
+    stages: list[StageEntry] = field(default_factory=list)
+    findings: list[dict] = field(default_factory=list)  # RunFinding.to_json entries
+
+    def to_json(self) -> dict:
+        entry: dict = {"step": self.step}
+        if self.failure is not None:
+            entry["failure"] = self.failure
+        entry["stages"] = [stage.to_json() for stage in self.stages]
+        if self.findings:
+            entry["findings"] = self.findings
+        return entry
 
 
-def case_entry(
-    case: str,
-    *,
-    passed: bool,
-    reproduce: str,
-    steps_total: int,
-    steps_compared: int,
-    family: str = "",
-    time_s: float = 0.0,
-    rejected_steps: list[int] | None = None,
-    failure: dict | None = None,
-    verdicts: dict[str, dict] | None = None,
-    steps: list[dict] | None = None,
-) -> dict:
-    """One case: the verdict, what was compared, and (failing only) steps -> stages -> tensors."""
-    entry = {
-        "case": case,
-        "family": family,
-        "passed": passed,
-        "time_s": round(time_s, 3),
-        "steps_total": steps_total,
-        "steps_compared": steps_compared,
-        "reproduce": reproduce,
-    }
-    if rejected_steps:
-        entry["rejected_steps"] = rejected_steps
-    if verdicts is not None:
-        entry["verdicts"] = verdicts
-    if failure is not None:
-        entry["failure"] = failure
-    entry["steps"] = steps or []
-    return entry
+@dataclass
+class CaseEntry:
+    """One case of any run: the verdict, what was compared, and (failing only) steps -> stages -> tensors."""
+
+    case: str
+    passed: bool
+    reproduce: str
+    steps_total: int
+    steps_compared: int
+    family: str = ""
+    time_s: float = 0.0
+    rejected_steps: list[int] = field(default_factory=list)
+    failure: dict | None = None
+    verdicts: dict[str, str] | None = None  # device runs: each stage's status
+    steps: list[StepEntry] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """The case as the results document records it (empty optional fields left out)."""
+        entry = {
+            "case": self.case,
+            "family": self.family,
+            "passed": self.passed,
+            "time_s": round(self.time_s, 3),
+            "steps_total": self.steps_total,
+            "steps_compared": self.steps_compared,
+            "reproduce": self.reproduce,
+        }
+        if self.rejected_steps:
+            entry["rejected_steps"] = self.rejected_steps
+        if self.verdicts is not None:
+            entry["verdicts"] = self.verdicts
+        if self.failure is not None:
+            entry["failure"] = self.failure
+        entry["steps"] = [step.to_json() for step in self.steps]
+        return entry
 
 
-def device_case_entry(report, reproduce: Callable[[str], str], time_s: float) -> dict:
+def device_case(report, reproduce: Callable[[str], str], time_s: float) -> CaseEntry:
     """A device case (csa_conform.check.conformance.CaseReport): per-stage verdicts and, per
     failing step, the stages and tensors that diverged; ``reproduce(stage)`` is the command for one stage."""
-    steps: dict[int, dict] = {}
+    steps: dict[int, StepEntry] = {}
     if report.failure is not None:
         failure = report.failure
         stage = failure["stage"] if failure["stage"] in report.stages else "all"
-        steps[failure["step"]] = step_entry(failure["step"], failure=failure_entry(
+        steps[failure["step"]] = StepEntry(failure["step"], failure=failure_entry(
             STEP_REJECTED, failure["message"], reproduce(stage), stage=failure["stage"]))
     for finding in report.findings:
-        step = steps.setdefault(finding.step, step_entry(finding.step))
-        step.setdefault("findings", []).append(finding.to_json(reproduce(finding.stages[0])))
+        steps.setdefault(finding.step, StepEntry(finding.step)).findings.append(
+            finding.to_json(reproduce(finding.stages[0])))
     for verdict in report.diverged():
         if verdict.diffs:
-            step = steps.setdefault(verdict.step, step_entry(verdict.step))
-            step["stages"].append(stage_entry(verdict.stage, reproduce(verdict.stage), verdict.diffs,
-                                              verdict.kernel, verdict.diagnosis))
-    return case_entry(
+            steps.setdefault(verdict.step, StepEntry(verdict.step)).stages.append(StageEntry(
+                verdict.stage, reproduce(verdict.stage), verdict.diffs, verdict.kernel, verdict.diagnosis))
+    return CaseEntry(
         report.case,
         passed=report.passed,
         time_s=time_s,

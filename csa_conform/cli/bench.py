@@ -24,7 +24,7 @@ from csa_conform.bench.timers import HOST_CAVEAT
 from csa_conform.check.results import (
     SLOWER,
     TIMING_REFUSED,
-    device_case_entry,
+    device_case,
     failure_entry,
     golden_reference,
     kernel_provenance,
@@ -94,7 +94,7 @@ def _gate_failures(bench: CaseBench, strict: bool) -> list[tuple[str, str]]:
 
 
 def _case_entry(bench: CaseBench, reproduce: str, strict: bool) -> dict:
-    entry = device_case_entry(bench.report, lambda stage: reproduce, bench.conformance_s)
+    entry = device_case(bench.report, lambda stage: reproduce, bench.conformance_s).to_json()
     failures = _gate_failures(bench, strict)
     if failures and entry.get("failure") is None:
         kind, message = failures[0]

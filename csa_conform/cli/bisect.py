@@ -16,14 +16,14 @@ from csa_conform.check.conformance import compare_step, first_divergence, replay
 from csa_conform.check.options import RunOptions
 from csa_conform.check.results import (
     STEP_REJECTED,
-    case_entry,
+    CaseEntry,
+    StageEntry,
+    StepEntry,
     control_run,
     failure_entry,
     golden_reference,
     kernel_provenance,
     results_document,
-    stage_entry,
-    step_entry,
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
@@ -107,14 +107,14 @@ def _case(case: str, steps: int, found: dict | None, isolated: list[str], option
     if found is not None:
         reproduce = _reproduce(found, isolated, options, case)
         if "message" in found:
-            failing.append(step_entry(found["step"], failure=failure_entry(
+            failing.append(StepEntry(found["step"], failure=failure_entry(
                 STEP_REJECTED, found["message"], reproduce, stage=found["stage"])))
         else:
-            failing.append(step_entry(found["step"], stages=[stage_entry(found["stage"], reproduce, found["diffs"])]))
-    return case_entry(
+            failing.append(StepEntry(found["step"], stages=[StageEntry(found["stage"], reproduce, found["diffs"])]))
+    return CaseEntry(
         case, passed=found is None, time_s=seconds, reproduce=options.command(case, "all"),
         steps_total=steps, steps_compared=steps if found is None else found["step"] + 1, steps=failing,
-    )
+    ).to_json()
 
 
 @exits("no divergence", "divergence found", bisect=True)

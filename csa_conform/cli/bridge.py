@@ -9,6 +9,7 @@ import re
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -33,7 +34,7 @@ from csa_conform.check.results import golden_reference, results_document
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.diff import envelope_lines
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import OutputOptions, case_selection, golden_file, jobs_option, output_options
+from csa_conform.cli.options import OutputOptions, case_selection, golden_file, grouped, jobs_option, output_options
 from csa_conform.compare.tolerance import Tolerances
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import GoldenFile
@@ -55,6 +56,16 @@ def _variable(context, param, value: str) -> str:
     if value and not _NAME.fullmatch(value):
         raise click.BadParameter(f"{value!r} is not a variable name (give '' to run each step once, plain)")
     return value
+
+
+@dataclass(frozen=True)
+class RuntimeRunner:
+    """How each runner process is started (--runner, --env, --force-host-env, --timeout-s)."""
+
+    runner: str
+    environment: tuple[tuple[str, str], ...]
+    force_host_env: str
+    timeout_s: float
 
 
 def _cases(golden: GoldenFile, case_ids: list[str], options: BridgeOptions, work: Path, jobs: int,
@@ -108,7 +119,7 @@ def _summary(cases: list[BridgeCase], file: str) -> str:
             kinds[kind] += kind in found
     failed = sum(not case.result.passed for case in cases)
     steps = sum(len(case.result.steps) for case in cases)
-    refused = sum(len(case.result.entry().get("rejected_steps", [])) for case in cases)
+    refused = sum(len(case.result.entry().rejected_steps) for case in cases)
     return (f"bridge: {len(cases) - failed}/{len(cases)} cases conformant ({steps} steps, {refused} of them "
             f"rejected by the reference) in {escaped(file)}; {failed} failed"
             f" ({kinds[UNSUPPORTED_FAILURE]} unsupported, {kinds[RUNNER_ERROR]} runner errors)")
@@ -140,10 +151,10 @@ def _summary(cases: list[BridgeCase], file: str) -> str:
               "the stage computing it; the envelope, not bit equality, is then the gate.")
 @jobs_option("Cases run at once (each a stream of runner processes).")
 @output_options
+@grouped("runtime", RuntimeRunner)
 @boundary
-def bridge_command(file: str, runner: str, case_glob: str | None, environment: tuple[tuple[str, str], ...],
-                   force_host_env: str, mode: str, ulp: int, timeout_s: float, tolerance: str | None, jobs: int,
-                   output: OutputOptions) -> ExitCode:
+def bridge_command(file: str, runtime: RuntimeRunner, case_glob: str | None, mode: str, ulp: int,
+                   tolerance: str | None, jobs: int, output: OutputOptions) -> ExitCode:
     """Run every step of FILE through the runtime's conformance runner and compare its outputs bit for bit.
 
     Each step is exported as a single-node model with its .nxrt inputs (as
@@ -161,8 +172,8 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
     """
     envelope = Tolerances.read(tolerance) if tolerance else None
     mode = envelope.run_mode(tolerance, mode) if envelope is not None else mode or MODES[0]
-    options = BridgeOptions(file, runner, tuple(runner_words(runner)), environment, force_host_env, mode, ulp,
-                            timeout_s, tolerance)
+    options = BridgeOptions(file, runtime.runner, tuple(runner_words(runtime.runner)), runtime.environment,
+                            runtime.force_host_env, mode, ulp, runtime.timeout_s, tolerance)
     onnx_module()
     with GoldenFile(file) as golden:
         case_ids = matching_cases(golden.case_ids(), case_glob, golden.path)
@@ -176,7 +187,7 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
     code = _exit_code(cases, judged)
     if output.as_json:
         emit_json(results_document(
-            "bridge", argv(), [case.result.entry() for case in cases], exit_code=code,
+            "bridge", argv(), [case.result.entry().to_json() for case in cases], exit_code=code,
             golden=golden_reference(file, schema_version),
             options={"mode": mode, "ulp": ulp, **({"tolerance": tolerance} if tolerance else {})},
             extra={"bridge": {**options.describe(), "runs": list(options.runs),
@@ -186,9 +197,9 @@ def bridge_command(file: str, runner: str, case_glob: str | None, environment: t
                    **({"tolerance": judged} if judged is not None else {})}))
         return code
     if not output.quiet:
-        runs = "plain and force-host" + f" ({force_host_env}=1)" if force_host_env else PLAIN
-        click.echo(one_line(f"csa-conform bridge {file}: runner {runner}, mode {mode}, runs {runs}, "
-                            f"at most {timeout_s:g} s a step"))
+        runs = "plain and force-host" + f" ({options.force_host_env}=1)" if options.force_host_env else PLAIN
+        click.echo(one_line(f"csa-conform bridge {file}: runner {options.runner}, mode {mode}, runs {runs}, "
+                            f"at most {options.timeout_s:g} s a step"))
     for case in cases:
         for line in case.result.failure_lines():
             click.echo(line)

@@ -27,7 +27,7 @@ from csa_conform.check.invariance import VARIANT
 from csa_conform.check.options import RunOptions
 from csa_conform.check.results import (
     control_run,
-    device_case_entry,
+    device_case,
     kernel_provenance,
     results_document,
 )
@@ -339,7 +339,7 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
     if output.as_json:
         emit_json(results_document(
             "diff", argv(),
-            [device_case_entry(report, lambda stage, case=report.case: options.command(case, stage), seconds)
+            [device_case(report, lambda stage, case=report.case: options.command(case, stage), seconds).to_json()
              for report, seconds in timed_reports],
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
             options={**options.describe(), "stages": list(stages), "explain": checks.explain,

@@ -14,7 +14,7 @@ from csa_conform._base.terminal import one_line
 from csa_conform.check.conformance import check_case
 from csa_conform.check.results import (
     control_run,
-    device_case_entry,
+    device_case,
     golden_reference,
     invalid_entry,
     kernel_provenance,
@@ -77,8 +77,8 @@ def explain_command(file, stages, case_glob, device: DeviceOptions, output: Outp
             started = time.perf_counter()
             if not report.passed and report.invalid is None:
                 explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
-            entries.append(device_case_entry(report, lambda stage, case=report.case: options.command(case, stage),
-                                             checked + time.perf_counter() - started))
+            entries.append(device_case(report, lambda stage, case=report.case: options.command(case, stage),
+                                       checked + time.perf_counter() - started).to_json())
     settle_across_steps(explanations)  # the run's other cases of the same kernel are evidence too
     code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
     if code == ExitCode.USAGE and device.git_bisect:

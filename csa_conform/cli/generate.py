@@ -6,6 +6,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -17,7 +18,7 @@ from csa_conform._base.memory import small_pages
 from csa_conform._base.terminal import shell_join
 from csa_conform.cli.common import boundary, capped_jobs, fan_out, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.options import case_selection, engine_option, jobs_option, quiet_option
+from csa_conform.cli.options import case_selection, engine_option, grouped, jobs_option, quiet_option
 from csa_conform.exitcodes import ExitCode
 from csa_conform.golden import Compression, GoldenCase, write_goldens
 from csa_conform.golden.chunks import StoredCase, store_case
@@ -63,6 +64,21 @@ def overlapped(make: Callable, store: Callable, items: Iterable, depth: int = 2)
                 future.cancel()
 
 
+@dataclass(frozen=True)
+class SuiteSelection:
+    """Which recipes to build (--suite, --seed, --case): what the file's provenance and a reproducer name."""
+
+    suite: str
+    seed: int
+    case_glob: str | None
+
+    def recipes(self) -> list[Recipe]:
+        return suite_recipes(self.suite, self.seed, self.case_glob)
+
+    def provenance(self) -> dict:
+        return {"suite": self.suite, "suite_seed": self.seed, "selection": self.case_glob or "*"}
+
+
 @exits("written")
 @click.command("generate")
 @click.option("--suite", type=click.Choice(sorted(SUITES)), default="ci", show_default=True,
@@ -78,10 +94,11 @@ def overlapped(make: Callable, store: Callable, items: Iterable, depth: int = 2)
 @click.option("--profile", type=click.Choice(NUMERICS_PROFILES), default=REFERENCE, show_default=True,
               help="Numerics profile the payloads are computed under (the file's root names it).")
 @quiet_option("No progress bar.")
+@grouped("selection", SuiteSelection)
 @boundary
 def generate_command(
-    suite: str, case_glob: str | None, seed: int, output: Path | None, force: bool, jobs: int, engine: str | None,
-    profile: str, quiet: bool,
+    selection: SuiteSelection, output: Path | None, force: bool, jobs: int, engine: str | None, profile: str,
+    quiet: bool,
 ) -> ExitCode:
     """Build deterministic fixtures, run the oracle on every step and write goldens.
 
@@ -97,9 +114,9 @@ def generate_command(
     """
     engine = chosen_engine(engine)
     small_pages()
-    output = output or Path(f"{suite}.h5")
+    output = output or Path(f"{selection.suite}.h5")
     jobs = capped_jobs(jobs)
-    recipes = suite_recipes(suite, seed, case_glob)
+    recipes = selection.recipes()
     if output.exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
     started = time.monotonic()
@@ -120,14 +137,14 @@ def generate_command(
         made = fan_out(partial(stored_case, profile=profile, engine=engine), recipes, jobs,
                        [recipe.weight for recipe in recipes])
     cases = progress(counting(made), len(recipes), "generate", describe, quiet)
-    provenance = {"suite": suite, "suite_seed": seed, "selection": case_glob or "*", **provenance_entry(profile)}
+    provenance = {**selection.provenance(), **provenance_entry(profile)}
     try:
         written = write_goldens(output, cases, force=force, provenance=provenance)
     except FixtureError as error:
         case = exact_glob(error.case_id) if error.case_id else "*"
         chosen = [] if profile == REFERENCE else ["--profile", profile]
-        reproduce = shell_join(["csa-conform", "generate", "--suite", suite, "--seed", str(seed), *chosen, "--case",
-                                case, "-o", "case.h5"])
+        reproduce = shell_join(["csa-conform", "generate", "--suite", selection.suite, "--seed", str(selection.seed),
+                                *chosen, "--case", case, "-o", "case.h5"])
         click.echo(f"csa-conform: error: generation failed: {error} — reproduce: {reproduce}", err=True)
         return error.exit_code
     size = os.path.getsize(output) / 1e6

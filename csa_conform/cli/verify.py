@@ -130,7 +130,7 @@ def verify_command(
                 raise GoldenChanged(f"{file}: the file changed while it was being verified")
     code = verdicts_code(not all(result.passed for result in results), any(result.invalid for result in results))
     document = results_document(
-        "verify", argv(), [result.entry() for result in results],
+        "verify", argv(), [result.entry().to_json() for result in results],
         exit_code=code, golden=golden_reference(file, schema_version, digest.result() if digest else None),
     )
     if output.as_json:

@@ -25,7 +25,7 @@ from csa_conform.device.plan import StepPlan, plan_step
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
 from csa_conform.device.replay import Replayer
-from csa_conform.device.step import DeviceStepResult, StepRun
+from csa_conform.device.step import DeviceStepResult, Launcher, StepRun
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import UsageError
 from csa_conform.spec import Mode
@@ -107,8 +107,8 @@ class DeviceRunner:
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
-        result = StepRun(self.backend, self.kernels, self.provenance, geometry, plan, tensors,
-                         reference or {}, case, step, self.repeat, records).execute()
+        launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat)
+        result = StepRun(launcher, geometry, plan, tensors, reference or {}, case, step, records).execute()
         if self.replayer is not None and self._backend is not None:
             result.findings += self.replayer.step(self._backend, case, step)
             self.provenance.replay = self.replayer.describe()

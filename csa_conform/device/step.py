@@ -47,28 +47,39 @@ class DeviceStepResult(StepResult):
     findings: list = field(default_factory=list)  # what a mode of diff found (.kind, .stages, .message)
 
 
-class StepRun:
-    """The launches and host stages of one step, in pipeline order.
+@dataclass(frozen=True)
+class Launcher:
+    """What every step of one run launches with: the same backend, kernels, provenance and repeat count.
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
     ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism).
+    """
+
+    backend: Callable[[], object]
+    kernels: KernelDirectory
+    provenance: RunProvenance
+    repeat: int = 1
+
+
+class StepRun:
+    """The launches and host stages of one step, in pipeline order.
+
     ``records`` is the records per batch row the caches and scratch reserve; by default the step's own.
     """
 
-    def __init__(self, backend: Callable[[], object], kernels: KernelDirectory, provenance: RunProvenance,
-                 geometry: StepGeometry, plan: StepPlan, tensors: StepTensors,
-                 reference: Mapping[str, Mapping[str, np.ndarray]], case: str, step: int, repeat: int = 1,
+    def __init__(self, launcher: Launcher, geometry: StepGeometry, plan: StepPlan, tensors: StepTensors,
+                 reference: Mapping[str, Mapping[str, np.ndarray]], case: str, step: int,
                  records: int | None = None):
-        self.backend = backend
-        self.kernels = kernels
-        self.provenance = provenance
+        self.backend = launcher.backend
+        self.kernels = launcher.kernels
+        self.provenance = launcher.provenance
         self.g = geometry
         self.plan = plan
         self.t = tensors
         self.reference = reference
         self.case = case
         self.step = step
-        self.repeat = repeat
+        self.repeat = launcher.repeat
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []

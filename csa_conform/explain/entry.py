@@ -16,12 +16,14 @@ stays reported, the other verdicts are kept.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from csa_conform.check.conformance import CaseReport, check_case, compare_step, replay
-from csa_conform.contract import validate_step
+from csa_conform.compare.bitwise import TensorDiff
+from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
@@ -144,11 +146,27 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
             explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, left[0], left
 
 
-def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, diffs,
-                 device_libm: Callable[[str], Callable] | None, skipped: dict[str, str],
+@dataclass(frozen=True)
+class Divergence:
+    """One divergent stage of one step, re-run isolated: the oracle's and the device's stage payloads
+    (stage -> tensor -> array) and the failing tensor diffs between them."""
+
+    case: str
+    step: int
+    stage: str
+    g: StepGeometry
+    inputs: Mapping[str, np.ndarray]
+    expected: Mapping[str, Mapping[str, np.ndarray]]
+    actual: Mapping[str, Mapping[str, np.ndarray]]
+    diffs: Sequence[TensorDiff]
+
+
+def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] | None, skipped: dict[str, str],
                  witnesses: Witnesses | None = None) -> Explanation:
-    """Explain one isolated divergence of `stage` (its failing `diffs`); ``witnesses``, the run's conformant
-    cases, are the experiments that may separate rival hypotheses."""
+    """Explain one isolated divergence; ``witnesses``, the run's conformant cases, are the experiments that
+    may separate rival hypotheses."""
+    case, step, stage, g = divergence.case, divergence.step, divergence.stage, divergence.g
+    inputs, expected, actual, diffs = divergence.inputs, divergence.expected, divergence.actual, divergence.diffs
     explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
                               skipped=dict(skipped) if BY_NAME[stage].libm else {},
                               kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs]))
@@ -192,7 +210,7 @@ def explain_step(case: str, step: int, stage: str, g, inputs, expected, actual, 
     reruns = sub_step_trials(stage, g, inputs, upstream, target, skip=skip + (("RoPE",) if rope_exact else ()))
     explanation.trials = [trial for _, trial in reruns]
     reproduced = any(trial.reproduces for _, trial in reruns)
-    found, closest, trials, explanation.search = search(stage, g, inputs, upstream, target, device_libm,
+    found, closest, trials, explanation.search = search(Rerun(stage, g, inputs, upstream, target), device_libm,
                                                         explanation.baseline, rope_exact, combine=not reproduced)
     explanation.trials += trials
     explanation.closest = closest
@@ -270,8 +288,9 @@ def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner
                 if not diffs:
                     continue
                 try:
-                    explanations.append(explain_step(case, outcome.index, stage, g, step.inputs, outcome.expected,
-                                                     outcome.actual.stages, diffs, libm, skipped, witnesses))
+                    explanations.append(explain_step(Divergence(case, outcome.index, stage, g, step.inputs,
+                                                                outcome.expected, outcome.actual.stages, diffs),
+                                                     libm, skipped, witnesses))
                 except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this divergence's verdict says so
                     explanations.append(Explanation(
                         case, outcome.index, stage, FAILED, [diff.summary() for diff in diffs],

@@ -74,17 +74,17 @@ def _combinations(singles: list[Hypothesis], trials: list[Trial]) -> list[list[H
     return found
 
 
-def search(stage: str, g, inputs, upstream, target, device_libm, baseline: int, rope_exact: bool = False,
+def search(rerun: Rerun, device_libm, baseline: int, rope_exact: bool = False,
            combine: bool = True) -> tuple[list[tuple[Hypothesis, Trial]], Trial | None, list[Trial], dict]:
-    """(every reproducing hypothesis and its trial, closest, every trial, how the search ran): all singles,
+    """(every reproducing hypothesis and its trial, closest, every trial, how the search ran) of the stage
+    ``rerun`` re-runs: all singles,
     then the smallest combinations of the closest ingredients (a kernel may swap several at once, e.g.
     CUDA's powf, sinf and cosf together) when no single reproduces and ``combine``, at most COMBINATION_CAP of
     them (STALLED_CAP when no single moved the result closer to the device's). Trials are screened on the
     rows that differ; every reproducing trial and ``closest`` (the trial with fewest mismatches among those
     with fewer than ``baseline``, the reference's own) are re-run on the whole stage, and a screened trial
     that does not reproduce there is no cause."""
-    rerun = Rerun(stage, g, inputs, upstream, target)
-    singles = [hypothesis for hypothesis in stage_hypotheses(stage, device_libm)
+    singles = [hypothesis for hypothesis in stage_hypotheses(rerun.stage, device_libm)
                if not (rope_exact and acts_only_in_rope(hypothesis))]
     trials = [rerun.confirmed(hypothesis, rerun.trial(hypothesis)) for hypothesis in singles]
     hypotheses = list(singles)

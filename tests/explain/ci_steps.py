@@ -8,7 +8,7 @@ from pathlib import Path
 import csa_conform.explain.search as search
 from csa_conform.compare.bitwise import compare_payloads
 from csa_conform.contract import validate_step
-from csa_conform.explain import explain_step
+from csa_conform.explain import Divergence, explain_step
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.golden import GoldenFile
 
@@ -28,7 +28,7 @@ def explain_payload(stage, g, inputs, expected, payload, witnesses=None):
     device = dict(expected, **{stage: payload})
     diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: payload}) if not diff.passed]
     assert diffs
-    return explain_step("case", 0, stage, g, inputs, expected, device, diffs, None, {}, witnesses)
+    return explain_step(Divergence("case", 0, stage, g, inputs, expected, device, diffs), None, {}, witnesses)
 
 
 def add_rival(monkeypatch, rival: Hypothesis) -> None:
