@@ -4,7 +4,7 @@ A change is called only when the 95% CI of median(new) / median(base) lies
 wholly beyond 1 ± max(3%, 2 × noise), noise being the larger relative
 half-width of the two medians' CIs, so a run whose own medians wobble by 2%
 needs a 4% gap, and a gap under twice the timer's resolution (CUDA events:
-about 0.5 us) is no change however narrow the interval. SLOW must also hold in cycles (each sample's time times the
+about 0.5 us; CUPTI: 32 ns, its GPU clock's tick) is no change however narrow the interval. SLOW must also hold in cycles (each sample's time times the
 SM clock it ran at, where the clock was read), so a clock that moved between
 the runs is not a regression, and must recur when the row is measured again
 (``confirm``). FAST is the mirror image and is reported, never fatal. SAME

@@ -31,7 +31,7 @@ from csa_conform.bench.recording import RecordingRunner, StepLaunches
 from csa_conform.bench.roofline import Work, launch_work, roofline
 from csa_conform.bench.rotation import Rotation, cycled, rotated
 from csa_conform.bench.samples import Policy, Repetitions, Samples, Timed, collect, timed
-from csa_conform.bench.timers import timer_for
+from csa_conform.bench.timers import AUTO, timer_for
 from csa_conform.bench.trust import Guard
 from csa_conform.check.conformance import CaseReport, check_case
 from csa_conform.device.backend import Backend
@@ -129,8 +129,9 @@ class SharedReads:
 class Subject:
     """One kernel directory: its recording runner and, once it launched, its timer."""
 
-    def __init__(self, kernels: KernelDirectory, backend_factory: Callable[[], Backend]):
+    def __init__(self, kernels: KernelDirectory, backend_factory: Callable[[], Backend], timer: str = AUTO):
         self.runner = RecordingRunner(kernels, backend_factory)
+        self.timer_choice = timer
         self._timer = None
 
     def check(self, golden: GoldenFile | SharedReads, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
@@ -152,13 +153,18 @@ class Subject:
     @property
     def timer(self):
         if self._timer is None:
-            self._timer = timer_for(self.backend)
+            self._timer = timer_for(self.backend, self.timer_choice)
         return self._timer
 
     @property
     def timer_name(self) -> str | None:
         """The timer that timed this subject's rows (None when nothing was timed)."""
         return None if self._timer is None else self._timer.name
+
+    @property
+    def timer_fallback(self) -> str | None:
+        """Why CUPTI did not time this subject's rows where it was wanted (None: it did, or was not wanted)."""
+        return None if self._timer is None else self._timer.fallback
 
     @property
     def persisting_l2(self) -> str | None:

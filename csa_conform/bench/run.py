@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 from csa_conform.bench.measure import BenchOptions, CaseBench, Subject, bench_case
 from csa_conform.bench.roofline import nominal_peaks
 from csa_conform.bench.samples import Samples
+from csa_conform.bench.timers import AUTO
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.provenance import RunProvenance
@@ -30,6 +31,7 @@ class BenchJob:
     options: BenchOptions
     baseline_kernels: str | None = None
     recorded: Mapping[tuple[str, str], Samples] | None = None
+    timer: str = AUTO  # --timer: auto, cupti or events (csa_conform.bench.timers)
 
 
 @dataclass
@@ -41,15 +43,16 @@ class DeviceRun:
     peaks: tuple[dict | None, dict | None]
     provenance: RunProvenance
     persisting_l2: str | None = None
+    timer_fallback: str | None = None
     device: int | None = None  # the --devices ordinal; None for the one device of a plain run
 
 
 def run_device(job: BenchJob, wrap: Callable[[Iterator[CaseBench]], Iterable[CaseBench]] = list) -> DeviceRun:
     """Every case of ``job`` benchmarked here; ``wrap`` sees the cases as they finish (a progress bar)."""
     factory = backend_named(job.backend)
-    subjects = [Subject(KernelDirectory(job.kernels, build=job.profile), factory)]
+    subjects = [Subject(KernelDirectory(job.kernels, build=job.profile), factory, job.timer)]
     if job.baseline_kernels:
-        subjects.append(Subject(KernelDirectory(job.baseline_kernels, build=job.profile), factory))
+        subjects.append(Subject(KernelDirectory(job.baseline_kernels, build=job.profile), factory, job.timer))
     peaks_cache: dict = {}
 
     def peaks():
@@ -66,4 +69,4 @@ def run_device(job: BenchJob, wrap: Callable[[Iterator[CaseBench]], Iterable[Cas
     for subject in subjects:
         subject.close()
     return DeviceRun(benches, subjects[0].timer_name, peaks_cache.get("peaks", (None, None)),
-                     subjects[0].runner.provenance, subjects[0].persisting_l2)
+                     subjects[0].runner.provenance, subjects[0].persisting_l2, subjects[0].timer_fallback)

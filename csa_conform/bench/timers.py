@@ -15,6 +15,16 @@ ctypes, when present) after each repetition. A step is timed as one CUDA
 graph of its launches. Any CUDA error of a timed launch is DeviceUnavailable
 (exit 4), never a time.
 
+``CuptiTimer`` (the cuda backend's default where libcupti loads and starts,
+``--timer auto|cupti|events``): the same repetition, held and flushed alike,
+timed by CUPTI's kernel activity records instead of events: the last end
+minus the first start of the repetition's own kernels, told apart from the
+hold kernel, the poison and the L2 flush by stream and correlation id
+(csa_conform.bench.cupti). A record count that does not match the launches,
+or a record without timestamps, is DeviceUnavailable, never a time. The
+measured peaks stay timed by events. Where CUPTI cannot be used, ``auto``
+falls back to ``CudaTimer`` and keeps the reason (``fallback``).
+
 ``HostTimer`` (``--backend host``): the emulated launches timed with
 perf_counter, a 32 MiB buffer rewritten for cold samples (hot samples rotate
 inputs over twice its half, a notional 16 MiB cache); no clock. Its timings
@@ -30,14 +40,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from csa_conform.bench.cupti import Activity, open_activity, repetition_records, repetition_seconds
 from csa_conform.bench.samples import Reading
 from csa_conform.bench.trust import Guard
 from csa_conform.device.kernels import Build, ModuleSource
 from csa_conform.device.recorder import RecordedLaunch
-from csa_conform.errors import DeviceUnavailable
+from csa_conform.errors import DeviceUnavailable, UsageError
 
 HOST_CAVEAT = "host timings: not a device measurement"
 HOLD_TIMEOUT_NS = 2_000_000_000
+HOLD_ENTRY = "csa_bench_hold"
 HOST_ALLOC_MAPPED = 0x02  # cudaHostAllocMapped
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
@@ -155,6 +167,7 @@ class HostTimer:
 
     name = "host-perf-counter"
     caveat = HOST_CAVEAT
+    fallback = None
     max_clock_mhz = None
     resolution_s = 1e-7
     cache_bytes = HOST_FLUSH_BYTES // 2
@@ -211,6 +224,7 @@ class CudaTimer:
 
     name = "cuda-events"
     caveat = None
+    fallback = None  # why CUPTI was not used, where it was wanted (timer_for)
     resolution_s = 0.5e-6  # cudaEventElapsedTime's, as the CUDA documentation gives it
 
     def __init__(self, backend):
@@ -231,7 +245,7 @@ class CudaTimer:
             raise DeviceUnavailable(f"the bench cannot set up its CUDA timer: {error}") from None
         self._reset_persisting, self.persisting_l2 = persisting_reset(cp.cuda.runtime)
         self._flushes = 0
-        self.hold = self._utility("csa_bench_hold")
+        self.hold = self._utility(HOLD_ENTRY)
         self.nvml = Nvml.open(bus)
         self.max_clock_mhz = self.nvml.max_sm_clock() if self.nvml is not None else None
 
@@ -269,21 +283,32 @@ class CudaTimer:
                 self._flushes += 1
                 self._flush.fill(self._flushes & 0xFF)
             cp.cuda.runtime.deviceSynchronize()
-            self.flag.value = 0
-            self.hold((1, 1, 1), (1, 1, 1), (np.uint64(self._release.ptr), np.uint64(HOLD_TIMEOUT_NS)),
-                      stream=self.stream)
-            self.start.record(self.stream)
-            issue()
-            self.end.record(self.stream)
+            seconds = self._held(issue)
+        except DeviceUnavailable:
             self.flag.value = 1
-            self.end.synchronize()
-            seconds = cp.cuda.get_elapsed_time(self.start, self.end) / 1e3
+            raise
         except Exception as error:
             self.flag.value = 1
             raise DeviceUnavailable(f"a timed launch failed: {error}") from None
         if self.nvml is None:
             return Reading(seconds)
         return Reading(seconds, self.nvml.sm_clock(), self.nvml.temperature())
+
+    def _hold(self) -> None:
+        """The stream held until the flag is set: nothing queued behind it starts before the flag."""
+        self.flag.value = 0
+        self.hold((1, 1, 1), (1, 1, 1), (np.uint64(self._release.ptr), np.uint64(HOLD_TIMEOUT_NS)),
+                  stream=self.stream)
+
+    def _held(self, issue: Callable[[], None]) -> float:
+        """One repetition behind the hold kernel, timed by the events around it."""
+        self._hold()
+        self.start.record(self.stream)
+        issue()
+        self.end.record(self.stream)
+        self.flag.value = 1
+        self.end.synchronize()
+        return self.cp.cuda.get_elapsed_time(self.start, self.end) / 1e3
 
     def _timed(self, launch: Callable[[], None]) -> float:
         self.start.record(self.stream)
@@ -316,6 +341,82 @@ class CudaTimer:
         self.flag.value = 1
 
 
-def timer_for(backend):
-    """The timer of a backend: CUDA events for the CUDA backend, perf_counter for the host emulation."""
-    return CudaTimer(backend) if hasattr(backend, "cp") else HostTimer(backend)
+class CuptiTimer(CudaTimer):
+    """As CudaTimer (hold kernel, L2 flush, NVML), but a repetition's time is CUPTI's: from the first start to
+    the last end of its kernels on the GPU (csa_conform.bench.cupti), the hold, flush and poison left out."""
+
+    name = "cupti"
+    resolution_s = 32e-9  # the GPU clock behind CUPTI's ns timestamps ticks at 31.25 MHz while a tool traces
+
+    def __init__(self, backend, activity: Activity):
+        super().__init__(backend)
+        self.activity = activity
+        self._launches = 0
+
+    def issue(self, launches: Sequence[RecordedLaunch]) -> Callable[[], None]:
+        run = super().issue(launches)
+        return self._counted(run, len(launches))
+
+    def graph(self, launches: Sequence[RecordedLaunch]) -> Callable[[], None]:
+        return self._counted(super().graph(launches), len(launches))  # one kernel node per launch
+
+    def _counted(self, run: Callable[[], None], launches: int) -> Callable[[], None]:
+        def counted() -> None:
+            self._launches = launches
+            run()
+        return counted
+
+    def _held(self, issue: Callable[[], None]) -> float:
+        self.activity.drain()  # what ran before (earlier rows, this sample's poison and flush) goes first
+        self._hold()
+        issue()
+        self.flag.value = 1
+        self.stream.synchronize()
+        records = self.activity.drain()
+        if len(repetition_records(records, HOLD_ENTRY)) < self._launches:
+            records += self.activity.drain(forced=True)  # a buffer CUPTI had not yet called complete
+        return repetition_seconds(records, HOLD_ENTRY, self._launches)
+
+
+AUTO, CUPTI, EVENTS = "auto", "cupti", "events"
+TIMERS = (AUTO, CUPTI, EVENTS)
+
+
+TIMER_CHOICE = {CuptiTimer.name: CUPTI, CudaTimer.name: EVENTS}
+
+
+def baseline_timer(choice: str, recorded: str | None, origin: str) -> str:
+    """The timer that samples a run gated against a recorded baseline: the baseline's own under ``auto``, so
+    the gate never compares CUPTI with events; an explicit other choice is a UsageError."""
+    wanted = TIMER_CHOICE.get(recorded)
+    if wanted is None or choice == wanted:
+        return choice
+    if choice == AUTO:
+        return wanted
+    raise UsageError(f"{origin} was timed with {recorded}: --timer {choice} would gate one timer against another "
+                     f"(give --timer {wanted} or auto)")
+
+
+def cupti_activity(choice: str, candidates: Sequence[str] | None = None) -> tuple[Activity | None, str | None]:
+    """CUPTI's activity for ``choice`` (``events``: not tried), or None and why not; ``cupti`` without it is
+    DeviceUnavailable."""
+    if choice == EVENTS:
+        return None, None
+    activity, reason = open_activity(candidates)
+    if activity is None and choice == CUPTI:
+        raise DeviceUnavailable(f"--timer cupti: {reason}")
+    return activity, reason
+
+
+def timer_for(backend, choice: str = AUTO):
+    """The timer of a backend: for the CUDA backend CUPTI where ``choice`` and the machine allow (else CUDA
+    events, the reason kept as ``fallback``), perf_counter for the host emulation."""
+    if not hasattr(backend, "cp"):
+        return HostTimer(backend)
+    activity, reason = cupti_activity(choice)
+    if activity is not None:
+        return CuptiTimer(backend, activity)
+    timer = CudaTimer(backend)
+    if reason is not None:
+        timer.fallback = f"{reason}; timed with CUDA events instead"
+    return timer

@@ -20,7 +20,7 @@ from csa_conform.bench.measure import COLD, MODES, STEP_ROW, BenchOptions, CaseB
 from csa_conform.bench.run import BenchJob, DeviceRun, run_device
 from csa_conform.bench.samples import Policy
 from csa_conform.bench.section import case_section, dumps, read_baseline, samples_document, verdicts
-from csa_conform.bench.timers import HOST_CAVEAT
+from csa_conform.bench.timers import AUTO, HOST_CAVEAT, TIMERS, baseline_timer
 from csa_conform.check.results import (
     SLOWER,
     TIMING_REFUSED,
@@ -44,13 +44,15 @@ from csa_conform.golden import GoldenFile
 
 @dataclass(frozen=True, kw_only=True)
 class BenchRun:
-    """What is timed and how: --kernels, --build, --backend, --devices, --mode, --time-cap and --time-diverged."""
+    """What is timed and how: --kernels, --build, --backend, --devices, --mode, --timer, --time-cap and
+    --time-diverged."""
 
     kernels: str | None
     profile: str | None
     backend: str
     devices: tuple[int, ...] | None | bool  # False: not given; None: all
     mode: str
+    timer: str
     time_cap: float
     time_diverged: bool
 
@@ -60,6 +62,7 @@ class BenchRun:
         words += ["--kernels", self.kernels] if self.kernels else []
         words += ["--build", self.profile] if self.profile else []
         words += ["--backend", self.backend] if self.backend != CUDA else []
+        words += ["--timer", self.timer] if self.timer != AUTO else []
         return shell_join(words)
 
 
@@ -133,6 +136,7 @@ def markdown(section: dict) -> str:
         lines += [f"**{section['caveat']}**", ""]
     lines += [f"timer `{section['timer']}`, mode `{section['mode']}`"
               + (f", baseline `{section['baseline']['path']}`" if section["baseline"] else ""), "",
+              *([f"not timed with CUPTI: {section['timer_fallback']}", ""] if section.get("timer_fallback") else []),
               "| case | row | status | median ms | 95% CI ms | n | % peak (bound) | gate |", "|---|---|---|---|---|---|---|---|"]
     for case in section["cases"]:
         for row in case["rows"]:
@@ -167,6 +171,10 @@ def markdown(section: dict) -> str:
 @click.option("--mode", type=click.Choice(MODES), default=COLD, show_default=True,
               help="cold: each launch alone, L2 flushed before every sample; hot: no flush; step: only the whole "
               "step, as one CUDA graph.")
+@click.option("--timer", type=click.Choice(TIMERS), default=AUTO, show_default=True,
+              help="auto: CUPTI's kernel activity records where libcupti loads and starts, else CUDA events (the "
+              "results say why; with --baseline RESULTS.json: the baseline's timer); cupti: CUPTI or exit 4; "
+              "events: CUDA events. The cuda backend only.")
 @click.option("--baseline", "baseline", type=click.Path(dir_okay=False), default=None, metavar="RESULTS.json",
               help="Gate every row against an earlier `bench --json --samples FILE` run.")
 @click.option("--baseline-kernels", "baseline_kernels", type=click.Path(file_okay=False), default=None, metavar="DIR",
@@ -207,17 +215,23 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
     backend, devices, mode, time_cap = run.backend, run.devices, run.mode, run.time_cap
     if baseline and baseline_kernels:
         raise UsageError("give --baseline or --baseline-kernels, not both")
+    if run.timer != AUTO and backend != CUDA:
+        raise UsageError(f"--timer {run.timer} times CUDA launches: it needs --backend cuda")
     if devices is None and backend != CUDA:
         raise UsageError(f"--devices all counts GPUs: give ordinals (0,1,…) with --backend {backend}")
     for path in (samples_path, markdown_path):
         if path is not None:
             refuse_special_target(path)
-    recorded = read_baseline(load_results(read_text(baseline), baseline), baseline) if baseline else None
+    recorded, timer = None, run.timer
+    if baseline:
+        document = load_results(read_text(baseline), baseline)
+        recorded = read_baseline(document, baseline)
+        timer = baseline_timer(run.timer, document["bench"].get("timer"), baseline)
     options = BenchOptions(mode, Policy(time_cap=time_cap), run.time_diverged)
     with GoldenFile(file) as golden:
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
-    job = BenchJob(file, tuple(cases), run.kernels, run.profile, backend, options, baseline_kernels, recorded)
+    job = BenchJob(file, tuple(cases), run.kernels, run.profile, backend, options, baseline_kernels, recorded, timer)
     if devices is False:
         runs = [run_device(job, lambda benches: progress(benches, len(cases), "bench", lambda done: done.case,
                                                           output.quiet or output.as_json))]
@@ -226,7 +240,7 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
     caveat = HOST_CAVEAT if backend == HOST else None
     parts = [_device_part(run) for run in runs]
     section = {
-        "timer": parts[0]["timer"], "caveat": caveat, "mode": mode,
+        "timer": parts[0]["timer"], "timer_fallback": parts[0]["timer_fallback"], "caveat": caveat, "mode": mode,
         "policy": {"time_cap_s": time_cap, "min_samples": options.policy.min_samples,
                    "target_noise": options.policy.target_noise},
         "strict": strict, "time_diverged": run.time_diverged,
@@ -253,7 +267,7 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
             "bench", argv(), entries, exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance),
             control=False, options={"mode": mode, "kernels": run.kernels, "build": run.profile, "backend": backend,
                                     "baseline": baseline, "baseline_kernels": baseline_kernels, "strict": strict,
-                                    "time_diverged": run.time_diverged, "time_cap_s": time_cap,
+                                    "time_diverged": run.time_diverged, "time_cap_s": time_cap, "timer": run.timer,
                                     **({"devices": [run.device for run in runs]} if devices is not False else {})},
             extra={"bench": section}))
         return code
@@ -264,7 +278,8 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
 def _device_part(run: DeviceRun) -> dict:
     """What differs from device to device in the bench section: the timer, the peaks, the rows."""
     nominal, measured = run.peaks
-    return {"timer": run.timer, "persisting_l2": run.persisting_l2, "peaks": {"nominal": nominal, "measured": measured},
+    return {"timer": run.timer, "timer_fallback": run.timer_fallback, "persisting_l2": run.persisting_l2,
+            "peaks": {"nominal": nominal, "measured": measured},
             "summary": verdicts(run.benches), "cases": [case_section(bench) for bench in run.benches]}
 
 
@@ -297,6 +312,8 @@ def _print(section: dict, entries: list[dict], provenance, quiet: bool) -> None:
                             f"kernels {provenance.kernels['path']}"))
         if section["caveat"]:
             click.echo(section["caveat"].upper())
+        if section["timer_fallback"]:
+            click.echo(one_line(f"not timed with CUPTI: {section['timer_fallback']}"))
         runs = section["devices"]["runs"] if "devices" in section else [section]
         for part in runs:
             if "device" in part:

@@ -1,7 +1,7 @@
 """``--csa-bench-baseline FILE``: a ``bench`` item per case, which fails when a row is SLOW against FILE.
 
 FILE is an earlier ``csa-conform bench --json --samples S`` document; its samples (read from S) are the
-baseline of every row, and its mode and time cap are this run's, so both sides are sampled alike. The
+baseline of every row, and its mode, time cap and timer are this run's, so both sides are sampled alike. The
 item runs the bench of csa_conform.bench on the case (the conformance check first, then the trusted
 launches and the step timed on the same backend and kernels as the device items) and fails when a row
 is SLOW (csa_conform.bench.gate: a CI beyond the band, in cycles too, recurring on a re-run), refused
@@ -20,6 +20,7 @@ from csa_conform.bench.gate import SLOW
 from csa_conform.bench.measure import REFUSED, BenchOptions, Subject, bench_case
 from csa_conform.bench.samples import Policy, Samples
 from csa_conform.bench.section import read_baseline
+from csa_conform.bench.timers import AUTO, baseline_timer
 from csa_conform.check.results import load_results
 from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import KernelDirectory
@@ -31,12 +32,13 @@ SIDE = "bench"
 
 @dataclass(frozen=True)
 class BenchBaseline:
-    """The baseline document's samples by (case, row), and the mode and time cap it was sampled with."""
+    """The baseline document's samples by (case, row), and the mode, time cap and timer it was sampled with."""
 
     file: str
     samples: dict[tuple[str, str], Samples]
     mode: str
     time_cap: float
+    timer: str = AUTO  # the --timer choice that samples as the baseline did
 
     @classmethod
     def read(cls, file: str) -> BenchBaseline:
@@ -44,7 +46,8 @@ class BenchBaseline:
         document = load_results(read_text(file), file)
         samples = read_baseline(document, file)
         section = document["bench"]
-        return cls(file, samples, section["mode"], float(section["policy"]["time_cap_s"]))
+        return cls(file, samples, section["mode"], float(section["policy"]["time_cap_s"]),
+                   baseline_timer(AUTO, section.get("timer"), file))
 
     def options(self) -> BenchOptions:
         return BenchOptions(self.mode, Policy(time_cap=self.time_cap))
@@ -53,6 +56,7 @@ class BenchBaseline:
     def reproduce(self, golden: str, case: str, kernels: str | None, build: str, backend: str) -> str:
         words = ["csa-conform", "bench", golden, "--case", case, "--mode", self.mode, "--time-cap", str(self.time_cap)]
         words += ["--kernels", kernels] if kernels else []
+        words += ["--timer", self.timer] if self.timer != AUTO else []
         return shell_join(words + ["--build", build, "--backend", backend, "--baseline", self.file])
 
 
@@ -60,7 +64,7 @@ def bench_outcome(golden: str, case: str, baseline: BenchBaseline, kernels: str 
                   backend_name: str, backend: Callable[[], Backend]) -> Outcome:
     """The ``bench`` item's verdict on ``case``: failed (SLOW, refused, not conformant) with the lines
     that say why and a reproduce command, else passed."""
-    subject = Subject(KernelDirectory(kernels, build=build), backend)
+    subject = Subject(KernelDirectory(kernels, build=build), backend, baseline.timer)
     try:
         with GoldenFile(golden) as file:
             bench = bench_case(file, case, [subject], baseline.options(), baseline.samples)
