@@ -6,9 +6,10 @@ set of callbacks per process, so every CUPTI timer shares the one
 ``Activity``); where it cannot, it says why (cuptiGetResultString's words),
 so the bench falls back to CUDA events and records the reason. Records are
 read as ``KernelRecord`` (the fields of CUDA 13.0's CUpti_ActivityKernel10
-up to ``name``: ``ACTIVITY_KERNEL``'s layout, checked against the header by
-tests/bench/test_cupti.py). ``repetition_seconds`` is the pure rule that turns
-one repetition's records into its time.
+up to ``name``: ``ActivityKernel10``'s layout, checked against the header by
+tests/bench/test_cupti.py), so only a libcupti of CUDA 13's API versions is
+read. ``repetition_seconds`` is the pure rule that turns one repetition's
+records into its time.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
 BUFFER_BYTES = 4 << 20
 RECORD_ALIGNMENT = 8  # ACTIVITY_RECORD_ALIGNMENT of cupti_common.h
 LIBRARY_NAMES = ("libcupti.so", "libcupti.so.13")
+LAYOUT_VERSIONS = range(130000, 140000)  # CUPTI_API_VERSION of CUDA 13.x: the kernel record is CUpti_ActivityKernel10
 LIBRARY_DIRS = ("lib64", "targets/x86_64-linux/lib", "extras/CUPTI/lib64")
 
 
-class ACTIVITY_KERNEL(ctypes.Structure):
+class ActivityKernel10(ctypes.Structure):
     """CUpti_ActivityKernel10 (cupti_activity.h of CUDA 13.0, packed, 8-byte aligned) up to ``name``."""
 
     _pack_ = 1
@@ -77,7 +79,7 @@ class KernelRecord:
     correlation: int
 
     @classmethod
-    def read(cls, record: ACTIVITY_KERNEL) -> KernelRecord:
+    def read(cls, record: ActivityKernel10) -> KernelRecord:
         name = ctypes.string_at(record.name).decode("utf-8", "replace") if record.name else ""
         return cls(name, int(record.start), int(record.end), int(record.streamId), int(record.correlationId))
 
@@ -107,6 +109,14 @@ def repetition_seconds(records: Sequence[KernelRecord], hold: str, launches: int
     if bad is not None:
         raise DeviceUnavailable(f"CUPTI's record of {bad.name} has start {bad.start} ns and end {bad.end} ns")
     return (max(record.end for record in mine) - min(record.start for record in mine)) / 1e9
+
+
+def layout_refusal(version: int) -> str | None:
+    """Why a libcupti of this CUPTI_API_VERSION cannot be read (its kernel record may differ), else None."""
+    if version in LAYOUT_VERSIONS:
+        return None
+    return (f"its CUPTI API version is {version}; the kernel records read here are CUDA 13's "
+            f"(CUPTI API versions {LAYOUT_VERSIONS.start} to {LAYOUT_VERSIONS.stop - 1})")
 
 
 def library_candidates() -> list[str]:
@@ -173,13 +183,20 @@ class Activity:
         next_record = self.library.cuptiActivityGetNextRecord
         while next_record(buffer, valid, ctypes.byref(record)) == CUPTI_SUCCESS:
             if ctypes.c_uint32.from_address(record.value).value == KIND_CONCURRENT_KERNEL:
-                found.append(KernelRecord.read(ACTIVITY_KERNEL.from_address(record.value)))
+                found.append(KernelRecord.read(ActivityKernel10.from_address(record.value)))
         with self._lock:
             self._records += found
             self._buffers.pop(buffer, None)
 
     def start(self) -> str | None:
         """Register the callbacks and enable kernel records; None, or why CUPTI refused."""
+        version = ctypes.c_uint32()
+        status = self.library.cuptiGetVersion(ctypes.byref(version))
+        if status != CUPTI_SUCCESS:
+            return f"cuptiGetVersion of {self.path} failed: {self.reason(status)}"
+        refused = layout_refusal(version.value)
+        if refused:
+            return f"{self.path}: {refused}"
         for call, arguments in (("cuptiActivityRegisterCallbacks", (self._requested, self._completed)),
                                 ("cuptiActivityEnable", (KIND_CONCURRENT_KERNEL,))):
             status = getattr(self.library, call)(*arguments)

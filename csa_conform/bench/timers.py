@@ -373,7 +373,8 @@ class CuptiTimer(CudaTimer):
         self.flag.value = 1
         self.stream.synchronize()
         records = self.activity.drain()
-        if len(repetition_records(records, HOLD_ENTRY)) < self._launches:
+        holds = sum(record.name == HOLD_ENTRY for record in records)
+        if holds != 1 or len(repetition_records(records, HOLD_ENTRY)) < self._launches:
             records += self.activity.drain(forced=True)  # a buffer CUPTI had not yet called complete
         return repetition_seconds(records, HOLD_ENTRY, self._launches)
 

@@ -168,3 +168,17 @@ def test_cupti_and_events_time_the_builtin_kernels_alike(cupti_timer):
         # Events add the first launch's start latency, a few us; a median far from theirs is a wrong record set.
         assert own <= other * 1.1 + 2e-6 and own >= other / 2 - 5e-6, (
             f"{mine['row']}: CUPTI median {own * 1e6:.2f} us, events {other * 1e6:.2f} us")
+
+
+def test_a_baseline_timed_with_events_is_gated_with_events(tmp_path, cupti_timer):
+    samples = tmp_path / "samples.json"
+    code, base = _bench("--timer", "events", "--mode", "step", "--samples", str(samples))
+    assert code == ExitCode.OK
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    code, document = _bench("--mode", "step", "--baseline", str(tmp_path / "base.json"))
+    assert code in (ExitCode.OK, ExitCode.SLOW)
+    assert document["bench"]["timer"] == "cuda-events"
+    assert document["bench"]["cases"][0]["rows"][0]["gate"] is not None
+    result = CliRunner().invoke(main, ["bench", "--case", CASE, "--timer", "cupti", "--baseline",
+                                       str(tmp_path / "base.json")])
+    assert result.exit_code == ExitCode.USAGE and "would gate one timer against another" in result.output

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from csa_conform.bench import cupti
-from csa_conform.bench.cupti import ACTIVITY_KERNEL, KernelRecord, repetition_records, repetition_seconds
+from csa_conform.bench.cupti import ActivityKernel10, KernelRecord, repetition_records, repetition_seconds
 from csa_conform.bench.timers import AUTO, CUPTI, EVENTS, HOLD_ENTRY, baseline_timer, cupti_activity
 from csa_conform.cli import main
 from csa_conform.errors import DeviceUnavailable, UsageError
@@ -35,28 +35,29 @@ def _include() -> Path:
 
 def test_the_kernel_record_layout_matches_the_header(tmp_path):
     include = _include()
-    names = [name for name, _ in ACTIVITY_KERNEL._fields_]
+    names = [name for name, _ in ActivityKernel10._fields_]
     lines = [f'printf("{name} %zu %zu\\n", offsetof(CUpti_ActivityKernel10, {name}), '
              f"sizeof(((CUpti_ActivityKernel10*)0)->{name}));" for name in names]
     source = tmp_path / "layout.c"
     source.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <cupti_activity.h>\nint main(void) {\n"
                       + "\n".join(lines)
-                      + '\nprintf("kind %d %d\\n", CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);'
+                      + '\nprintf("kind %d %d\\n", CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,'
+                      + " CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);"
                       + "\nreturn 0; }\n")
     program = tmp_path / "layout"
     subprocess.run(["gcc", f"-I{include}", str(source), "-o", str(program)], check=True, capture_output=True)
     printed = subprocess.run([str(program)], check=True, capture_output=True, text=True).stdout.splitlines()
     *fields, constants = [line.split() for line in printed]
     assert {name: (int(offset), int(size)) for name, offset, size in fields} == {
-        name: (getattr(ACTIVITY_KERNEL, name).offset, getattr(ACTIVITY_KERNEL, name).size) for name in names}
+        name: (getattr(ActivityKernel10, name).offset, getattr(ActivityKernel10, name).size) for name in names}
     assert constants[1:] == [str(cupti.KIND_CONCURRENT_KERNEL), str(cupti.FLUSH_FORCED)]
 
 
 def test_a_record_in_memory_reads_as_its_kernel():
     name = ctypes.create_string_buffer(b"csa_ratio4_index_select")
-    raw = ACTIVITY_KERNEL(kind=cupti.KIND_CONCURRENT_KERNEL, start=1_000, end=4_500, streamId=HOLD_STREAM,
+    raw = ActivityKernel10(kind=cupti.KIND_CONCURRENT_KERNEL, start=1_000, end=4_500, streamId=HOLD_STREAM,
                           correlationId=42, name=ctypes.addressof(name))
-    record = KernelRecord.read(ACTIVITY_KERNEL.from_buffer_copy(bytes(raw)))
+    record = KernelRecord.read(ActivityKernel10.from_buffer_copy(bytes(raw)))
     assert record == KernelRecord("csa_ratio4_index_select", 1_000, 4_500, HOLD_STREAM, 42)
 
 
@@ -119,3 +120,9 @@ def test_a_recorded_baseline_is_gated_by_its_own_timer():
     assert baseline_timer(EVENTS, "cuda-events", "base.json") == EVENTS
     with pytest.raises(UsageError, match=r"^base.json was timed with cuda-events: --timer cupti would gate"):
         baseline_timer(CUPTI, "cuda-events", "base.json")
+
+
+def test_only_a_libcupti_whose_kernel_record_was_checked_is_read():
+    assert cupti.layout_refusal(130001) is None and cupti.layout_refusal(130200) is None
+    assert "CUPTI API version is 28" in cupti.layout_refusal(28)  # CUDA 12.9's: another record version
+    assert cupti.layout_refusal(140000) is not None
