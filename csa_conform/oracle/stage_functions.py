@@ -84,6 +84,7 @@ def _select(run: StageInputs) -> dict:
     return selection(
         run.geometry, scores, live,
         run.prior_failure("index_query_finalize"), run.prior_failure("index_scoring"),
+        pad=run.engine.numerics.selection_pad,
     )
 
 
