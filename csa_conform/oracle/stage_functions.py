@@ -90,7 +90,7 @@ def _select(run: StageInputs) -> dict:
 
 def _assemble_candidates(run: StageInputs) -> dict:
     selected = run.upstream("selection", "selected") if run.geometry.ratio == 4 else None
-    return candidate_assembly(run.geometry, selected)
+    return candidate_assembly(run.geometry, selected, run.engine.numerics.dense_extra)
 
 
 def _attend(run: StageInputs) -> dict:

@@ -1,7 +1,7 @@
 """A step of the data flow ported another way is named as the cause only by a re-run that reproduces the
 device bit for bit (the pool, the FP8 codes, the causal count, the head weight scale, the selection's filler,
-the sink in the running max), and a hypothesis about how a kernel reads its data is re-run on conformant
-steps reading their inputs the same way."""
+the dense window's length, the sink in the running max), and a hypothesis about how a kernel reads its data
+is re-run on conformant steps reading their inputs the same way."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ PORTED = [
     ("boundaries.r4-prefill-8", "index_scoring", {"scale_folding": "heads-unrooted"}, "scale:heads-unrooted",
      "scale:folded"),
     ("boundaries.r4-prefill-8", "selection", {"selection_pad": 0}, "selection:pad-0", None),
+    ("boundaries.r4-prefill-8", "candidate_assembly", {"dense_extra": 1}, "dense:one-longer", None),
     ("boundaries.r4-prefill-5", "sparse_sink_softmax_attention", {"sink_in_max": True}, "softmax:sink-in-max",
      "softmax:reciprocal"),
 ]

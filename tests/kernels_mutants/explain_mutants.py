@@ -75,7 +75,7 @@ EXPLAIN_BUGS = (
         "the dense window takes one slot more than current_kv holds on a stream's first step: every record "
         "slot moves one place up (the candidates read back name a position past current_kv: explain's re-run "
         "once crashed on it with an IndexError)",
-        {}, claims=frozenset({"restricted", "index-shift"})),
+        {"trial": "dense:one-longer"}, claims=frozenset({"restricted", "index-shift"})),
     Bug("index_query_scale_from_frexpf", "csa_ratio4_index_select.cu",
         (("            quantize_fp4_e2m1_block(values, &scale, packed);\n"
           "            const float block_scale = e8m0_scale(scale);\n",
