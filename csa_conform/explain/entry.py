@@ -36,7 +36,7 @@ from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
 from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.search import ingredient, search
-from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, mismatches, run_stage
+from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, judged_tensors, mismatches, run_stage
 from csa_conform.explain.structural import (
     diagnose_stage,
     layout_finding,
@@ -170,7 +170,7 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     explanation = Explanation(case, step, stage, UNEXPLAINED, [diff.summary() for diff in diffs],
                               skipped=dict(skipped) if BY_NAME[stage].libm else {},
                               kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs]))
-    target = actual[stage]
+    target = judged_tensors(stage, actual[stage], {diff.tensor for diff in diffs})
     upstream = consumed_upstream(stage, expected, actual)
     own = UPSTREAM_IN_LAUNCH.get(stage)
     if own in actual and mismatches(actual[own], expected[own])[0]:
@@ -205,8 +205,8 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
         explanation.skipped["RoPE ingredients"] = (
             "every differing record keeps the reference's RoPE tail bit for bit: powf, sinf, cosf and the a*b±c*d "
             "contractions act only there")
-    # with nothing matched only a transform done another way (the Hadamard) can move values that far
-    skip = tuple(step for step in SUB_STEPS.get(stage, ()) if step != "Hadamard") if gross else ()
+    # with nothing matched only a transform (the Hadamard) or a pool done another way can move values that far
+    skip = tuple(step for step in SUB_STEPS.get(stage, ()) if step not in ("pool", "Hadamard")) if gross else ()
     reruns = sub_step_trials(stage, g, inputs, upstream, target, skip=skip + (("RoPE",) if rope_exact else ()))
     explanation.trials = [trial for _, trial in reruns]
     reproduced = any(trial.reproduces for _, trial in reruns)
@@ -216,8 +216,8 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     explanation.closest = closest
     _decide(explanation, [pair for pair in reruns if pair[1].reproduces] + found, localized, witnesses, g.ratio)
     if explanation.verdict == UNEXPLAINED:
-        _read_layouts(explanation, g, inputs, upstream, target)
-    if explanation.verdict == UNEXPLAINED and not trials and not reruns:
+        _read_layouts(explanation, g, inputs, upstream, target, witnesses)
+    if explanation.verdict == UNEXPLAINED and not trials:
         explanation.note = "an integer stage: no arithmetic ingredient to swap"
         if not explanation.diagnosis and explanation.baseline < MIN_SUPPORT:
             explanation.note += (f"; {explanation.baseline} differing element{'s' if explanation.baseline != 1 else ''}"
@@ -225,13 +225,23 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     return explanation
 
 
-def _read_layouts(explanation: Explanation, g, inputs, upstream, target) -> None:
+def _read_layouts(explanation: Explanation, g, inputs, upstream, target, witnesses: Witnesses | None) -> None:
     """Nothing else reproduced: one input read in another layout (two leading axes exchanged), or without its
-    offset along one axis (every row reads row 0's data), may."""
+    offset along one axis (every row reads row 0's data), may. Rivals, or one reading on less than strong
+    evidence, are re-run on the conformant steps of the same kernel reading their inputs the same way first."""
     reruns = [(*rerun, layout_finding) for rerun in layout_trials(explanation.stage, g, inputs, upstream, target)]
     reruns += [(*rerun, offset_finding) for rerun in offset_trials(explanation.stage, g, inputs, upstream, target)]
     explanation.trials += [trial for _, trial, _, _ in reruns]
     reproducing = [rerun for rerun in reruns if rerun[1].reproduces]
+    if witnesses is not None and reproducing and (len(reproducing) > 1 or
+                                                  any(rerun[1].confidence != "strong" for rerun in reproducing)):
+        explanation.experiments = witnesses.run(explanation.stage, g.ratio, [rerun[0] for rerun in reproducing])
+        explanation.refuted = refuted(explanation.experiments)
+        reproducing = [rerun for rerun in reproducing if rerun[1].key not in explanation.refuted]
+        if not reproducing:
+            explanation.note = ("every reading that reproduces it is refuted by the device on a conformant step of "
+                                "this kernel: " + "; ".join(f"{key} on {e['case']} step {e['step']}"
+                                                            for key, e in explanation.refuted.items()))
     if len(reproducing) > 1:
         explanation.verdict, explanation.rivals = AMBIGUOUS, [trial for _, trial, _, _ in reproducing]
     elif reproducing:

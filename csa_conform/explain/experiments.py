@@ -3,10 +3,12 @@ a stage is an input on which every true hypothesis about that kernel must predic
 
 When rival hypotheses reproduce a divergence (or one reproduces on thin evidence), each is re-run on the
 golden inputs of up to WITNESS_CASES cases of the same ratio whose chained run was conformant with that
-stage on the device (WITNESS_STEPS steps each; the case is its own one-case input, already in the golden
-file). A hypothesis that predicts any differing element there is refuted: the device computed the
-reference's bytes. What survives is kept; every experiment is reported (case, step, each hypothesis's
-predicted differing elements, what the device did: 0 differing).
+stage on the device, or whose first steps were conformant before a later one diverged (WITNESS_STEPS steps
+each; the case is its own one-case input, already in the golden file); a hypothesis about how the kernel
+reads its data (a layout, an offset left out) reads the witness's inputs that way. A hypothesis that
+predicts any differing element there is refuted: the device computed the reference's bytes. What survives
+is kept; every experiment is reported (case, step, each hypothesis's predicted differing elements, what the
+device did: 0 differing).
 """
 
 from __future__ import annotations
@@ -33,21 +35,30 @@ class Witnesses:
     golden: GoldenFile
     reports: Sequence[CaseReport]
 
-    def cases(self, stage: str, ratio: int) -> list[CaseReport]:
-        found = []
+    def cases(self, stage: str, ratio: int) -> list[tuple[CaseReport, int]]:
+        """(report, conformant steps): the conformant cases first (every step), then the steps before a
+        divergent case's first divergence, where the chained run, on the reference's inputs, matched every
+        stage."""
+        whole, leading = [], []
         for report in self.reports:
             verdict = report.stages.get(stage)
-            if (report.passed and report.ratio == ratio and verdict is not None and verdict.status == IDENTICAL
-                    and verdict.placement == "device"):
-                found.append(report)
-        return found[:WITNESS_CASES]
+            if (report.ratio != ratio or verdict is None or verdict.placement != "device" or report.invalid is not None
+                    or report.failure is not None or report.findings):
+                continue
+            if report.passed and verdict.status == IDENTICAL:
+                whole.append((report, report.steps))
+            elif report.diverged() and all(v.step is not None for v in report.diverged()):
+                first = min(v.step for v in report.diverged())
+                if first > 0:
+                    leading.append((report, first))
+        return (whole + leading)[:WITNESS_CASES]
 
     def run(self, stage: str, ratio: int, hypotheses: Sequence[Hypothesis]) -> list[dict]:
         """One experiment per (witness case, step): what each hypothesis predicts there, and the device's 0."""
         experiments = []
-        for report in self.cases(stage, ratio):
+        for report, conformant in self.cases(stage, ratio):
             info = self.golden.case_info(report.case)
-            steps = [index for index in range(report.steps) if index not in report.rejected_steps][:WITNESS_STEPS]
+            steps = [index for index in range(conformant) if index not in report.rejected_steps][:WITNESS_STEPS]
             for index in steps:
                 step = self.golden.read_step(report.case, index)
                 g = validate_step(info.attrs, step.inputs, info.output_names)
@@ -55,8 +66,11 @@ class Witnesses:
                     continue
                 predicted = {}
                 for hypothesis in hypotheses:
+                    inputs, upstream = step.inputs, step.stages
+                    if hypothesis.reading is not None:  # the kernel read the witness's data the same wrong way
+                        inputs, upstream = hypothesis.reading(inputs, upstream)
                     try:
-                        payload = run_stage(stage, g, step.inputs, step.stages, hypothesis.numerics())
+                        payload = run_stage(stage, g, inputs, upstream, hypothesis.numerics())
                     except ContractError:
                         continue
                     predicted[hypothesis.key] = mismatches(payload, step.stages[stage])[0]

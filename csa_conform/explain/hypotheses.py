@@ -9,15 +9,16 @@ both evaluated on the GPU on the same arguments; fused multiply-adds in the redu
 compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the FP8/FP4 block-scale
 exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
 zero, truncation); index scoring's head weight scale 1/sqrt(d)/sqrt(I) rounded as one product or one
-folded square root; attention's softmax weights multiplied by the rounded reciprocal of their denominator;
-expf as exp2f(x·log2 e) (a fast-math exp); and, as attention's kernel may recompute its P·V weights after
-the denominator, each expf variant for those weights alone. Each stage is tried only with the ingredients it
+folded square root, or ported without its 1/sqrt(I) or with I for sqrt(I); attention's softmax weights
+multiplied by the rounded reciprocal of their denominator; expf as exp2f(x·log2 e) (a fast-math exp); and,
+as attention's kernel may recompute its P·V weights after the denominator, each expf variant for those
+weights alone. Each stage is tried only with the ingredients it
 contains (its ``libm`` and ``fusions`` in csa_conform.spec).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -73,18 +74,22 @@ class Hypothesis:
     hadamard: str | None = None  # the Hadamard butterfly ported another way
     softmax_reciprocal: bool = False  # the softmax weights times the rounded 1/Z instead of over Z
     weights_exp: Callable | None = None  # attention's P·V weights' exp, apart from the denominator's
+    port: tuple[tuple[str, object], ...] = ()  # Numerics fields of a step ported another way (field, value)
+    # for a hypothesis about how the kernel reads its data: (inputs, upstream) -> what the kernel read instead
+    reading: Callable | None = None
 
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
-        return Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
-                        self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
-                        self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp)
+        numerics = Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
+                            self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
+                            self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp)
+        return replace(numerics, **dict(self.port)) if self.port else numerics
 
     def combine(self, other: Hypothesis) -> Hypothesis:
         return Hypothesis(f"{self.key}+{other.key}", f"{self.name} + {other.name}", self.libm + other.libm,
                           self.block_scale or other.block_scale, self.fused | other.fused, self.ftz or other.ftz,
                           self.bf16 or other.bf16,
                           softmax_reciprocal=self.softmax_reciprocal or other.softmax_reciprocal,
-                          weights_exp=self.weights_exp or other.weights_exp)
+                          weights_exp=self.weights_exp or other.weights_exp, port=self.port + other.port)
 
 
 def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) -> list[Hypothesis]:
@@ -145,11 +150,26 @@ def _fast_exps(device_libm: Callable[[str], Callable] | None) -> list[Hypothesis
 
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
-    """One sub-step of a multi-step stage done another way: a bf16 rounding convention, FP8/FP4 codes
-    rounding ties away from zero, RoPE at the wrong position (the block's last position for a record, one
-    off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed or the rotation left
-    out."""
+    """One sub-step of a multi-step stage done another way: the pool leaving its first or last candidate out
+    of the sums or (ratio 4) splitting the two halves one slot off, a bf16 rounding convention, FP8/FP4 codes
+    rounding ties away from zero, FP8 codes truncated, RoPE at the wrong position (the block's last position
+    for a record, one off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed
+    or the rotation left out; and one step of a single-step stage done another way: index scoring's causal
+    count one off, selection padding with record 0, the dense window one slot longer, the sink logit in
+    attention's running max."""
     found = []
+    if stage in ("compression_update", "index_key_update"):
+        for skipped in ("first", "last"):
+            found.append(Hypothesis(f"pool:{skipped}-left-out", f"the pooled sums leaving out the {skipped} candidate "
+                                    "slot (the max still over every slot)", sub_step="pool",
+                                    port=(("pool_skipped", skipped),)))
+        if ratio == 4:
+            for shift in (-1, 1):
+                slot = 4 + min(shift, 0)
+                half = "second (this block's)" if shift < 0 else "first (the previous block's)"
+                found.append(Hypothesis(f"pool:boundary{shift:+d}", f"the overlapping pool reading slot {slot} from "
+                                        f"the {half} half of the width (the halves split at slot {4 + shift}, not 4)",
+                                        sub_step="pool", port=(("overlap_boundary", shift),)))
     if stage in BF16_STAGES:
         for convention, name in BF16_CONVENTIONS.items():
             found.append(Hypothesis(f"bf16:{convention}", name, bf16=convention, sub_step="bf16"))
@@ -157,6 +177,9 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
         quantization = SUB_STEPS[stage][-1]
         found.append(Hypothesis("codes:ties-away", f"{quantization[:3]} codes rounding ties away from zero (not to "
                                 "the even code)", code_ties_away=True, sub_step=quantization))
+    if stage == "compression_update":
+        found.append(Hypothesis("codes:truncate", "FP8 codes of normal values truncated toward zero (not rounded "
+                                "to nearest even)", sub_step=SUB_STEPS[stage][-1], port=(("codes_truncated", True),)))
     if stage in SUB_STEPS:
         shifts = {1: "RoPE at the next position (position+1)", -1: "RoPE at the previous position (position-1)"}
         if stage != "index_query_finalize":
@@ -170,4 +193,18 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
                                 hadamard="difference-reversed", sub_step="Hadamard"))
         found.append(Hypothesis("hadamard:skipped", "the Hadamard rotation left out (the quantizer takes the RoPE "
                                 "output)", hadamard="skipped", sub_step="Hadamard"))
+    if stage == "index_scoring":
+        for shift, count in ((-1, "position/4"), (1, "(position+2)/4")):
+            found.append(Hypothesis(f"causal:{shift:+d}", f"the causal record count (position+1)/4 computed as {count} "
+                                    f"(one record {'short' if shift < 0 else 'long'})",
+                                    port=(("causal_shift", shift),)))
+    if stage == "selection":
+        found.append(Hypothesis("selection:pad-0", "the slots past a row's causal records padded with record 0 "
+                                "instead of -1", port=(("selection_pad", 0),)))
+    if stage == "candidate_assembly":
+        found.append(Hypothesis("dense:one-longer", "the dense window one slot longer than the contract's (the record "
+                                "slots one place up, the last dropped)", port=(("dense_extra", 1),)))
+    if stage == "sparse_sink_softmax_attention":
+        found.append(Hypothesis("softmax:sink-in-max", "the sink logit taken into the softmax's running max",
+                                port=(("sink_in_max", True),)))
     return found

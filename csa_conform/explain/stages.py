@@ -92,6 +92,18 @@ def _readable_candidates(g: StepGeometry, candidates: np.ndarray, records_held: 
         raise ContractError(f"the candidates name record {int(live.max())} of {records_held}", "invalid")
 
 
+# In an isolated run the replicate launch repeats the oracle's `selected` as selected_indices: where the index
+# select launch's `selected` diverges, selected_indices says nothing of that launch.
+ISOLATED_COPIES = {"selection": {"selected_indices": "selected"}}
+
+
+def judged_tensors(stage: str, target: Mapping[str, np.ndarray], diverged) -> dict:
+    """The device payload's tensors a hypothesis about the diverged launch is judged on: all but the copies
+    another launch made of the oracle's version of a diverged tensor."""
+    copies = ISOLATED_COPIES.get(stage, {})
+    return {name: array for name, array in target.items() if copies.get(name) not in diverged}
+
+
 def consumed_upstream(stage: str, expected: Payloads, actual: Payloads) -> dict:
     """The upstream payloads the device stage read in an isolated run."""
     upstream = dict(expected)

@@ -5,6 +5,10 @@ else reproduces, an input read in another layout or without its offset along an 
 
 from __future__ import annotations
 
+from collections import ChainMap
+from functools import partial
+from typing import Callable
+
 import numpy as np
 
 from csa_conform.compare.bitwise import default_axes
@@ -21,7 +25,7 @@ from csa_conform.explain.patterns import (
     diagnose,
 )
 from csa_conform.explain.rows import Rerun
-from csa_conform.explain.stages import run_stage
+from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, run_stage
 from csa_conform.explain.trial import Trial
 from csa_conform.numerics.variant import Numerics
 from csa_conform.spec import BY_NAME, POISON
@@ -117,30 +121,56 @@ def layout_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothe
             if second >= array.ndim - 1 or array.shape[first] < 2 or array.shape[second] < 2:
                 continue
             hypothesis = Hypothesis(f"layout:{name}:{first}{second}",
-                                    f"{name} read with its axes {first} and {second} exchanged in memory")
-            trial = Rerun(stage, g, dict(inputs, **{name: read_as(array, first, second)}), upstream,
-                          target).trial(hypothesis)
+                                    f"{name} read with its axes {first} and {second} exchanged in memory",
+                                    reading=_input_read(name, partial(read_as, first=first, second=second)))
+            trial = Rerun(stage, g, *hypothesis.reading(inputs, upstream), target).trial(hypothesis)
             found.append((hypothesis, trial, {"input": name, "axes": [first, second],
                                               "shape": list(array.shape)}))
     return found
 
 
+def _input_read(name: str, read: Callable) -> Callable:
+    """A reading: (inputs, upstream) with input ``name`` as ``read`` makes of it."""
+    def reading(inputs, upstream):
+        return dict(inputs, **{name: read(np.asarray(inputs[name]))}), upstream
+    return reading
+
+
+def _upstream_read(source: str, name: str, read: Callable) -> Callable:
+    """A reading: (inputs, upstream) with stage ``source``'s tensor ``name`` as ``read`` makes of it."""
+    def reading(inputs, upstream):
+        payload = upstream[source]
+        return inputs, dict(upstream, **{source: ChainMap({name: read(np.asarray(payload[name]))}, payload)})
+    return reading
+
+
+def without_offset(array: np.ndarray, axis: int) -> np.ndarray:
+    """What a kernel reads from ``array`` when it leaves the offset along ``axis`` out: index 0's data."""
+    return np.ascontiguousarray(np.broadcast_to(np.take(array, [0], axis=axis), array.shape))
+
+
 def offset_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothesis, Trial, dict]]:
-    """The stage re-run with one input read without its offset along one leading axis (longer than one): every
-    index of that axis reads index 0's data, a batch or head offset left out of the address. Each is a
-    hypothesis of its own; what reproduces names the input and the axis."""
-    found = []
-    for name in BY_NAME[stage].inputs:
-        array = inputs.get(name)
-        if array is None or np.ndim(array) == 0:
+    """The stage re-run with one input read without its offset along one leading axis (longer than one), or
+    one tensor of an earlier launch's payload without its batch offset: every index of that axis reads index
+    0's data, a batch or head offset left out of the address. Each is a hypothesis of its own; what reproduces
+    names the tensor and the axis."""
+    read = [(name, np.asarray(inputs[name]), range(max(1, np.ndim(inputs[name]) - 1)), partial(_input_read, name))
+            for name in BY_NAME[stage].inputs if name in inputs and np.ndim(inputs[name])]
+    own = UPSTREAM_IN_LAUNCH.get(stage)
+    for source in BY_NAME[stage].reads:
+        if source == own or source not in upstream:
             continue
-        array = np.asarray(array)
-        for axis in range(max(1, array.ndim - 1)):
+        for name in upstream[source]:
+            if np.ndim(upstream[source][name]) >= 2:
+                read.append((name, np.asarray(upstream[source][name]), range(1), partial(_upstream_read, source, name)))
+    found = []
+    for name, array, axes, reader in read:
+        for axis in axes:
             if array.shape[axis] < 2:
                 continue
-            first = np.ascontiguousarray(np.broadcast_to(np.take(array, [0], axis=axis), array.shape))
-            hypothesis = Hypothesis(f"offset:{name}:{axis}", f"{name} read without its offset along axis {axis}")
-            trial = Rerun(stage, g, dict(inputs, **{name: first}), upstream, target).trial(hypothesis)
+            hypothesis = Hypothesis(f"offset:{name}:{axis}", f"{name} read without its offset along axis {axis}",
+                                    reading=reader(partial(without_offset, axis=axis)))
+            trial = Rerun(stage, g, *hypothesis.reading(inputs, upstream), target).trial(hypothesis)
             found.append((hypothesis, trial, {"input": name, "axis": axis, "shape": list(array.shape)}))
     return found
 

@@ -53,7 +53,9 @@ class Trial:
             parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
         if parts:
             return "; ".join(parts)
-        return f"{self.reproduced:,} differing elements reproduced" if self.reproduced else "changes no argument"
+        if not self.reproduced:
+            return "changes no argument"
+        return f"{self.reproduced:,} differing element{'s' if self.reproduced != 1 else ''} reproduced"
 
     def to_dict(self) -> dict:
         return {"key": self.key, "name": self.name, "mismatches": self.mismatches, "elements": self.elements,

@@ -110,6 +110,8 @@ class Explanation:
         if self.closest is not None:
             return (f"closest: {self.closest.name} reduces the differing elements from {self.baseline:,} to "
                     f"{self.closest.mismatches:,} of {self.closest.elements:,}")
+        if self.search is not None and not self.search["singles"]:  # an integer stage: only its steps re-run
+            return "no numeric ingredient applies to this stage"
         if any(trial.rejected is None for trial in self.trials):
             return "no numeric ingredient moves the result"
         return "no numeric ingredient applies to this stage"

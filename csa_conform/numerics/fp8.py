@@ -53,6 +53,8 @@ def e4m3_encode(values, numerics: Numerics = REFERENCE) -> np.ndarray:
     else:
         subnormal = np.rint(magnitude * np.float32(512.0)).astype(np.int64)
         normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) - (120 << 3)
+    if numerics.codes_truncated:  # a variant's convention: the mantissa's dropped bits cut off
+        normal = (bits >> 20) - (120 << 3)
     code = np.where(magnitude < _SUBNORMAL_LIMIT, subnormal, normal)
     return sign | code.astype(np.uint8)
 

@@ -91,13 +91,23 @@ class Numerics:
     hadamard_variant: str | None = None  # "difference-reversed" (b - a for a - b) or "skipped" (left out)
     softmax_reciprocal: bool = False  # softmax weights times the rounded 1/Z instead of divided by Z
     weights_expf: Callable | None = None  # attention's P·V weights' exp, recomputed apart from the denominator's
+    # A step of the stage's data flow ported another way (explain's structural hypotheses; the reference: none).
+    codes_truncated: bool = False  # FP8 codes of normal values truncated toward zero instead of rounded to even
+    pool_skipped: str | None = None  # a candidate slot ("first", "last") left out of the pooled sums, not the max
+    overlap_boundary: int = 0  # slots the ratio-4 pool's previous/current half boundary moves (slot 4 + this)
+    causal_shift: int = 0  # index scoring's causal count as (position + 1 + this) / 4
+    selection_pad: int = -1  # what selection writes past a row's causal records
+    sink_in_max: bool = False  # the sink logit taken into the softmax's running max
+    dense_extra: int = 0  # slots candidate assembly's dense window takes beyond the contract's
 
     @property
     def is_reference(self) -> bool:
         return (not self.libm and self.block_scale_log2f is None and not self.fused and not self.ftz
                 and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves
                 and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None
-                and not self.softmax_reciprocal and self.weights_expf is None)
+                and not self.softmax_reciprocal and self.weights_expf is None and not self.codes_truncated
+                and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
+                and self.selection_pad == -1 and not self.sink_in_max and not self.dense_extra)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""

@@ -15,10 +15,13 @@ import numpy as np
 from csa_conform.contract import DENSE_WINDOW, StepGeometry
 
 
-def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None) -> dict[str, np.ndarray]:
+def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None,
+                       dense_extra: int = 0) -> dict[str, np.ndarray]:
+    """``dense_extra``: slots a variant's dense window takes beyond the contract's (its record slots move up
+    as many places, the last ones dropped); 0 is the reference."""
     positions = geometry.start + np.arange(geometry.sequence)
     dense_start = np.maximum(geometry.current_kv_base, np.maximum(positions + 1 - DENSE_WINDOW, 0))
-    absolute = dense_start[:, None] + np.arange(geometry.dense_candidates)[None, :]
+    absolute = dense_start[:, None] + np.arange(geometry.dense_candidates + dense_extra)[None, :]
     in_window = (absolute <= positions[:, None]) & (absolute - geometry.current_kv_base < geometry.current_kv_len)
     dense = np.where(in_window, absolute, -1)
     if selected is None:
@@ -28,4 +31,5 @@ def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None) -> d
     else:
         compressed = selected
     dense = np.broadcast_to(dense, (geometry.batch,) + dense.shape)
-    return {"candidates": np.concatenate([dense, compressed], axis=-1).astype(np.int32)}
+    width = geometry.dense_candidates + compressed.shape[-1]
+    return {"candidates": np.concatenate([dense, compressed], axis=-1)[..., :width].astype(np.int32)}

@@ -26,7 +26,7 @@ def compression_update(
     numerics: Numerics = REFERENCE,
 ) -> dict[str, np.ndarray]:
     candidates, block_starts, carry = stream(
-        geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry
+        geometry, compressor_kv, compressor_gate, compressor_ape, past_compression_carry, numerics
     )
     logical, packed = attention_records(geometry, candidates, block_starts, compressor_norm, numerics)
     return present_compression(geometry, past_compressed_kv, logical, packed, carry)

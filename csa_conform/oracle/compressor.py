@@ -45,8 +45,10 @@ def stream_block_compressor(carry, kv, scores, start, ratio):
     return _stacked(snapshots, carry), np.asarray(block_starts, dtype=np.int64)
 
 
-def stream_overlap_compressor(carry, kv, scores, start):
-    """Ratio-4 carry walk over the 8-slot, two-channel carry (updated in place)."""
+def stream_overlap_compressor(carry, kv, scores, start, boundary: int = 0):
+    """Ratio-4 carry walk over the 8-slot, two-channel carry (updated in place); slots before
+    OVERLAP_RATIO + ``boundary`` are pooled from the first half of the width (a variant's boundary: 0 is the
+    reference's)."""
     width = kv.shape[-1] // 2
     snapshots, block_starts = [], []
     for s in range(kv.shape[1]):
@@ -55,8 +57,9 @@ def stream_overlap_compressor(carry, kv, scores, start):
         carry[:, slot, 0] = kv[:, s]
         carry[:, slot, 1] = scores[:, s]
         if (position + 1) % OVERLAP_RATIO == 0:
-            previous = carry[:, :OVERLAP_RATIO, :, :width]
-            current = carry[:, OVERLAP_RATIO:, :, width:]
+            split = OVERLAP_RATIO + boundary
+            previous = carry[:, :split, :, :width]
+            current = carry[:, split:, :, width:]
             snapshots.append(np.concatenate([previous, current], axis=1))
             block_starts.append(position + 1 - OVERLAP_RATIO)
             carry[:, :OVERLAP_RATIO] = carry[:, OVERLAP_RATIO:]
@@ -71,7 +74,7 @@ def _stacked(snapshots, template):
     return np.stack(snapshots, axis=1)
 
 
-def stream(geometry, kv, gate, ape, past_carry):
+def stream(geometry, kv, gate, ape, past_carry, numerics: Numerics = REFERENCE):
     """Stream the step's positions through a copy of the carry; returns (candidates, block starts, carry).
 
     At start == 0 the reference resets the carry first, whatever it held.
@@ -83,7 +86,8 @@ def stream(geometry, kv, gate, ape, past_carry):
     with np.errstate(over="ignore"):
         scores = gate + ape[ape_rows]
     if geometry.ratio == OVERLAP_RATIO:
-        candidates, block_starts = stream_overlap_compressor(carry, kv, scores, geometry.start)
+        candidates, block_starts = stream_overlap_compressor(carry, kv, scores, geometry.start,
+                                                             numerics.overlap_boundary)
     else:
         candidates, block_starts = stream_block_compressor(carry, kv, scores, geometry.start, geometry.ratio)
     return candidates, block_starts, carry

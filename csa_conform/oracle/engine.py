@@ -44,6 +44,7 @@ class Engine:
     index_query_finalize: Callable
     index_scoring: Callable
     sparse_sink_softmax_attention: Callable
+    numerics: Numerics = REFERENCE  # what the shared NumPy stages (selection) compute under
 
 
 def numba_available() -> bool:
@@ -76,7 +77,8 @@ def resolve_engine(choice: str | None = None, numerics: Numerics = REFERENCE) ->
     if numerics is not REFERENCE:
         # The compiled kernels are the reference arithmetic only; a swapped ingredient (explain) needs numpy.
         numpy = _engine("numpy")
-        return Engine("numpy", *(partial(getattr(numpy, stage), numerics=numerics) for stage in ENGINE_SLOTS))
+        return Engine("numpy", *(partial(getattr(numpy, stage), numerics=numerics) for stage in ENGINE_SLOTS),
+                      numerics=numerics)
     return _engine(name)
 
 

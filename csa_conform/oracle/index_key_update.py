@@ -26,7 +26,7 @@ def index_key_update(
     numerics: Numerics = REFERENCE,
 ) -> dict[str, np.ndarray]:
     candidates, block_starts, carry = stream(
-        geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry
+        geometry, index_compressor_kv, index_compressor_gate, index_compressor_ape, past_index_carry, numerics
     )
     logical, packed = index_records(geometry, candidates, block_starts, index_compressor_norm, numerics)
     return present_index_keys(past_index_key, logical, packed, carry)

@@ -19,10 +19,11 @@ from csa_conform.oracle.rows import RowFailure
 STAGE_RANK = 1
 
 
-def causal_records(geometry: StepGeometry) -> np.ndarray:
-    """Number of records each query of the step may score."""
+def causal_records(geometry: StepGeometry, shift: int = 0) -> np.ndarray:
+    """Number of records each query of the step may score ((position + 1 + shift) / 4: a variant's count, the
+    reference's at shift 0)."""
     positions = geometry.start + np.arange(geometry.sequence)
-    return np.minimum((positions + 1) // 4, geometry.next_records)
+    return np.minimum((positions + 1 + shift) // 4, geometry.next_records)
 
 
 def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight, row_limit: int | None,
@@ -50,12 +51,14 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
         scores[:, chunk] = total
 
     map_chunks(score_chunk, query_chunks(sequence, records * batch * heads))
-    return masked_scores(geometry, scores, row_limit)
+    return masked_scores(geometry, scores, row_limit, numerics.causal_shift)
 
 
 # Other roundings of the head weight scale a port may compute (explain's hypotheses; the reference: none).
 SCALE_FOLDINGS = {"product": "1/(sqrt(d)·sqrt(I)): the two square roots multiplied, one division",
-                  "folded": "1/sqrt(d·I): one square root of the folded product"}
+                  "folded": "1/sqrt(d·I): one square root of the folded product",
+                  "without-heads": "1/sqrt(d): the 1/sqrt(I) head normalization left out",
+                  "heads-unrooted": "1/sqrt(d)/I: the head count not square-rooted"}
 
 
 def head_weight_scale(width: int, heads: int, folding: str | None = None) -> np.float32:
@@ -65,19 +68,23 @@ def head_weight_scale(width: int, heads: int, folding: str | None = None) -> np.
         return one / (np.sqrt(d) * np.sqrt(i))
     if folding == "folded":
         return one / np.sqrt(d * i)
+    if folding == "without-heads":
+        return one / np.sqrt(d)
+    if folding == "heads-unrooted":
+        return one / np.sqrt(d) / i
     return one / np.sqrt(d) / np.sqrt(i)
 
 
-def masked_scores(geometry: StepGeometry, scores: np.ndarray, row_limit: int | None):
+def masked_scores(geometry: StepGeometry, scores: np.ndarray, row_limit: int | None, causal_shift: int = 0):
     """-inf outside the causal mask and past row_limit, and the first non-finite score's failure."""
-    live = causal_mask(geometry, scores.shape[-1], row_limit)
+    live = causal_mask(geometry, scores.shape[-1], row_limit, causal_shift)
     scores = np.where(live, scores, np.float32(-np.inf))
     return {"scores": scores}, _first_non_finite(scores, live)
 
 
-def causal_mask(geometry: StepGeometry, records: int, row_limit: int | None) -> np.ndarray:
+def causal_mask(geometry: StepGeometry, records: int, row_limit: int | None, causal_shift: int = 0) -> np.ndarray:
     """[B,S,records] mask of the scores the reference computes (rows before row_limit only)."""
-    causal = np.arange(records)[None, None, :] < causal_records(geometry)[None, :, None]
+    causal = np.arange(records)[None, None, :] < causal_records(geometry, causal_shift)[None, :, None]
     rows = np.arange(geometry.batch * geometry.sequence).reshape(geometry.batch, geometry.sequence)
     reached = rows < (row_limit if row_limit is not None else rows.size)
     return causal & reached[:, :, None]

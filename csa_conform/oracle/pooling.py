@@ -36,7 +36,7 @@ def softmax_pool(values: np.ndarray, scores: np.ndarray, numerics: Numerics = RE
     numerator = np.zeros(maximum.shape, dtype=np.float32)
     denominator = np.zeros(maximum.shape, dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
-        for candidate in range(scores.shape[-2]):
+        for candidate in _pooled_candidates(scores.shape[-2], numerics.pool_skipped):
             score = scores[..., candidate, :]
             weight = np.where(score == -np.inf, np.float32(0), numerics.expf(score - maximum))
             numerics.accumulate(numerator, weight, values[..., candidate, :])
@@ -44,6 +44,11 @@ def softmax_pool(values: np.ndarray, scores: np.ndarray, numerics: Numerics = RE
         invalid = (denominator == 0) | ~np.isfinite(denominator) | ~np.isfinite(numerator)
         pooled = numerator / denominator
     return pooled, no_finite, invalid
+
+
+def _pooled_candidates(count: int, skipped: str | None) -> range:
+    """The candidate slots the pooled sums run over: all (the reference), or all but the first or the last."""
+    return range(1 if skipped == "first" else 0, count - 1 if skipped == "last" else count)
 
 
 def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str | None:

@@ -20,13 +20,14 @@ PARTITION_FACTOR = 8
 CHUNK_ELEMENTS = 1 << 20
 
 
-def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None):
+def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None,
+              pad: int = -1):
     """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure.
 
     Equal neighbours among a row's sorted live scores are the ties the
     reference refuses. Once no row ties, live keys are distinct, so any
     sort (stable or not) orders them as a stable sort would, and slots past
-    the live ones become -1 whichever index fills them: a row far longer
+    the live ones become -1 (``pad``: a variant's filler) whichever index fills them: a row far longer
     than Kw (a decode at 2^20 tokens) is sorted by value for the tie check
     and partitioned for its top Kw; shorter rows are argsorted once. Rows
     are independent, so they go in chunks of query rows over the cores.
@@ -36,7 +37,7 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
     selected = np.empty((batch, sequence, width), dtype=np.int32)
 
     def select_chunk(rows: slice) -> RowFailure | None:
-        return _select_rows(scores[:, rows], live[:, rows], width, rows.start, sequence, selected[:, rows])
+        return _select_rows(scores[:, rows], live[:, rows], width, rows.start, sequence, selected[:, rows], pad)
 
     failure = earliest(*prior, *map_chunks(select_chunk, query_chunks(sequence, batch * records, CHUNK_ELEMENTS)))
     if failure is not None:
@@ -47,7 +48,8 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
     return {"selected": selected, "selected_indices": replicated}
 
 
-def _select_rows(scores, live, width: int, first_query: int, sequence: int, selected) -> RowFailure | None:
+def _select_rows(scores, live, width: int, first_query: int, sequence: int, selected,
+                 pad: int = -1) -> RowFailure | None:
     """Query rows first_query.. of the step: writes their top ``width`` into ``selected``, or returns
     their first tie (the caller raises the step's earliest failure, so a tied chunk's slots are left)."""
     keys = np.where(live, -scores, np.inf)
@@ -60,7 +62,7 @@ def _select_rows(scores, live, width: int, first_query: int, sequence: int, sele
     if failure is not None:
         return failure
     order = _smallest(keys, width) if order is None else order[..., :width]
-    selected[...] = np.where(np.take_along_axis(live, order, axis=-1), order, -1)
+    selected[...] = np.where(np.take_along_axis(live, order, axis=-1), order, pad)
     return None
 
 

@@ -78,7 +78,8 @@ def sparse_sink_softmax_attention(
         live, row_ids, live_scores = chunk_scores(chunk)
         probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf,
                                                    numerics.normalized,
-                                                   None if numerics.weights_expf is None else numerics.weight_exp)
+                                                   None if numerics.weights_expf is None else numerics.weight_exp,
+                                                   numerics.sink_in_max)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values, numerics)
         if scores is not None:
@@ -184,16 +185,20 @@ def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
     return dots
 
 
-def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide, weight_exp=None):
+def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide, weight_exp=None,
+                      sink_in_max: bool = False):
     """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
 
     `exp` is the numerics' expf (glibc's, as the NumPy port, unless explain swapped it), `normalized` how the
     weights are put over their denominator (divided, unless explain swapped it); `weight_exp`, when given,
-    recomputes the weights over the denominator with another exp (a kernel's second pass).
+    recomputes the weights over the denominator with another exp (a kernel's second pass); ``sink_in_max``
+    takes the sink logit into the running max of rows with a candidate (a port's variant).
     """
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
         active = maximum != -np.inf
+        if sink_in_max:
+            maximum = np.where(active, np.fmax(maximum, np.asarray(head_sink, np.float32)), maximum)
         exponent = np.ascontiguousarray(np.moveaxis(scores - maximum[..., None], -1, 0))
         valid = np.moveaxis(scores, -1, 0) != -np.inf
         weights = np.where(valid, exp(exponent), np.float32(0))

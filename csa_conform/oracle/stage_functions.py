@@ -84,12 +84,13 @@ def _select(run: StageInputs) -> dict:
     return selection(
         run.geometry, scores, live,
         run.prior_failure("index_query_finalize"), run.prior_failure("index_scoring"),
+        pad=run.engine.numerics.selection_pad,
     )
 
 
 def _assemble_candidates(run: StageInputs) -> dict:
     selected = run.upstream("selection", "selected") if run.geometry.ratio == 4 else None
-    return candidate_assembly(run.geometry, selected)
+    return candidate_assembly(run.geometry, selected, run.engine.numerics.dense_extra)
 
 
 def _attend(run: StageInputs) -> dict:

@@ -3,7 +3,9 @@ detection mutants of mutants.py: each is a one-place patch of the built-in kerne
 first diverges at, the diagnosis kind explain must name there, and cases that exercise it.
 
 ``stage`` is the first stage a chained diff flags, ``kind`` the diagnosis explain gives the isolated
-divergence of that stage (csa_conform.explain.patterns.KINDS), ``evidence`` a few facts its evidence must hold.
+divergence of that stage (csa_conform.explain.patterns.KINDS), ``evidence`` a few facts its evidence must
+hold; ``trial``, where the bug's cause is reproduced, the key of the hypothesis that reproduces it bit for
+bit.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ DIAGNOSED = (
         "const long long causal = position / 4;",
         "index_scoring", "boundaries.r4-prefill-*",
         "a query on a block's last position does not score the record that block completes",
-        "restricted", value="-inf",
+        "restricted", value="-inf", trial="causal:-1",
     ),
     _bug(
         "carry_not_copied",
@@ -110,7 +112,7 @@ DIAGNOSED = (
         "1.0f / sqrtf((float)index_dim) / (float)index_heads;",
         "index_scoring", "boundaries.r4-prefill-8",
         "the head normalisation divides by I instead of sqrt(I)",
-        "constant-factor",
+        "constant-factor", trial="scale:heads-unrooted",
     ),
     _bug(
         "records_without_batch_offset",
@@ -119,7 +121,7 @@ DIAGNOSED = (
         "where->record_row = record;",
         "sparse_sink_softmax_attention", "random.r4-b2n2-*",
         "the selected record is read without the batch row's offset: batch b >= 1 attends batch 0's records",
-        "restricted", axis="b", low=1,
+        "restricted", axis="b", low=1, trial="offset:present_compressed_kv:0",
     ),
     _bug(
         "sink_inside_the_max",
@@ -129,7 +131,7 @@ DIAGNOSED = (
         "        float denominator = 0.0f;\n        if (maximum != CSA_NEG_INF) {",
         "sparse_sink_softmax_attention", "boundaries.r4-prefill-[58]",
         "the sink logit is taken into the running max (softmax shifted by the sink where it is larger)",
-        "restricted", predicate="sink above the row max",
+        "restricted", predicate="sink above the row max", trial="softmax:sink-in-max",
     ),
     _bug(
         "fp4_ties_away_from_zero",
@@ -151,7 +153,7 @@ DIAGNOSED = (
         "    for (int c = 1; c < candidates; ++c) {\n        const float score = scores[c * stride];",
         "compression_update", "boundaries.r128-resumed-119-*",
         "the pooled sum starts at the second candidate: the first slot of every block is left out",
-        "sub-step", sub_step="pool", method="intermediates",
+        "sub-step", sub_step="pool", trial="pool:first-left-out",
     ),
     _bug(
         "rms_norm_of_the_sum_not_the_mean",
@@ -178,11 +180,11 @@ DIAGNOSED = (
         "        code = (mbits >> 20) - (120u << 3);",
         "compression_update", "boundaries.r128-resumed-119-*",
         "E4M3 codes of normal values are truncated toward zero instead of rounded to nearest even",
-        "sub-step", sub_step="FP8 block quantization", method="intermediates",
+        "sub-step", sub_step="FP8 block quantization", trial="codes:truncate",
     ),
     _known("index_query_rope_one_position_late", "sub-step", sub_step="RoPE", trial="rope:position+1"),
     _known("r4_main_rope_at_block_end", "sub-step", sub_step="RoPE", trial="rope:position+3"),
     _known("fp8_scale_rounded_down", "scale-exponent"),
     _known("replicate_reverses_slots", "permutation", pattern="row reversed"),
-    _known("index_score_without_head_normalization", "constant-factor"),
+    _known("index_score_without_head_normalization", "constant-factor", trial="scale:without-heads"),
 )

@@ -75,7 +75,7 @@ EXPLAIN_BUGS = (
         "the dense window takes one slot more than current_kv holds on a stream's first step: every record "
         "slot moves one place up (the candidates read back name a position past current_kv: explain's re-run "
         "once crashed on it with an IndexError)",
-        {}, claims=frozenset({"restricted", "index-shift"})),
+        {"trial": "dense:one-longer"}, claims=frozenset({"restricted", "index-shift"})),
     Bug("index_query_scale_from_frexpf", "csa_ratio4_index_select.cu",
         (("            quantize_fp4_e2m1_block(values, &scale, packed);\n"
           "            const float block_scale = e8m0_scale(scale);\n",
@@ -101,13 +101,14 @@ EXPLAIN_BUGS = (
           "rank < topk_width; rank += (int)blockDim.x) row_selected[rank] = 0;"),),
         "selection", "boundaries.r4-prefill-8",
         "the slots past the causal records are padded with record 0 instead of -1",
-        {"kind": "restricted"}),
+        {"trial": "selection:pad-0"}),
     Bug("overlap_pool_reads_the_wrong_half", "block_quant.cuh",
         (("const long long at = c * slot_stride + (overlap && c >= ratio ? dim + i : i);",
           "const long long at = c * slot_stride + (overlap && c > ratio ? dim + i : i);"),),
         "compression_update", "boundaries.r4-prefill-8",
         "the overlapping ratio-4 pool reads slot 4 (the current block's first) from the previous block's half",
-        {"kind": "sub-step", "sub_step": "pool"}, claims=frozenset({"restricted", "sub-step:none"})),
+        {"kind": "sub-step", "sub_step": "pool", "trial": "pool:boundary+1"},
+        claims=frozenset({"restricted", "sub-step:none"})),
     Bug("index_scale_one_rounding", "csa_ratio4_index_select.cu",
         (("1.0f / sqrtf((float)index_dim) / sqrtf((float)index_heads);",
           "1.0f / (sqrtf((float)index_dim) * sqrtf((float)index_heads));"),),

@@ -1,5 +1,6 @@
 """The explain table of a bug set: each bug's kernels through `diff --explain --json` on its cases, and the
-verdict at its first divergent stage judged named, claim (true, less specific), false, unexplained,
+verdict at its first divergent stage judged named (its cause, reproduced), located (a finding that pins where
+the bug is, under an "unexplained:" headline: no cause), claim (true, less specific), false, unexplained,
 failed, or (a refactor) clean.
 
     PYTHONPATH=. python tests/kernels_mutants/explain_table.py --backend host [--set explain|diagnosis|all]
@@ -69,7 +70,7 @@ def classify(bug: Bug, document: dict) -> tuple[str, str]:
     if not explanations:
         return "unexplained", f"no isolated divergence at {bug.stage}"
     outcomes = [_judge(bug, explanation) for explanation in explanations]
-    order = ("failed", "false", "unexplained", "claim", "named")
+    order = ("failed", "false", "unexplained", "claim", "located", "named")
     worst = min(outcomes, key=lambda outcome: order.index(outcome))
     return worst, explanations[[o for o in outcomes].index(worst)]["headline"]
 
@@ -92,7 +93,7 @@ def _judge(bug: Bug, explanation: dict) -> str:
     if first is None:
         return "unexplained"
     if named.get("kind") and _finding_matches(first, named):
-        return "named"
+        return "located" if _no_cause(explanation) else "named"
     label = first["kind"] + (":none" if first["kind"] == "sub-step" and first["evidence"].get("sub_step") is None
                              else "")
     if label in bug.claims or first["kind"] in bug.claims:
@@ -102,13 +103,18 @@ def _judge(bug: Bug, explanation: dict) -> str:
     return "unexplained"
 
 
+def _no_cause(explanation: dict) -> bool:
+    """An "unexplained:" headline: its finding says where the bug is, no re-run reproduced why."""
+    return explanation["headline"].split(": ", 1)[-1].startswith("unexplained")
+
+
 def diagnosed_bugs() -> tuple[Bug, ...]:
     """diagnosis_mutants' bugs in this table's terms: their kind and the evidence that pins them."""
     found = []
     for bug in DIAGNOSED:
         mutant = bug.mutant
         named = {"kind": bug.kind, **{key: value for key, value in bug.evidence.items() if key in EVIDENCE_NAMED}}
-        if bug.kind == "restricted" and bug.evidence.get("axis") == "b":
+        if bug.kind == "restricted" and bug.evidence.get("axis") == "b" and "trial" not in bug.evidence:
             named = {"kind": "restricted", "predicate": "batch rows b >= 1"}
         found.append(Bug(mutant.name, mutant.file, ((mutant.old, mutant.new),), mutant.stage, mutant.cases, mutant.why,
                          named))
@@ -183,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"seed {case} ({seconds:.0f} s, exit {code}): {explanation['headline']}")
             if not document.get("explain", {}).get("explanations"):
                 say(f"seed {case} ({seconds:.0f} s, exit {code}): no divergence")
-    say("tally: " + ", ".join(f"{count} {outcome}" for outcome, count in sorted(tally.items())))
+    say("tally: " + ", ".join(f"{count} {outcome}" for outcome, count in sorted(tally.items()))
+        + f" (named or located: {tally.get('named', 0) + tally.get('located', 0)})")
     if args.out is not None:
         text = json.dumps(documents)
         if len(text) > DOCUMENTS_BYTES:  # the trials are what makes them big

@@ -1,0 +1,79 @@
+"""A step of the data flow ported another way is named as the cause only by a re-run that reproduces the
+device bit for bit (the pool, the FP8 codes, the causal count, the head weight scale, the selection's filler,
+the dense window's length, the sink in the running max), and a hypothesis about how a kernel reads its data
+is re-run on conformant steps reading their inputs the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from csa_conform.check.conformance import CaseReport, StageVerdict
+from csa_conform.explain import EXPLAINED
+from csa_conform.explain.experiments import Witnesses
+from csa_conform.explain.hypotheses import Hypothesis
+from csa_conform.explain.stages import run_stage
+from csa_conform.explain.structural import offset_trials
+from csa_conform.golden import GoldenFile
+from csa_conform.numerics.variant import Numerics
+
+from ci_steps import CI_GOLDENS, explain_payload, first_step
+
+PORTED = [
+    ("boundaries.r4-prefill-8", "compression_update", {"overlap_boundary": 1}, "pool:boundary+1", "pool:boundary-1"),
+    ("boundaries.r4-prefill-8", "index_key_update", {"overlap_boundary": -1}, "pool:boundary-1", "pool:boundary+1"),
+    ("boundaries.r128-resumed-119-chunks", "compression_update", {"pool_skipped": "first"}, "pool:first-left-out",
+     "pool:last-left-out"),
+    ("boundaries.r128-resumed-119-chunks", "compression_update", {"codes_truncated": True}, "codes:truncate",
+     "codes:ties-away"),
+    ("boundaries.r4-prefill-8", "index_scoring", {"causal_shift": -1}, "causal:-1", "causal:+1"),
+    ("boundaries.r4-prefill-8", "index_scoring", {"scale_folding": "without-heads"}, "scale:without-heads",
+     "scale:heads-unrooted"),
+    ("boundaries.r4-prefill-8", "index_scoring", {"scale_folding": "heads-unrooted"}, "scale:heads-unrooted",
+     "scale:folded"),
+    ("boundaries.r4-prefill-8", "selection", {"selection_pad": 0}, "selection:pad-0", None),
+    ("boundaries.r4-prefill-8", "candidate_assembly", {"dense_extra": 1}, "dense:one-longer", None),
+    ("boundaries.r4-prefill-5", "sparse_sink_softmax_attention", {"sink_in_max": True}, "softmax:sink-in-max",
+     "softmax:reciprocal"),
+]
+
+
+@pytest.mark.parametrize("case, stage, port, key, rival", PORTED, ids=[row[3] for row in PORTED])
+def test_a_step_ported_another_way_is_the_cause_its_re_run_reproduces(case, stage, port, key, rival):
+    g, inputs, expected = first_step(case)
+    device = run_stage(stage, g, inputs, expected, Numerics(**port))
+    explanation = explain_payload(stage, g, inputs, expected, device)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == key, explanation.headline()
+    assert explanation.cause.reproduces and explanation.cause.reproduced == explanation.baseline
+    assert not any(trial.reproduces for trial in explanation.trials if trial.key != key)
+    if rival is not None:  # a rival of the same step was tried too
+        assert any(trial.key == rival and trial.rejected is None for trial in explanation.trials)
+
+
+def test_a_reading_is_re_run_on_a_witness_reading_its_inputs_the_same_way():
+    """index_weight read without its offset along s: on a conformant step the re-run reads that step's weights
+    the same wrong way and predicts differing scores, which the device did not compute; the reference's
+    arithmetic predicts none."""
+    case, stage = "boundaries.r4-prefill-8", "index_scoring"
+    g, inputs, expected = first_step(case)
+    reading = next(hypothesis for hypothesis, *_ in offset_trials(stage, g, inputs, expected, expected[stage])
+                   if hypothesis.key == "offset:index_weight:1")
+    with GoldenFile(CI_GOLDENS) as golden:
+        report = CaseReport(case, g.ratio, golden.step_count(case))
+        report.stages[stage] = StageVerdict(stage, "device", "identical")
+        experiments = Witnesses(golden, [report]).run(stage, g.ratio, [reading, Hypothesis("reference", "")])
+    assert experiments and experiments[0]["predicted_differing"]["reference"] == 0
+    assert experiments[0]["predicted_differing"]["offset:index_weight:1"] > 0
+
+
+def test_the_steps_before_a_case_diverged_are_witnesses():
+    """A chained run that diverged first at step 1 matched every stage at step 0, on the reference's inputs."""
+    diverged = CaseReport("later", 4, 3)
+    diverged.stages["index_scoring"] = StageVerdict("index_scoring", "device", "diverged", step=1)
+    at_once = CaseReport("at-once", 4, 3)
+    at_once.stages["index_scoring"] = StageVerdict("index_scoring", "device", "diverged", step=0)
+    host = CaseReport("host", 4, 3)
+    host.stages["index_scoring"] = StageVerdict("index_scoring", "host", "identical")
+    passed = CaseReport("passed", 4, 3)
+    passed.stages["index_scoring"] = StageVerdict("index_scoring", "device", "identical")
+    cases = Witnesses(None, [diverged, at_once, host, passed]).cases("index_scoring", 4)
+    assert [(report.case, steps) for report, steps in cases] == [("passed", 3), ("later", 1)]
