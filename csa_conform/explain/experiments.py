@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from csa_conform._base.statuses import IDENTICAL
-from csa_conform.check.conformance import CaseReport
+from csa_conform.check.model import CaseVerdict
 from csa_conform.contract import validate_step
 from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import Hypothesis
@@ -31,9 +31,9 @@ class Witnesses:
     """The run's conformant cases, as experiments on the kernels that computed them."""
 
     golden: GoldenFile
-    reports: Sequence[CaseReport]
+    reports: Sequence[CaseVerdict]
 
-    def cases(self, stage: str, ratio: int) -> list[CaseReport]:
+    def cases(self, stage: str, ratio: int) -> list[CaseVerdict]:
         found = []
         for report in self.reports:
             verdict = report.stages.get(stage)
@@ -47,7 +47,7 @@ class Witnesses:
         experiments = []
         for report in self.cases(stage, ratio):
             info = self.golden.case_info(report.case)
-            steps = [index for index in range(report.steps) if index not in report.rejected_steps][:WITNESS_STEPS]
+            steps = [index for index in range(report.step_count) if index not in report.rejected_steps][:WITNESS_STEPS]
             for index in steps:
                 step = self.golden.read_step(report.case, index)
                 g = validate_step(info.attrs, step.inputs, info.output_names)
