@@ -15,8 +15,9 @@ The document's nodes are one typed tree: ``CaseEntry`` -> ``StepEntry``
 (failing steps only) -> ``StageEntry`` -> the failing TensorDiffs, with every
 failure that is not one tensor's (a corrupt dataset, a rejection, a stopped
 run, a depth mode's finding) a ``Failure``; ``to_json`` gives each node's
-entry in the document. Every check reaches it from its result
-(csa_conform.check.model.CaseVerdict.entry); bisect and gap build it directly. Then
+entry in the document. Every check but bisect reaches it from its result
+(csa_conform.check.model.CaseVerdict.entry); bisect builds it from its first
+divergence (a StepVerdict). Then
 ``results_document(command, argv, cases, ...)`` with ``golden_reference``,
 ``kernel_provenance`` and ``control_run``; what only one command reports
 (bisect's origin, explain's findings) goes in ``extra`` under its name.
