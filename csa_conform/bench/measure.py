@@ -33,7 +33,8 @@ from csa_conform.bench.rotation import Rotation, cycled, rotated
 from csa_conform.bench.samples import Policy, Repetitions, Samples, Timed, collect, timed
 from csa_conform.bench.timers import AUTO, timer_for
 from csa_conform.bench.trust import Guard
-from csa_conform.check.conformance import CaseReport, check_case
+from csa_conform.check.conformance import check_case
+from csa_conform.check.model import CaseVerdict
 from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.recorder import RecordedLaunch
@@ -83,10 +84,14 @@ class Row:
 @dataclass
 class CaseBench:
     case: str
-    report: CaseReport
+    report: CaseVerdict
     step: int | None
     rows: list[Row] = field(default_factory=list)
-    conformance_s: float = 0.0  # the check's wall time: compile, module load and first launches included
+
+    @property
+    def conformance_s(self) -> float:
+        """The check's wall time: compile, module load and first launches included."""
+        return self.report.time_s
 
     @property
     def refused(self) -> bool:
@@ -134,11 +139,12 @@ class Subject:
         self.timer_choice = timer
         self._timer = None
 
-    def check(self, golden: GoldenFile | SharedReads, case: str) -> tuple[CaseReport, StepLaunches | None, float]:
+    def check(self, golden: GoldenFile | SharedReads, case: str) -> tuple[CaseVerdict, StepLaunches | None]:
         self.runner.last = None
         started = time.perf_counter()
         report = check_case(golden, case, self.runner, STAGE_NAMES)
-        return report, self.runner.last, time.perf_counter() - started
+        report.time_s = time.perf_counter() - started
+        return report, self.runner.last
 
     @property
     def backend(self):
@@ -195,7 +201,7 @@ class _Side:
         return self.guard.mismatch(self.subject.parameters)
 
 
-def _trusted(report: CaseReport, stages: Sequence[str]) -> bool:
+def _trusted(report: CaseVerdict, stages: Sequence[str]) -> bool:
     return all(report.stages[stage].status == IDENTICAL for stage in stages if stage in report.stages)
 
 
@@ -256,8 +262,7 @@ def _judge(new: Samples, base: Samples, resolution: float) -> Judgement:
     return compare(new.times, base.times, new.cycles(), base.cycles(), resolution)
 
 
-def _checks(golden: GoldenFile, case: str, subjects: Sequence[Subject]) -> list[tuple[CaseReport, StepLaunches | None,
-                                                                                   float]]:
+def _checks(golden: GoldenFile, case: str, subjects: Sequence[Subject]) -> list[tuple[CaseVerdict, StepLaunches | None]]:
     """Every subject's conformance check of the case, its steps read once (and let go once all are checked)."""
     reads = SharedReads(golden) if len(subjects) > 1 else golden
     return [subject.check(reads, case) for subject in subjects]
@@ -268,9 +273,9 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
                peaks: Callable[[], tuple[dict | None, dict | None]] = lambda: (None, None)) -> CaseBench:
     """The case's rows for ``subjects[0]``; ``subjects[1]`` (a baseline directory) or ``baseline``
     (samples of an earlier run, by case and row) is what the gate compares each row with."""
-    (report, step, seconds), *others = _checks(golden, case, subjects)
-    bench = CaseBench(case, report, None if step is None else step.step, conformance_s=seconds)
-    if report.failure is not None or step is None:
+    (report, step), *others = _checks(golden, case, subjects)
+    bench = CaseBench(case, report, None if step is None else step.step)
+    if report.stopped is not None or step is None:
         return bench
     for index, (name, stages, launches) in enumerate(_rows(step, options.mode)):
         trusted = _trusted(report, stages)
@@ -279,8 +284,8 @@ def bench_case(golden: GoldenFile, case: str, subjects: Sequence[Subject], optio
             continue
         launch_index = None if name == STEP_ROW else index
         sides = [_side(subjects[0], step, name, launch_index, options.mode)]
-        for (other_report, other_step, _), subject in zip(others, subjects[1:]):
-            if other_step is not None and other_report.failure is None and _trusted(other_report, stages):
+        for (other_report, other_step), subject in zip(others, subjects[1:]):
+            if other_step is not None and other_report.stopped is None and _trusted(other_report, stages):
                 sides.append(_side(subject, other_step, name, launch_index, options.mode))
         recorded = baseline.get((case, name)) if baseline else None
         row = _timed_row(name, stages, trusted, list(sides), options, step, launches, recorded)

@@ -28,7 +28,8 @@ from csa_conform.bridge import nxrt
 from csa_conform.bridge.export import ExportedStep, case_folder, exported_steps, step_folder, write_bridge_step
 from csa_conform.bridge.protocol import ERROR, OK, UNSUPPORTED, RunnerRun, run_runner
 from csa_conform.check.gap import Gap
-from csa_conform.check.results import REJECTION_MISMATCH, RUNNER_ERROR, CaseResult, StepResult
+from csa_conform.check.model import CaseVerdict, StepVerdict
+from csa_conform.check.results import REJECTION_MISMATCH, RUNNER_ERROR
 from csa_conform.check.results import UNSUPPORTED as UNSUPPORTED_FAILURE
 from csa_conform.compare.bitwise import TensorDiff, compare_tensor, default_axes
 from csa_conform.errors import TensorFileError
@@ -122,11 +123,11 @@ class StepRun:
 
 @dataclass
 class BridgeCase:
-    """A case's runs and the verdict they make: the CaseResult of the document, per run the first step
+    """A case's runs and the verdict they make: the CaseVerdict of the document, per run the first step
     that left the goldens; ``errors``, with --tolerance, the outputs' error statistics (under the stages
     that compute them)."""
 
-    result: CaseResult
+    result: CaseVerdict
     runs: dict[str, list[StepRun]]
     errors: Gap | None = None
 
@@ -148,7 +149,7 @@ class BridgeCase:
             first = "both"
         else:
             first = min(known, key=lambda run: known[run])
-        return {"case": self.result.case_id, "first_divergence": firsts, "leaves_first": first}
+        return {"case": self.result.case, "first_divergence": firsts, "leaves_first": first}
 
     def differential_line(self) -> str | None:
         """One line when a run left the goldens: which one first, at which step."""
@@ -159,7 +160,7 @@ class BridgeCase:
         said = ", ".join(f"{run} at step {step}" if step is not None else f"{run} never" for run, step in firsts.items())
         first = entry["leaves_first"]
         verdict = "both at the same step" if first == "both" else f"{first} first"
-        return f"{self.result.case_id}: leaves the goldens: {said}" + (f" ({verdict})" if len(firsts) > 1 else "")
+        return f"{self.result.case}: leaves the goldens: {said}" + (f" ({verdict})" if len(firsts) > 1 else "")
 
 
 def _threaded(step: ExportedStep, before: tuple[ExportedStep, StepRun] | None) -> dict[str, np.ndarray]:
@@ -260,17 +261,15 @@ def judge_case(golden: GoldenFile, case_id: str, options: BridgeOptions, work: P
     errors = Gap(REFERENCE, "runtime") if measure else None
     runs = {run: _run_stream(golden, case_id, options, run, work, errors) for run in options.runs}
     info = golden.case_info(case_id)
-    result = CaseResult(case_id, passed=False, reproduce=options.reproduce(case_id), family=info.family)
+    result = CaseVerdict(case_id, options.reproduce(case_id), family=info.family, step_count=info.step_count)
     for index in range(info.step_count):
         ran = [found for run in options.runs for found in runs[run] if found.step == index]
         problems = [found.problem for found in ran if found.problem is not None]
-        result.steps.append(StepResult(
-            index, passed=all(found.passed for found in ran), compared=int(any(found.compared for found in ran)),
+        result.steps.append(StepVerdict(
+            index, passed=all(found.passed for found in ran), compared=any(found.compared for found in ran),
             expect_error=golden.step_attrs(case_id, index).get("expect_error"),
             problem="; ".join(problem.message for problem in problems) or None,
             problem_type=problems[0].type if problems else REJECTION_MISMATCH,
             diffs=[diff for found in ran for diff in found.diffs if not diff.passed]))
-    result.passed = all(step.passed for step in result.steps) and all(
-        len(done) == info.step_count for done in runs.values())
     result.time_s = time.perf_counter() - started
     return BridgeCase(result, runs, errors)

@@ -10,7 +10,7 @@ rejects are not run: there is nothing to compare.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
 from csa_conform._base.terminal import one_line
 from csa_conform.check.findings import RunFinding
+from csa_conform.check.model import CaseVerdict, StageVerdict, StepVerdict
 from csa_conform.compare.bitwise import TensorDiff, compare_payloads
 from csa_conform.compare.errorstats import Gap
 from csa_conform.device.launches import RECORD_CACHES, kernel_of
@@ -46,40 +47,6 @@ class StepOutcome:
 
 # (case info, the step's outcome, the stage) -> the structural findings of its first divergent step
 Diagnose = Callable[..., list]
-
-
-@dataclass
-class StageVerdict:
-    stage: str
-    placement: str
-    status: str = NOT_COMPARED
-    step: int | None = None
-    message: str | None = None
-    diffs: list[TensorDiff] = field(default_factory=list)
-    kernel: str | None = None  # 'module.cu:entry' that wrote the stage (None on the host)
-    diagnosis: list = field(default_factory=list)  # csa_conform.explain.patterns findings of the first divergent step
-
-
-@dataclass
-class CaseReport:
-    case: str
-    ratio: int
-    steps: int
-    compared_steps: int = 0
-    rejected_steps: list[int] = field(default_factory=list)
-    failure: dict | None = None
-    stages: dict[str, StageVerdict] = field(default_factory=dict)
-    findings: list[RunFinding] = field(default_factory=list)  # --repeat, --replay and --invariance
-    errors: object = None  # diff --tolerance: the run's error statistics (csa_conform.compare.errorstats.Gap)
-    invalid: str | None = None  # why the case cannot be judged (csa_conform.errors.invalid_case)
-
-    @property
-    def passed(self) -> bool:
-        return (self.invalid is None and self.failure is None and not self.findings
-                and all(verdict.status != DIVERGED for verdict in self.stages.values()))
-
-    def diverged(self) -> list[StageVerdict]:
-        return [verdict for verdict in self.stages.values() if verdict.status == DIVERGED]
 
 
 def _expected(attrs: dict, output_names: Sequence[str], step: GoldenStep) -> dict[str, dict[str, np.ndarray]]:
@@ -145,36 +112,32 @@ def compare_step(outcome: StepOutcome, stages: Sequence[str], ulp: int = 0) -> l
     return compare_payloads(expected, actual, ulp=ulp)
 
 
-def first_divergence(outcomes: Iterable[StepOutcome], stages: Sequence[str], ulp: int = 0) -> dict | None:
-    """The first step that diverges or that the device run refused, and there the earliest stage:
-    ``step``, ``stage`` and either ``message`` (refused) or ``tensor``, its first ``element``, the
-    stage's failing ``diffs`` and every ``diverged_stages`` of that step."""
+def first_divergence(outcomes: Iterable[StepOutcome], stages: Sequence[str], ulp: int = 0) -> StepVerdict | None:
+    """The first step that diverges or that the device run refused, and there the earliest stage: refused,
+    its ``problem``; diverged, the stage's failing ``diffs`` and every ``diverged_stages`` of that step."""
     for outcome in outcomes:
         if outcome.expected_error is not None:
             continue
         if outcome.failure is not None:
-            return {"step": outcome.index, "stage": outcome.failure_stage, "message": outcome.failure}
+            return StepVerdict(outcome.index, False, problem=outcome.failure, stage=outcome.failure_stage)
         failing = [diff for diff in compare_step(outcome, stages, ulp) if not diff.passed]
         if failing:
             first = min(failing, key=lambda diff: stages.index(diff.stage))
-            return {
-                "step": outcome.index,
-                "stage": first.stage,
-                "tensor": first.tensor,
-                "element": first.first,
-                "diffs": [diff for diff in failing if diff.stage == first.stage],
-                "diverged_stages": sorted({diff.stage for diff in failing}, key=stages.index),
-            }
+            return StepVerdict(
+                outcome.index, False, compared=True, stage=first.stage,
+                diffs=[diff for diff in failing if diff.stage == first.stage],
+                diverged_stages=tuple(sorted({diff.stage for diff in failing}, key=stages.index)),
+            )
     return None
 
 
 def check_case(
     golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int = 0,
     measure: bool = False, diagnose: Diagnose | None = None,
-) -> CaseReport:
+) -> CaseVerdict:
     """Per-stage verdicts of one case; a stage's first divergent step is kept with its failing tensors.
 
-    ``measure`` also gathers the error statistics of every compared payload (``report.errors``), which
+    ``measure`` also gathers the error statistics of every compared payload (``errors``), which
     ``diff --tolerance`` judges against a calibrated envelope. ``diagnose`` (the structural patterns of
     csa_conform.explain, passed in so that judging never depends on explaining) reads each stage's
     first divergent step. A case that cannot be read as a golden case is its own ``invalid`` verdict,
@@ -184,12 +147,12 @@ def check_case(
     except CsaConformError as error:
         if not invalid_case(error):
             raise
-        return CaseReport(case_id, 0, 0, stages={stage: StageVerdict(stage, "", INVALID) for stage in stages},
-                          invalid=one_line(str(error)))
+        return CaseVerdict(case_id, stages={stage: StageVerdict(stage, "", INVALID) for stage in stages},
+                           invalid=one_line(str(error)))
 
 
 def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Sequence[str], ulp: int,
-             measure: bool, diagnose: Diagnose | None) -> CaseReport:
+             measure: bool, diagnose: Diagnose | None) -> CaseVerdict:
     info = golden.case_info(case_id)
     ratio = info.attrs.get("compression_ratio")
     if ratio in (4, 128):
@@ -203,20 +166,23 @@ def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Seq
         for stage in stages
     }
     applicable = tuple(placement)
-    report = CaseReport(case_id, ratio if isinstance(ratio, int) else 0, info.step_count, stages=verdicts)
+    report = CaseVerdict(case_id, ratio=ratio if isinstance(ratio, int) else 0, step_count=info.step_count,
+                         stages=verdicts)
     if measure:
         report.errors = Gap(REFERENCE, "device")
     for outcome in replay(golden, case_id, runner):
         if outcome.expected_error is not None:
-            report.rejected_steps.append(outcome.index)
+            report.steps.append(StepVerdict(outcome.index, expect_error=outcome.expected_error))
             continue
         if outcome.failure is not None:
-            report.failure = {"step": outcome.index, "stage": outcome.failure_stage, "message": outcome.failure}
+            report.steps.append(StepVerdict(outcome.index, False, problem=outcome.failure,
+                                            stage=outcome.failure_stage))
             if outcome.failure_stage in verdicts:
                 verdict = verdicts[outcome.failure_stage]
                 verdict.status, verdict.step, verdict.message = DIVERGED, outcome.index, outcome.failure
             break
-        report.compared_steps += 1
+        step = StepVerdict(outcome.index, compared=True)
+        report.steps.append(step)
         if measure:
             chosen = [stage for stage in stages if stage in applicable]
             report.errors.steps += 1
@@ -233,6 +199,7 @@ def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Seq
         for stage, diffs in by_stage.items():
             verdict = verdicts[stage]
             failing = [diff for diff in diffs if not diff.passed]
+            step.passed = step.passed and not failing
             if failing and verdict.status != DIVERGED:
                 verdict.status, verdict.step, verdict.diffs = DIVERGED, outcome.index, failing
                 if verdict.placement == DEVICE:

@@ -13,21 +13,22 @@ from typing import Callable, Iterable, Sequence
 from csa_conform._base.case_glob import matching_cases
 from csa_conform._base.shards import Shard
 from csa_conform._base.statuses import IDENTICAL, NOT_COMPARED
-from csa_conform.check.conformance import CaseReport, Diagnose, check_case
+from csa_conform.check.conformance import Diagnose, check_case
 from csa_conform.check.invariance import check_invariance
+from csa_conform.check.model import CaseVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.check.results import golden_reference
 from csa_conform.device.devices import resolve_devices, spread
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.golden import GoldenFile
 
-# (the timed reports as they come, how many, a label, a one-line description of one) -> the same reports
+# (the timed verdicts as they come, how many, a label, a one-line description of one) -> the same verdicts
 Watch = Callable[[Iterable, int, str, Callable], Iterable]
 
 
 def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[str, ...], ulp: int,
            measure: bool = False, invariance: tuple[str, ...] = (), diagnose: Diagnose | None = None,
-           ) -> tuple[CaseReport, float]:
+           ) -> CaseVerdict:
     started = time.perf_counter()
     report = check_case(golden, case, runner, stages, ulp, measure, diagnose=diagnose)
     if invariance:
@@ -38,11 +39,12 @@ def _timed(golden: GoldenFile, case: str, runner: DeviceRunner, stages: tuple[st
             verdict = report.stages.get(finding.stages[0])
             if verdict is not None and verdict.status in (IDENTICAL, NOT_COMPARED):
                 verdict.status, verdict.step = finding.kind, finding.step
-    return report, time.perf_counter() - started
+    report.time_s = time.perf_counter() - started
+    return report
 
 
 def check_cases(options: RunOptions, stages: tuple[str, ...], diagnose: Diagnose | None, cases: Sequence[str]):
-    """The timed reports of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
+    """The timed verdicts of ``cases`` and the run's provenance: one process, one device (a --devices worker)."""
     runner = options.runner()
     with GoldenFile(options.file) as golden:
         return [_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance,
@@ -52,7 +54,7 @@ def check_cases(options: RunOptions, stages: tuple[str, ...], diagnose: Diagnose
 def run_cases(options: RunOptions, stages: tuple[str, ...], case_glob: str | None, shard: Shard | None = None,
               devices: tuple[int, ...] | None | bool = False, watch: Watch | None = None,
               diagnose: Diagnose | None = None):
-    """The reports of every selected case (of this shard) with their times, the run's provenance, and the
+    """The timed verdicts of every selected case (of this shard), the run's provenance, and the
     golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs; ``watch``
     (the CLI's progress bar) sees each case as it is judged; ``diagnose`` is check_case's."""
     runner = options.runner()
@@ -62,17 +64,17 @@ def run_cases(options: RunOptions, stages: tuple[str, ...], case_glob: str | Non
     if shard is not None:
         cases = shard.select(cases)
     if devices is not False:
-        timed_reports, provenance = spread(resolve_devices(devices), functools.partial(check_cases, options, stages, diagnose),
-                                           cases)
-        return timed_reports, provenance, golden_ref
+        reports, provenance = spread(resolve_devices(devices), functools.partial(check_cases, options, stages, diagnose),
+                                     cases)
+        return reports, provenance, golden_ref
 
-    def describe(done: tuple[CaseReport, float]) -> str:
-        return f"{'ok  ' if done[0].passed else 'DIFF'} {done[0].case}"
+    def describe(done: CaseVerdict) -> str:
+        return f"{'ok  ' if done.passed else 'DIFF'} {done.case}"
 
     with GoldenFile(options.file) as golden:
         timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance,
                         diagnose) for case in cases)
-        timed_reports = list(watch(timed, len(cases), "diff", describe) if watch else timed)
-    return timed_reports, runner.provenance, golden_ref
+        reports = list(watch(timed, len(cases), "diff", describe) if watch else timed)
+    return reports, runner.provenance, golden_ref
 
 

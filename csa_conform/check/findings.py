@@ -1,9 +1,9 @@
 """What a depth mode of diff finds besides the bits (--repeat, --replay, --invariance): one typed record.
 
 The device modes return their own records (csa_conform.device.determinism,
-csa_conform.device.replay), the invariance check builds its own; a case
-report holds them all as ``RunFinding``, and ``to_json`` is the entry the
-results document records under its step.
+csa_conform.device.replay), the invariance check builds its own; a case's
+verdict holds them all as ``RunFinding``, and ``failure`` is the entry
+the results document records under its step.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from csa_conform.check.results import failure_entry
+from csa_conform.check.results import Failure
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,6 @@ class RunFinding:
         """The stages the finding touches, the one it is reproduced under first."""
         return tuple(self.details["stages"])
 
-    def to_json(self, reproduce: str) -> dict[str, Any]:
+    def failure(self, reproduce: str) -> Failure:
         """The finding as its step's entry in the results document records it, with its reproduce command."""
-        return failure_entry(self.kind, self.message, reproduce, **self.details)
+        return Failure(self.kind, self.message, reproduce, dict(self.details))

@@ -11,13 +11,13 @@ empty fields are left out, so a clean run of the whole suite stays small.
 ``results.schema.json`` beside this module is the machine-readable schema;
 the tests validate real output against it.
 
-The result model every command builds is one typed tree: ``CaseEntry`` ->
-``StepEntry`` (failing steps only) -> ``StageEntry`` -> the failing
-TensorDiffs, with failures (``failure_entry``) and depth-mode findings
-(csa_conform.check.findings.RunFinding.to_json) as their dicts; ``to_json``
-gives each node's entry in the document. verify and bridge reach it from a
-CaseResult (``CaseResult.entry``), the device commands from a conformance
-CaseReport (``device_case``), bisect and gap build it directly. Then
+The document's nodes are one typed tree: ``CaseEntry`` -> ``StepEntry``
+(failing steps only) -> ``StageEntry`` -> the failing TensorDiffs, with every
+failure that is not one tensor's (a corrupt dataset, a rejection, a stopped
+run, a depth mode's finding) a ``Failure``; ``to_json`` gives each node's
+entry in the document. Every check but bisect reaches it from its result
+(csa_conform.check.model.CaseVerdict.entry); bisect builds it from its first
+divergence (a StepVerdict). Then
 ``results_document(command, argv, cases, ...)`` with ``golden_reference``,
 ``kernel_provenance`` and ``control_run``; what only one command reports
 (bisect's origin, explain's findings) goes in ``extra`` under its name.
@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -38,7 +38,6 @@ from jsonschema.exceptions import best_match
 from csa_conform import ORACLE_VERSION, __version__
 from csa_conform._base import bounded_json
 from csa_conform._base.statuses import INVALID
-from csa_conform._base.terminal import escaped, one_line
 from csa_conform.compare.bitwise import TensorDiff
 from csa_conform.errors import UsageError
 
@@ -83,79 +82,18 @@ def tensor_entry(diff: TensorDiff) -> dict:
     return {"type": tensor_failure_type(diff), "message": diff.summary(), **details}
 
 
-@dataclass
-class StepResult:
-    """One step: passed, or why not (a problem line and/or the diverging tensors)."""
+@dataclass(frozen=True)
+class Failure:
+    """A failure that is not one tensor's: a corrupt dataset, a rejection, a run that stopped, a finding;
+    ``where`` holds what else its entry records (the stage, a finding's details)."""
 
-    step: int
-    passed: bool
-    compared: int = 0
-    expect_error: str | None = None
-    problem: str | None = None
-    problem_type: str = STEP_REJECTED
-    diffs: list[TensorDiff] = field(default_factory=list)
-
-
-@dataclass
-class CaseResult:
-    """One case of a verify run (device commands build their case entries from CaseReport)."""
-
-    case_id: str
-    passed: bool
+    type: str
+    message: str
     reproduce: str
-    family: str = ""
-    steps: list[StepResult] = field(default_factory=list)
-    problem: str | None = None
-    time_s: float = 0.0
-    invalid: str | None = None  # why the case cannot be judged (its one-line reason)
+    where: dict[str, Any] = field(default_factory=dict)
 
-    def failure_lines(self) -> list[str]:
-        """One line per failure, each ending with the command that reproduces the case (controls escaped)."""
-        case, lines = escaped(self.case_id), []
-        if self.invalid:
-            lines.append(f"INVALID {case}: {self.invalid}")
-        if self.problem:
-            lines.append(f"FAIL {case}: {self.problem}")
-        for step in self.steps:
-            if step.problem:
-                lines.append(f"FAIL {case} step {step.step}: {step.problem}")
-            lines += [f"FAIL {case} step {step.step} {diff.summary()}" for diff in step.diffs]
-        return [one_line(f"{line} — reproduce: {self.reproduce}") for line in lines]
-
-    def entry(self) -> CaseEntry:
-        failing = [step for step in self.steps if not step.passed]
-        return CaseEntry(
-            self.case_id,
-            passed=self.passed,
-            family=self.family,
-            time_s=self.time_s,
-            reproduce=self.reproduce,
-            steps_total=len(self.steps),
-            steps_compared=sum(1 for step in self.steps if step.compared),
-            rejected_steps=[step.step for step in self.steps if step.expect_error is not None],
-            failure=(failure_entry(INVALID_CASE, self.invalid, self.reproduce) if self.invalid else
-                     failure_entry(CORRUPT_DATASET, self.problem, self.reproduce) if self.problem else None),
-            steps=[
-                StepEntry(
-                    step.step,
-                    failure=failure_entry(step.problem_type, step.problem, self.reproduce) if step.problem else None,
-                    stages=_group_by_stage(step.diffs, self.reproduce),
-                )
-                for step in failing
-            ],
-        )
-
-
-def _group_by_stage(diffs: Iterable[TensorDiff], reproduce: str) -> list[StageEntry]:
-    stages: dict[str, list[TensorDiff]] = {}
-    for diff in diffs:
-        stages.setdefault(diff.stage, []).append(diff)
-    return [StageEntry(stage, reproduce, found) for stage, found in stages.items()]
-
-
-def failure_entry(kind: str, message: str, reproduce: str, **where) -> dict:
-    """A failure that is not one tensor's: a corrupt dataset, a rejection, a run that stopped."""
-    return {"type": kind, "message": message, "reproduce": reproduce, **where}
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "reproduce": self.reproduce, **self.where}
 
 
 @dataclass
@@ -179,17 +117,17 @@ class StepEntry:
     """A failing step: why it stopped (``failure``), the stages that diverged, what a depth mode found."""
 
     step: int
-    failure: dict | None = None
+    failure: Failure | None = None
     stages: list[StageEntry] = field(default_factory=list)
-    findings: list[dict] = field(default_factory=list)  # RunFinding.to_json entries
+    findings: list[Failure] = field(default_factory=list)  # csa_conform.check.findings.RunFinding.failure
 
     def to_json(self) -> dict:
         entry: dict = {"step": self.step}
         if self.failure is not None:
-            entry["failure"] = self.failure
+            entry["failure"] = self.failure.to_json()
         entry["stages"] = [stage.to_json() for stage in self.stages]
         if self.findings:
-            entry["findings"] = self.findings
+            entry["findings"] = [finding.to_json() for finding in self.findings]
         return entry
 
 
@@ -205,7 +143,7 @@ class CaseEntry:
     family: str = ""
     time_s: float = 0.0
     rejected_steps: list[int] = field(default_factory=list)
-    failure: dict | None = None
+    failure: Failure | None = None
     verdicts: dict[str, str] | None = None  # device runs: each stage's status
     steps: list[StepEntry] = field(default_factory=list)
 
@@ -225,39 +163,9 @@ class CaseEntry:
         if self.verdicts is not None:
             entry["verdicts"] = self.verdicts
         if self.failure is not None:
-            entry["failure"] = self.failure
+            entry["failure"] = self.failure.to_json()
         entry["steps"] = [step.to_json() for step in self.steps]
         return entry
-
-
-def device_case(report, reproduce: Callable[[str], str], time_s: float) -> CaseEntry:
-    """A device case (csa_conform.check.conformance.CaseReport): per-stage verdicts and, per
-    failing step, the stages and tensors that diverged; ``reproduce(stage)`` is the command for one stage."""
-    steps: dict[int, StepEntry] = {}
-    if report.failure is not None:
-        failure = report.failure
-        stage = failure["stage"] if failure["stage"] in report.stages else "all"
-        steps[failure["step"]] = StepEntry(failure["step"], failure=failure_entry(
-            STEP_REJECTED, failure["message"], reproduce(stage), stage=failure["stage"]))
-    for finding in report.findings:
-        steps.setdefault(finding.step, StepEntry(finding.step)).findings.append(
-            finding.to_json(reproduce(finding.stages[0])))
-    for verdict in report.diverged():
-        if verdict.diffs:
-            steps.setdefault(verdict.step, StepEntry(verdict.step)).stages.append(StageEntry(
-                verdict.stage, reproduce(verdict.stage), verdict.diffs, verdict.kernel, verdict.diagnosis))
-    return CaseEntry(
-        report.case,
-        passed=report.passed,
-        time_s=time_s,
-        reproduce=reproduce("all"),
-        steps_total=report.steps,
-        steps_compared=report.compared_steps,
-        rejected_steps=report.rejected_steps,
-        verdicts={stage: verdict.status for stage, verdict in report.stages.items()},
-        failure=failure_entry(INVALID_CASE, report.invalid, reproduce("all")) if report.invalid else None,
-        steps=[steps[index] for index in sorted(steps)],
-    )
 
 
 def file_sha256(path: str | Path) -> str | None:

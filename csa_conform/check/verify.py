@@ -18,7 +18,8 @@ from functools import lru_cache
 
 from csa_conform._base.case_glob import exact_glob
 from csa_conform._base.terminal import one_line, shell_join
-from csa_conform.check.results import REJECTION_MISMATCH, CaseResult, StepResult
+from csa_conform.check.model import CaseVerdict, StepVerdict
+from csa_conform.check.results import REJECTION_MISMATCH
 from csa_conform.compare.bitwise import compare_payloads
 from csa_conform.errors import ContractError, CsaConformError, GoldenChanged, GoldenIntegrityError, invalid_case
 from csa_conform.golden import GoldenFile, GoldenStep
@@ -43,23 +44,23 @@ def replay(attrs: dict, output_names, inputs: dict, run=run_step):
         return rejection
 
 
-def judge_step(index: int, step: GoldenStep, replayed) -> StepResult:
+def judge_step(index: int, step: GoldenStep, replayed) -> StepVerdict:
     """The stored step against its replay (``replay``'s result or rejection)."""
     if isinstance(replayed, ContractError):
         message = str(replayed)
         if step.expect_error is None:
-            return StepResult(index, False, problem=f"oracle rejected the stored step: {message}")
+            return StepVerdict(index, False, problem=f"oracle rejected the stored step: {message}")
         if message != step.expect_error:
-            return StepResult(
+            return StepVerdict(
                 index,
                 False,
                 expect_error=step.expect_error,
                 problem=f"expected rejection {step.expect_error!r}, oracle said {message!r}",
                 problem_type=REJECTION_MISMATCH,
             )
-        return StepResult(index, True, expect_error=step.expect_error)
+        return StepVerdict(index, True, expect_error=step.expect_error)
     if step.expect_error is not None:
-        return StepResult(
+        return StepVerdict(
             index,
             False,
             expect_error=step.expect_error,
@@ -71,7 +72,7 @@ def judge_step(index: int, step: GoldenStep, replayed) -> StepResult:
     actual.update({stage: replayed.stages[stage] for stage in step.stages if stage in replayed.stages})
     diffs = compare_payloads(expected, actual)
     failing = [diff for diff in diffs if not diff.passed]
-    return StepResult(index, not failing, compared=len(diffs), diffs=failing)
+    return StepVerdict(index, not failing, compared=bool(diffs), diffs=failing)
 
 
 def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
@@ -91,7 +92,7 @@ def stream_break(previous: GoldenStep, step: GoldenStep) -> str | None:
     return None
 
 
-def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, then: str | None = None) -> CaseResult:
+def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, then: str | None = None) -> CaseVerdict:
     """Digests first (a tampered file is reported as such, naming the object), then replay under the
     numerics profile the file names, the oracle run by ``engine`` (None: $CSA_CONFORM_ENGINE, else auto).
 
@@ -101,7 +102,7 @@ def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, the
     order, else what the replays found.
     """
     reproduce = reproduce_command(golden.path, case_id)
-    result = CaseResult(case_id, True, reproduce)
+    result = CaseVerdict(case_id, reproduce)
     run = runner(file_profile(golden.provenance, golden.path), engine)
     try:
         info = golden.case_info(case_id)
@@ -123,11 +124,11 @@ def verify_case(golden: GoldenFile, case_id: str, engine: str | None = None, the
             raise
         result.steps = []
         result.invalid = one_line(str(error))
-    result.passed = result.problem is None and result.invalid is None and all(step.passed for step in result.steps)
+    result.step_count = len(result.steps)
     return result
 
 
-def _replayed_steps(golden: GoldenFile, case_id: str, info, run) -> list[StepResult]:
+def _replayed_steps(golden: GoldenFile, case_id: str, info, run) -> list[StepVerdict]:
     """Each step replayed once its inputs are checked (its outputs and stages may still be read meanwhile)."""
     steps, previous = [], None
     for index in range(info.step_count):
@@ -136,14 +137,14 @@ def _replayed_steps(golden: GoldenFile, case_id: str, info, run) -> list[StepRes
         replayed = None if broken is not None else replay(info.attrs, info.output_names, inputs, run)
         step = golden.read_step(case_id, index)
         if broken is not None:
-            steps.append(StepResult(index, False, problem=f"not a stream: {broken}"))
+            steps.append(StepVerdict(index, False, problem=f"not a stream: {broken}"))
         else:
             steps.append(judge_step(index, step, replayed))
         previous = step
     return steps
 
 
-def verify_case_in(path: str, manifest: str, case_id: str, engine: str | None = None) -> CaseResult:
+def verify_case_in(path: str, manifest: str, case_id: str, engine: str | None = None) -> CaseVerdict:
     """``verify_case`` in a worker process, on the same file the parent opened (same manifest)."""
     return verify_case(_opened(path, manifest), case_id, engine)
 

@@ -24,8 +24,7 @@ from csa_conform.bench.timers import AUTO, HOST_CAVEAT, TIMERS, baseline_timer
 from csa_conform.check.results import (
     SLOWER,
     TIMING_REFUSED,
-    device_case,
-    failure_entry,
+    Failure,
     golden_reference,
     kernel_provenance,
     load_results,
@@ -97,13 +96,14 @@ def _gate_failures(bench: CaseBench, strict: bool) -> list[tuple[str, str]]:
 
 
 def _case_entry(bench: CaseBench, reproduce: str, strict: bool) -> dict:
-    entry = device_case(bench.report, lambda stage: reproduce, bench.conformance_s).to_json()
+    """The case's conformance verdict, failed too by the gate: its first failure type names every one."""
+    entry = bench.report.entry(lambda stage: reproduce)
     failures = _gate_failures(bench, strict)
-    if failures and entry.get("failure") is None:
-        kind, message = failures[0]
-        entry["failure"] = failure_entry(kind, "; ".join(message for _, message in failures), reproduce)
-    entry["passed"] = entry["passed"] and not failures
-    return entry
+    if failures and entry.failure is None:
+        kind, _ = failures[0]
+        entry.failure = Failure(kind, "; ".join(message for _, message in failures), reproduce)
+    entry.passed = entry.passed and not failures
+    return entry.to_json()
 
 
 def _ms(seconds: float | None) -> str:

@@ -13,14 +13,15 @@ import click
 
 from csa_conform._base.terminal import escaped
 from csa_conform.check.conformance import compare_step, first_divergence, replay
+from csa_conform.check.model import StepVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.check.results import (
     STEP_REJECTED,
     CaseEntry,
     StageEntry,
+    Failure,
     StepEntry,
     control_run,
-    failure_entry,
     golden_reference,
     kernel_provenance,
     results_document,
@@ -45,7 +46,7 @@ from csa_conform.spec import STAGE_NAMES, Mode
 
 
 def _first_divergence(golden: GoldenFile, case: str, options: RunOptions, runner, steps: int,
-                      quiet: bool) -> dict | None:
+                      quiet: bool) -> StepVerdict | None:
     outcomes = progress(replay(golden, case, runner), steps, "bisect (chained)",
                         lambda outcome: f"step {outcome.index}", quiet)
     return first_divergence(outcomes, STAGE_NAMES, options.ulp)
@@ -70,50 +71,50 @@ def _kernel(stage: str, ratio, options: RunOptions, tensors=()) -> str:
     return f" [{kernel}]" if kernel else ""
 
 
-def _describe(case: str, steps: int, found: dict, isolated: list[str], options: RunOptions,
+def _describe(case: str, steps: int, found: StepVerdict, isolated: list[str], options: RunOptions,
               ratio=None) -> list[str]:
-    tensors = [diff.tensor for diff in found.get("diffs", ())]
-    lines = [f"case {escaped(case)}: first divergence at step {found['step']} of {steps}, stage {found['stage']}"
-             f"{_kernel(found['stage'], ratio, options, tensors)}"]
-    if "message" in found:
-        lines.append(f"  {found['message']}")
+    tensors = [diff.tensor for diff in found.diffs]
+    lines = [f"case {escaped(case)}: first divergence at step {found.step} of {steps}, stage {found.stage}"
+             f"{_kernel(found.stage, ratio, options, tensors)}"]
+    if found.problem is not None:
+        lines.append(f"  {found.problem}")
     else:
-        element = found["element"]
+        element = found.element
         ulp = f", {element['ulp']} ulp apart" if "ulp" in element else ""
-        lines.append(f"  tensor {found['tensor']}, element {element['coords'] or 'scalar'} (flat {element['index']}): "
+        lines.append(f"  tensor {found.tensor}, element {element['coords'] or 'scalar'} (flat {element['index']}): "
                      f"oracle {element['expected']} [{element['expected_bits']}], "
                      f"device {element['actual']} [{element['actual_bits']}]{ulp}")
-        lines.extend(f"  {diff.summary()}" for diff in found["diffs"])
-        lines.append(f"  chained run diverges at: {', '.join(found['diverged_stages'])}")
+        lines.extend(f"  {diff.summary()}" for diff in found.diffs)
+        lines.append(f"  chained run diverges at: {', '.join(found.diverged_stages)}")
     origin = isolated[0] if isolated else None
     if origin:
-        lines.append(f"  isolated re-run of step {found['step']} diverges at: {', '.join(isolated)} "
+        lines.append(f"  isolated re-run of step {found.step} diverges at: {', '.join(isolated)} "
                      f"-> the divergence originates in {origin}{_kernel(origin, ratio, options)}")
     else:
-        lines.append(f"  isolated re-run of step {found['step']} is clean: the divergence comes from "
+        lines.append(f"  isolated re-run of step {found.step} is clean: the divergence comes from "
                      "device state carried in from earlier steps")
     lines.append(f"  reproduce: {_reproduce(found, isolated, options, case)}")
     return lines
 
 
-def _reproduce(found: dict, isolated: list[str], options: RunOptions, case: str) -> str:
+def _reproduce(found: StepVerdict, isolated: list[str], options: RunOptions, case: str) -> str:
     origin = isolated[0] if isolated else None
-    return options.command(case, origin or found["stage"], Mode.ISOLATED if origin else None)
+    return options.command(case, origin or found.stage, Mode.ISOLATED if origin else None)
 
 
-def _case(case: str, steps: int, found: dict | None, isolated: list[str], options: RunOptions,
+def _case(case: str, steps: int, found: StepVerdict | None, isolated: list[str], options: RunOptions,
           seconds: float) -> dict:
     failing = []
     if found is not None:
         reproduce = _reproduce(found, isolated, options, case)
-        if "message" in found:
-            failing.append(StepEntry(found["step"], failure=failure_entry(
-                STEP_REJECTED, found["message"], reproduce, stage=found["stage"])))
+        if found.problem is not None:
+            failing.append(StepEntry(found.step, failure=Failure(
+                STEP_REJECTED, found.problem, reproduce, {"stage": found.stage})))
         else:
-            failing.append(StepEntry(found["step"], stages=[StageEntry(found["stage"], reproduce, found["diffs"])]))
+            failing.append(StepEntry(found.step, stages=[StageEntry(found.stage, reproduce, found.diffs)]))
     return CaseEntry(
         case, passed=found is None, time_s=seconds, reproduce=options.command(case, "all"),
-        steps_total=steps, steps_compared=steps if found is None else found["step"] + 1, steps=failing,
+        steps_total=steps, steps_compared=steps if found is None else found.step + 1, steps=failing,
     ).to_json()
 
 
@@ -142,7 +143,7 @@ def bisect(file, case, device: DeviceOptions, output: OutputOptions):
         steps = golden.case_info(case).step_count
         golden_ratio = golden.case_info(case).attrs.get("compression_ratio")
         found = _first_divergence(golden, case, options, chained, steps, output.quiet or output.as_json)
-        isolated = _isolated_stages(golden, case, found["step"], options, isolated_runner) if found else []
+        isolated = _isolated_stages(golden, case, found.step, options, isolated_runner) if found else []
     code = ExitCode.DIVERGED if found else ExitCode.OK
     control = control_run(chained.provenance) and (
         not isolated_runner.provenance.launches or control_run(isolated_runner.provenance))
@@ -151,8 +152,9 @@ def bisect(file, case, device: DeviceOptions, output: OutputOptions):
     if output.as_json:
         summary = None
         if found is not None:
-            summary = {key: found.get(key) for key in ("step", "stage", "tensor", "element", "message")}
-            summary["chained_divergent_stages"] = found.get("diverged_stages", [found["stage"]])
+            summary = {"step": found.step, "stage": found.stage, "tensor": found.tensor, "element": found.element,
+                       "message": found.problem,
+                       "chained_divergent_stages": list(found.diverged_stages) or [found.stage]}
         emit_json(results_document(
             "bisect", argv(), [_case(case, steps, found, isolated, options, time.perf_counter() - started)],
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(chained.provenance), control=control,

@@ -85,7 +85,7 @@ def _cases(golden: GoldenFile, case_ids: list[str], options: BridgeOptions, work
         return judge_case(local.golden, case_id, options, work, measure)
 
     def describe(done: BridgeCase) -> str:
-        return f"{'ok  ' if done.result.passed else 'FAIL'} {done.result.case_id}"
+        return f"{'ok  ' if done.result.passed else 'FAIL'} {done.result.case}"
 
     try:
         if jobs == 1:
@@ -119,7 +119,7 @@ def _summary(cases: list[BridgeCase], file: str) -> str:
             kinds[kind] += kind in found
     failed = sum(not case.result.passed for case in cases)
     steps = sum(len(case.result.steps) for case in cases)
-    refused = sum(len(case.result.entry().rejected_steps) for case in cases)
+    refused = sum(len(case.result.rejected_steps) for case in cases)
     return (f"bridge: {len(cases) - failed}/{len(cases)} cases conformant ({steps} steps, {refused} of them "
             f"rejected by the reference) in {escaped(file)}; {failed} failed"
             f" ({kinds[UNSUPPORTED_FAILURE]} unsupported, {kinds[RUNNER_ERROR]} runner errors)")
@@ -192,7 +192,7 @@ def bridge_command(file: str, runtime: RuntimeRunner, case_glob: str | None, mod
             options={"mode": mode, "ulp": ulp, **({"tolerance": tolerance} if tolerance else {})},
             extra={"bridge": {**options.describe(), "runs": list(options.runs),
                               "streams": [case.differential() for case in cases],
-                              "statuses": [run.record(case.result.case_id) for case in cases
+                              "statuses": [run.record(case.result.case) for case in cases
                                            for runs in case.runs.values() for run in runs]},
                    **({"tolerance": judged} if judged is not None else {})}))
         return code

@@ -20,14 +20,13 @@ from csa_conform._base.statuses import (
     REPLAY_MISMATCH,
 )
 from csa_conform._base.terminal import escaped, one_line
-from csa_conform.check.conformance import CaseReport
 from csa_conform.check.device_run import run_cases
 from csa_conform.check.invariance import KINDS as INVARIANCES
 from csa_conform.check.invariance import VARIANT
+from csa_conform.check.model import CaseVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.check.results import (
     control_run,
-    device_case,
     kernel_provenance,
     results_document,
 )
@@ -59,7 +58,7 @@ from csa_conform.explain.patterns import stage_findings
 from csa_conform.spec import BY_NAME, STAGE_NAMES, Mode
 
 
-def _cell(report: CaseReport, stage: str) -> str:
+def _cell(report: CaseVerdict, stage: str) -> str:
     verdict = report.stages[stage]
     if verdict.status == INVALID:
         return "INVALID"
@@ -82,14 +81,13 @@ def _cell_width(stage: str) -> int:
     return max(len(BY_NAME[stage].label), len("ok(host)"))
 
 
-def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
+def _failure_lines(report: CaseVerdict, options: RunOptions) -> list[str]:
     case, lines = escaped(report.case), []
     if report.invalid is not None:
         lines += [f"{case}: invalid: {report.invalid}", f"  reproduce: {options.command(report.case, 'all')}"]
-    if report.failure is not None:
-        failure = report.failure
-        lines.append(f"{case} step {failure['step']}: the run stopped at {failure['stage']}: "
-                     f"{failure['message']}")
+    stopped = report.stopped
+    if stopped is not None:
+        lines.append(f"{case} step {stopped.step}: the run stopped at {stopped.stage}: {stopped.problem}")
     for finding in report.findings:
         lines.append(f"{case} step {finding.step}: {finding.message}")
         lines.append(f"  reproduce: {options.command(report.case, finding.stages[0])}")
@@ -118,7 +116,7 @@ def _failure_lines(report: CaseReport, options: RunOptions) -> list[str]:
                      f"it wrote: {stages}")
     for stage, origin in repeats.items() if options.mode is not Mode.CHAINED else ():
         lines.append(f"  {BY_NAME[stage].label} repeats {BY_NAME[origin].label}'s payload bit for bit")
-    if report.failure is not None and not diverged:
+    if stopped is not None and not diverged:
         lines.append(f"  reproduce: {options.command(report.case, 'all')}")
     return [one_line(line) for line in lines]
 
@@ -134,13 +132,13 @@ def _repeats(verdict, origin) -> bool:
 ORDER = {stage: position for position, stage in enumerate(STAGE_NAMES)}
 
 
-def rejected_only(report: CaseReport) -> bool:
+def rejected_only(report: CaseVerdict) -> bool:
     """A case every step of which the oracle rejects as stored: nothing compared, nothing to show in a row."""
     return (report.passed and not report.compared_steps and bool(report.rejected_steps)
-            and report.failure is None and not report.findings)
+            and report.stopped is None and not report.findings)
 
 
-def table_reports(reports: list[CaseReport]) -> tuple[list[CaseReport], list[CaseReport]]:
+def table_reports(reports: list[CaseVerdict]) -> tuple[list[CaseVerdict], list[CaseVerdict]]:
     """The reports the table shows and the rejected-only ones one line under it sums up; when the selection
     holds nothing but rejected cases (--case 'errors.*'), the user asked for them: they are the table."""
     rejected = [report for report in reports if rejected_only(report)]
@@ -152,7 +150,7 @@ def table_reports(reports: list[CaseReport]) -> tuple[list[CaseReport], list[Cas
 REJECTED_NAMED = 4
 
 
-def rejected_line(rejected: list[CaseReport]) -> str | None:
+def rejected_line(rejected: list[CaseVerdict]) -> str | None:
     if not rejected:
         return None
     named = ", ".join(escaped(report.case) for report in rejected[:REJECTED_NAMED])
@@ -182,7 +180,7 @@ def _decoded(diff) -> list[str]:
     return lines
 
 
-def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: RunOptions,
+def render_plain(reports: list[CaseVerdict], stages: tuple[str, ...], header: list[str], options: RunOptions,
                  quiet: bool = False) -> None:
     if not quiet:
         for line in header:
@@ -204,7 +202,7 @@ def render_plain(reports: list[CaseReport], stages: tuple[str, ...], header: lis
             click.echo(line)
 
 
-def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list[str], options: RunOptions,
+def render_rich(reports: list[CaseVerdict], stages: tuple[str, ...], header: list[str], options: RunOptions,
                 console=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -235,7 +233,7 @@ def render_rich(reports: list[CaseReport], stages: tuple[str, ...], header: list
             console.print(line, highlight=False, markup=False)
 
 
-def _summary(reports: list[CaseReport]) -> str:
+def _summary(reports: list[CaseVerdict]) -> str:
     """Counts of cases; a case with a finding of --repeat or --replay counts under the first one's kind."""
     failed = sum(not report.passed for report in reports)
     kinds: dict[str, int] = {}
@@ -318,17 +316,15 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
         return sanitized_diff(depth.sanitize, options, stages, case_glob, shard, output.as_json, device.git_bisect)
-    timed_reports, provenance, golden_ref = run_cases(options, stages, case_glob, shard, devices,
-                                                     watch=functools.partial(progress,
-                                                                             quiet=output.quiet or output.as_json),
-                                                     diagnose=stage_findings)
-    reports = [report for report, _ in timed_reports]
+    reports, provenance, golden_ref = run_cases(options, stages, case_glob, shard, devices,
+                                                watch=functools.partial(progress, quiet=output.quiet or output.as_json),
+                                                diagnose=stage_findings)
     explanations = explain_reports(file, reports, options, stages) if checks.explain else None
     invalid = any(report.invalid for report in reports)
     code = verdicts_code(not all(report.passed for report in reports), invalid)
     judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None
     if judged is not None:
-        sound = all(report.failure is None and not report.findings for report in reports)
+        sound = all(report.stopped is None and not report.findings for report in reports)
         code = verdicts_code(not (judged["within"] and sound), invalid)
     if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
@@ -339,8 +335,8 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
     if output.as_json:
         emit_json(results_document(
             "diff", argv(),
-            [device_case(report, lambda stage, case=report.case: options.command(case, stage), seconds).to_json()
-             for report, seconds in timed_reports],
+            [report.entry(lambda stage, case=report.case: options.command(case, stage)).to_json()
+             for report in reports],
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
             options={**options.describe(), "stages": list(stages), "explain": checks.explain,
                      **({"shard": str(shard)} if shard else {})},

@@ -14,7 +14,6 @@ from csa_conform._base.terminal import one_line
 from csa_conform.check.conformance import check_case
 from csa_conform.check.results import (
     control_run,
-    device_case,
     golden_reference,
     invalid_entry,
     kernel_provenance,
@@ -67,18 +66,18 @@ def explain_command(file, stages, case_glob, device: DeviceOptions, output: Outp
     with GoldenFile(file) as golden:
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
-        timed = []
+        reports = []  # the conformant ones are experiments on the same kernels
         for case in progress(cases, len(cases), "explain", str, output.quiet or output.as_json):
             started = time.perf_counter()
             report = check_case(golden, case, chained, stages, options.ulp, diagnose=stage_findings)
-            timed.append((report, time.perf_counter() - started))
-        reports = [report for report, _ in timed]  # the conformant ones are experiments on the same kernels
-        for report, checked in timed:
+            report.time_s = time.perf_counter() - started
+            reports.append(report)
+        for report in reports:
             started = time.perf_counter()
             if not report.passed and report.invalid is None:
                 explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
-            entries.append(device_case(report, lambda stage, case=report.case: options.command(case, stage),
-                                       checked + time.perf_counter() - started).to_json())
+            report.time_s += time.perf_counter() - started
+            entries.append(report.entry(lambda stage, case=report.case: options.command(case, stage)).to_json())
     settle_across_steps(explanations)  # the run's other cases of the same kernel are evidence too
     code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
     if code == ExitCode.USAGE and device.git_bisect:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from csa_conform.check.conformance import CaseReport, check_case
+from csa_conform.check.conformance import check_case
+from csa_conform.check.model import CaseVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.cli.output import say_error
 from csa_conform.exitcodes import ExitCode
@@ -23,7 +24,7 @@ from csa_conform.golden import GoldenFile
 from csa_conform.spec import Mode
 
 
-def explain_reports(file: str, reports: list[CaseReport], options: RunOptions,
+def explain_reports(file: str, reports: list[CaseVerdict], options: RunOptions,
                     stages: tuple[str, ...]) -> list[Explanation]:
     """Explanations of every case a diff run found divergent (what `diff --explain` adds).
 

@@ -72,7 +72,7 @@ def fuzz_command(device: DeviceOptions, budget_s, seed, database, output, force,
         return ExitCode.OK
     found = run.found
     write_goldens(output, [found.case], force=force)
-    click.echo(f"fuzz: divergence at {describe(found.divergence)} (step {found.divergence['step']}) after "
+    click.echo(f"fuzz: divergence at {describe(found.divergence)} (step {found.divergence.step}) after "
                f"{run.valid} valid cases ({run.examples} drawn) in {run.seconds:.0f} s (the first diverging one "
                f"in {run.first_s:.0f} s)")
     click.echo(f"  case: {found.draw.describe()}")

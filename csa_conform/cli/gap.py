@@ -10,7 +10,8 @@ from rich.table import Table
 from csa_conform._base.case_glob import exact_glob, matching_cases
 from csa_conform._base.terminal import one_line, shell_join
 from csa_conform.check.gap import COLUMNS, headline, markdown_table, measure_file, table_rows
-from csa_conform.check.results import INVALID_CASE, CaseEntry, failure_entry, golden_reference, results_document
+from csa_conform.check.model import CaseVerdict
+from csa_conform.check.results import golden_reference, results_document
 from csa_conform.cli.common import argv, boundary, console, emit_json, print_table, stdout_is_terminal
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, engine_option, golden_file
@@ -87,6 +88,5 @@ def gap_command(file: str, case_glob: str | None, profile: str, mode: str, markd
 
 def _case_entry(case_id: str, file: str, time_s: float, invalid: str | None) -> dict:
     reproduce = shell_join(["csa-conform", "gap", file, "--case", exact_glob(case_id)])
-    return CaseEntry(case_id, passed=invalid is None, reproduce=reproduce, steps_total=0, steps_compared=0,
-                     family=case_id.split(".", 1)[0], time_s=time_s,
-                     failure=failure_entry(INVALID_CASE, invalid, reproduce) if invalid else None).to_json()
+    verdict = CaseVerdict(case_id, reproduce, family=case_id.split(".", 1)[0], invalid=invalid, time_s=time_s)
+    return verdict.entry().to_json()

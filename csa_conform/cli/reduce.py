@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from csa_conform.check.model import StepVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.check.verify import verify_case
 from csa_conform.cli.common import boundary
@@ -162,7 +163,7 @@ def reduce_command(file, case, device: DeviceOptions, output, force, budget_s, q
     return ExitCode.DIVERGED
 
 
-def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s: float, builtin_found: dict | None,
+def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s: float, builtin_found: StepVerdict | None,
             options: RunOptions) -> None:
     write_goldens(output, [reduction.case], force=force)
     with GoldenFile(output) as written:
@@ -174,7 +175,7 @@ def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s
     click.echo(_elements(reduction.original, reduction.reduced))
     click.echo(_starting_points(reduction))
     click.echo(_floor(reduction))
-    click.echo(f"still diverges first at {describe(found)} (step {found['step']}), as the original")
+    click.echo(f"still diverges first at {describe(found)} (step {found.step}), as the original")
     click.echo("verified against the oracle: " + ("yes" if verified.passed else "NO (a bug in reduce)"))
     click.echo("built-in kernels: " + ("pass" if builtin_found is None else
                                        f"DIVERGE at {describe(builtin_found)} (not a kernel bug alone)"))

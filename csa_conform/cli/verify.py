@@ -15,7 +15,8 @@ from rich.text import Text
 from csa_conform._base.case_glob import matching_cases
 from csa_conform._base.memory import small_pages
 from csa_conform._base.terminal import escaped, one_line
-from csa_conform.check.results import CaseResult, file_sha256, golden_reference, results_document
+from csa_conform.check.model import CaseVerdict
+from csa_conform.check.results import file_sha256, golden_reference, results_document
 from csa_conform.check.verify import verify_case, verify_case_in
 from csa_conform.cli.common import (
     argv,
@@ -53,7 +54,7 @@ def hashed_ahead(path: str) -> Future:
     return digest
 
 
-def verify_in_turn(golden: GoldenFile, following: dict[str, str], engine: str | None, case_id: str) -> CaseResult:
+def verify_in_turn(golden: GoldenFile, following: dict[str, str], engine: str | None, case_id: str) -> CaseVerdict:
     """``verify_case`` of one case of a run that verifies ``following[case_id]`` next."""
     return verify_case(golden, case_id, engine=engine, then=following.get(case_id))
 
@@ -67,7 +68,7 @@ def case_weight(golden: GoldenFile, case_id: str) -> int:
         return 0
 
 
-def timed_case(verify: Callable[[str], CaseResult], case_id: str) -> CaseResult:
+def timed_case(verify: Callable[[str], CaseVerdict], case_id: str) -> CaseVerdict:
     """One case and how long it took (module level so worker processes can receive it)."""
     started = time.perf_counter()
     result = verify(case_id)
@@ -120,7 +121,7 @@ def verify_command(
                         [case_weight(golden, case_id) for case_id in case_ids] if jobs > 1 else None),
                 len(case_ids),
                 "verify",
-                lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case_id}",
+                lambda result: f"{'ok  ' if result.passed else 'FAIL'} {result.case}",
                 output.quiet,
             )
         )
@@ -142,7 +143,7 @@ def verify_command(
     return code
 
 
-def _lines(results: list[CaseResult], document: dict, file: str) -> None:
+def _lines(results: list[CaseVerdict], document: dict, file: str) -> None:
     for result in results:
         for line in result.failure_lines():
             click.echo(line)
@@ -157,29 +158,29 @@ def _summary(document: dict, file: str) -> str:
             f"in {escaped(file)}")
 
 
-def _table(results: list[CaseResult], document: dict, file: str) -> None:
+def _table(results: list[CaseVerdict], document: dict, file: str) -> None:
     out = console()
     failing = [result for result in results if not result.passed]
     if failing:
         table = Table(title="divergences", show_lines=False)
-        table.add_column("case", no_wrap=True, min_width=max(len(escaped(result.case_id)) for result in failing))
+        table.add_column("case", no_wrap=True, min_width=max(len(escaped(result.case)) for result in failing))
         for column in ("step", "where", "first divergence"):
             table.add_column(column, overflow="fold")
         for result in failing:
             for line in result.failure_lines():
                 out.print(line, markup=False)
             if result.invalid:
-                table.add_row(Text(escaped(result.case_id)), "", "invalid", Text(result.invalid))
+                table.add_row(Text(escaped(result.case)), "", "invalid", Text(result.invalid))
             if result.problem:
-                table.add_row(Text(escaped(result.case_id)), "", "", Text(one_line(result.problem)))
+                table.add_row(Text(escaped(result.case)), "", "", Text(one_line(result.problem)))
             for step in result.steps:
                 if step.problem:
-                    table.add_row(Text(escaped(result.case_id)), str(step.step), "", Text(one_line(step.problem)))
+                    table.add_row(Text(escaped(result.case)), str(step.step), "", Text(one_line(step.problem)))
                 for diff in step.diffs:
                     first = diff.first or {}
                     where = f"{first.get('coords', '')}: {first.get('expected')} vs {first.get('actual')}"
                     table.add_row(
-                        Text(escaped(result.case_id)),
+                        Text(escaped(result.case)),
                         str(step.step),
                         Text(escaped(f"{diff.stage}/{diff.tensor}")),
                         Text(one_line(diff.problem or where)),

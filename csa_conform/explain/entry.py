@@ -21,7 +21,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from csa_conform.check.conformance import CaseReport, check_case, compare_step, replay
+from csa_conform.check.conformance import check_case, compare_step, replay
+from csa_conform.check.model import CaseVerdict
 from csa_conform.compare.bitwise import TensorDiff
 from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.device.kernels import KernelDirectory
@@ -265,8 +266,8 @@ def failure_note(error: BaseException) -> str:
     return str(InternalError.of(error))
 
 
-def explain_report(golden: GoldenFile, chained: CaseReport, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,
-                   ulp: int = 0, reports: Sequence[CaseReport] = ()) -> list[Explanation]:
+def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,
+                   ulp: int = 0, reports: Sequence[CaseVerdict] = ()) -> list[Explanation]:
     """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay.
 
     An explanation that raises is a ``failed`` verdict for that divergence; the others are kept. A replay

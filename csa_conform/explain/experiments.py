@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from csa_conform._base.statuses import IDENTICAL
-from csa_conform.check.conformance import CaseReport
+from csa_conform.check.model import CaseVerdict
 from csa_conform.contract import validate_step
 from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import Hypothesis
@@ -33,9 +33,9 @@ class Witnesses:
     """The run's conformant cases, as experiments on the kernels that computed them."""
 
     golden: GoldenFile
-    reports: Sequence[CaseReport]
+    reports: Sequence[CaseVerdict]
 
-    def cases(self, stage: str, ratio: int) -> list[tuple[CaseReport, int]]:
+    def cases(self, stage: str, ratio: int) -> list[tuple[CaseVerdict, int]]:
         """(report, conformant steps): the conformant cases first (every step), then the steps before a
         divergent case's first divergence, where the chained run, on the reference's inputs, matched every
         stage."""
@@ -43,10 +43,10 @@ class Witnesses:
         for report in self.reports:
             verdict = report.stages.get(stage)
             if (report.ratio != ratio or verdict is None or verdict.placement != "device" or report.invalid is not None
-                    or report.failure is not None or report.findings):
+                    or report.stopped is not None or report.findings):
                 continue
             if report.passed and verdict.status == IDENTICAL:
-                whole.append((report, report.steps))
+                whole.append((report, report.step_count))
             elif report.diverged() and all(v.step is not None for v in report.diverged()):
                 first = min(v.step for v in report.diverged())
                 if first > 0:

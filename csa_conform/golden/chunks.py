@@ -18,6 +18,9 @@ chunk is copied in at the moment HDF5 would have written it, which keeps
 every address, and so every byte of the file, what a plain
 ``create_dataset(data=...)`` makes (tests/goldens/test_stored_chunks.py
 holds the two writes equal).
+
+Why: ``generate --suite prod --jobs 2`` takes 14.8 s, 13.7 CPU s and a 1.0 GB peak this way against 22-24 s,
+15.6 CPU s and 1.7 GB with raw arrays piped to the writer's HDF5 (same bytes; on ci it costs ~1 CPU s).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from csa_conform._base.statuses import DIVERGED, IDENTICAL
-from csa_conform.check.conformance import CaseReport, StageVerdict, check_case
-from csa_conform.check.results import CaseResult, StepResult
+from csa_conform.check.conformance import check_case
+from csa_conform.check.model import CaseVerdict, StageVerdict, StepVerdict
 from csa_conform.check.verify import reproduce_command, verify_case
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, DeviceUnavailable, GoldenFormatError
@@ -84,7 +84,7 @@ def oracle_outcomes(path: str, case: CaseItems) -> dict[str, Outcome]:
         return {name: failed(result.failure_lines()) for name in case.oracle}
     if result.problem:
         return _corrupt_outcomes(result, owners, case)
-    fragments: dict[str, list[StepResult]] = {name: [] for name in case.oracle}
+    fragments: dict[str, list[StepVerdict]] = {name: [] for name in case.oracle}
     for step in result.steps:
         if step.passed:
             continue
@@ -150,7 +150,7 @@ def _corrupt_owners(golden: GoldenFile, case: CaseItems) -> set[str]:
     return set(case.oracle)
 
 
-def _corrupt_outcomes(result: CaseResult, owners: set[str], case: CaseItems) -> dict[str, Outcome]:
+def _corrupt_outcomes(result: CaseVerdict, owners: set[str], case: CaseItems) -> dict[str, Outcome]:
     lines = result.failure_lines()
     return {
         name: failed(lines) if name in owners
@@ -191,23 +191,23 @@ def device_outcomes(
 
 
 def _device_outcome(
-    report: CaseReport, verdict: StageVerdict, mode: Mode, reproduce: Callable[[str, str], str]
+    report: CaseVerdict, verdict: StageVerdict, mode: Mode, reproduce: Callable[[str, str], str]
 ) -> Outcome:
-    stopped = report.failure
+    stopped = report.stopped
     if verdict.status == DIVERGED:
         lines = [f"{report.case} / {verdict.stage} (step {verdict.step}, {verdict.placement}):"]
         if verdict.message:
             lines.append(f"  {verdict.message}")
         lines += [f"  {diff.summary()}" for diff in verdict.diffs]
         return failed(lines + [f"  reproduce: {reproduce(report.case, verdict.stage)}"])
-    if stopped is not None and stopped["stage"] not in report.stages:
+    if stopped is not None and stopped.stage not in report.stages:
         return failed([
-            f"{report.case} step {stopped['step']}: the run stopped at {stopped['stage']}: {stopped['message']}",
+            f"{report.case} step {stopped.step}: the run stopped at {stopped.stage}: {stopped.problem}",
             f"  reproduce: {reproduce(report.case, 'all')}",
         ])
     if stopped is not None:
         return skipped(
-            f"not compared after step {stopped['step']}: the run stopped at {stopped['stage']}, "
+            f"not compared after step {stopped.step}: the run stopped at {stopped.stage}, "
             "whose device item fails with the reason"
         )
     if verdict.status == IDENTICAL and verdict.stage == WRITEBACK and mode is Mode.ISOLATED:

@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from csa_conform.check.model import StepVerdict
 from csa_conform.contract import DENSE_WINDOW
 from csa_conform.errors import FixtureError, TopKTie
 from csa_conform.golden import GoldenCase
@@ -166,7 +167,7 @@ class BudgetSpent(BaseException):
 class Found:
     draw: Draw
     case: GoldenCase
-    divergence: dict
+    divergence: StepVerdict
     size: int
 
 
@@ -179,7 +180,7 @@ class FuzzRun:
     first_s: float | None = None  # when the first divergence was found
 
 
-def fuzz(probe: Callable[[GoldenCase], dict | None], budget_s: float, seed: int | None, database: Path | None,
+def fuzz(probe: Callable[[GoldenCase], StepVerdict | None], budget_s: float, seed: int | None, database: Path | None,
          say: Callable[[str], None]) -> FuzzRun:
     """Draw, build and probe cases until one diverges and is shrunk, or the budget is spent.
 
@@ -212,11 +213,11 @@ def fuzz(probe: Callable[[GoldenCase], dict | None], budget_s: float, seed: int 
         size = elements(case)
         if run.found is None or size < run.found.size:
             if run.found is None:
-                say(f"fuzz: case {run.valid} diverges at {found['stage']} ({elapsed():.0f} s); shrinking")
+                say(f"fuzz: case {run.valid} diverges at {found.stage} ({elapsed():.0f} s); shrinking")
                 run.first_s = elapsed()
             run.found = Found(drawn, case, found, size)
             say(f"fuzz: smallest diverging case so far: {size:,} input elements: {drawn.describe()}")
-        raise AssertionError(f"diverges at {found['stage']}")
+        raise AssertionError(f"diverges at {found.stage}")
 
     options = settings(
         max_examples=10**6, deadline=None, verbosity=Verbosity.quiet, print_blob=False,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from csa_conform.check.conformance import first_divergence, replay
+from csa_conform.check.model import StepVerdict
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.golden import GoldenCase, GoldenFile, write_goldens
 from csa_conform.golden.edits import (
@@ -180,7 +181,7 @@ class Probe:
     ulp: int = 0
     runs: int = 0
 
-    def __call__(self, case: GoldenCase) -> dict | None:
+    def __call__(self, case: GoldenCase) -> StepVerdict | None:
         self.runs += 1
         path = self.workdir / f"probe-{self.runs}.h5"
         write_goldens(path, [case])
@@ -191,13 +192,13 @@ class Probe:
             path.unlink()
 
 
-def signature(found: dict | None) -> tuple[str, str | None] | None:
-    return None if found is None else (found["stage"], found.get("tensor"))
+def signature(found: StepVerdict | None) -> tuple[str, str | None] | None:
+    return None if found is None else (found.stage, found.tensor)
 
 
-def describe(found: dict) -> str:
+def describe(found: StepVerdict) -> str:
     """'stage/tensor', or the stage alone when the device run refused the step."""
-    return found["stage"] + (f"/{found['tensor']}" if found.get("tensor") else "")
+    return found.stage + (f"/{found.tensor}" if found.tensor else "")
 
 
 @dataclass
@@ -205,7 +206,7 @@ class Reduction:
     original: Stream
     reduced: Stream
     case: GoldenCase
-    found: dict
+    found: StepVerdict
     trials: int
     kept: list[str]
     seconds: float
@@ -222,7 +223,7 @@ ALIKE = "the file's smallest case diverging alike"
 AS_GIVEN = "the case as given"
 
 
-def _starts(stream: Stream, step: int, probe_keeps: Callable[[str, Stream], dict | None]
+def _starts(stream: Stream, step: int, probe_keeps: Callable[[str, Stream], StepVerdict | None]
             ) -> list[tuple[str, Stream, dict]]:
     """The stream up to the failing step, and that step from its stored state (else the latest
     earlier step that keeps the divergence), each with its divergence; the first always keeps it."""
@@ -237,13 +238,13 @@ def _starts(stream: Stream, step: int, probe_keeps: Callable[[str, Stream], dict
     return starts
 
 
-def _shrink(current: Stream, current_found: dict, attempt: Callable[[str, Stream], dict | None],
+def _shrink(current: Stream, current_found: StepVerdict, attempt: Callable[[str, Stream], StepVerdict | None],
             deadline: float) -> tuple[Stream, dict, list[str], bool]:
     """Greedy: the first candidate that keeps the divergence replaces the stream, until none does (a
     fixed point, True) or the deadline passes (False)."""
     kept: list[str] = []
     while time.perf_counter() < deadline:
-        for change, candidate in candidates(current, coordinates(current_found.get("element"))):
+        for change, candidate in candidates(current, coordinates(current_found.element)):
             if time.perf_counter() >= deadline:
                 return current, current_found, kept, False
             result = attempt(change, candidate)
@@ -273,10 +274,10 @@ def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
         return None
     started = time.perf_counter()  # the budget is the search's: the first run (and its build) is not
     target = signature(found)
-    say(f"reduce: {case_id} diverges first at step {found['step']}, {describe(found)}")
+    say(f"reduce: {case_id} diverges first at step {found.step}, {describe(found)}")
     trials = 0
 
-    def attempt(change: str, candidate: Stream) -> dict | None:
+    def attempt(change: str, candidate: Stream) -> StepVerdict | None:
         nonlocal trials
         trials += 1
         case = candidate.case(reduced_id, description)
@@ -286,7 +287,7 @@ def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
         say(f"reduce: trial {trials}: {change}: {verdict}")
         return result if same else None
 
-    step = found["step"]
+    step = found.step
     starts = [(FROM_ZERO, stream.upto(step), found, case_id)]
     starts += [(name, start, result, case_id) for name, start, result in _starts(stream, step, attempt)]
     if alike is not None:
@@ -296,7 +297,7 @@ def reduce_case(stream: Stream, case_id: str, probe: Probe, budget_s: float,
             other_found = probe(other_stream.case(reduced_id, description))
             if other_found is not None and signature(other_found) == target:
                 say(f"reduce: {other_id} diverges alike ({other_stream.elements():,} input elements)")
-                starts.append((f"{ALIKE} ({other_id})", other_stream.upto(other_found["step"]), other_found,
+                starts.append((f"{ALIKE} ({other_id})", other_stream.upto(other_found.step), other_found,
                                other_id))
     starts.sort(key=lambda entry: entry[1].size())
     results = []
@@ -328,7 +329,7 @@ class ProbedFile:
         self.path, self.probe = path, probe
         self._golden: GoldenFile | None = None
 
-    def first_divergence(self, case_id: str) -> dict | None:
+    def first_divergence(self, case_id: str) -> StepVerdict | None:
         if self._golden is None:
             self._golden = GoldenFile(self.path)
         return first_divergence(replay(self._golden, case_id, self.probe.runner), STAGE_NAMES, self.probe.ulp)

@@ -14,7 +14,7 @@ from rich.console import Console
 
 import csa_conform.cli.common as common
 from csa_conform._base.statuses import IDENTICAL
-from csa_conform.check.conformance import CaseReport, StageVerdict
+from csa_conform.check.model import CaseVerdict, StageVerdict, StepVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.cli import main
 from csa_conform.cli.diff import render_rich
@@ -106,8 +106,8 @@ def test_progress_is_drawn_on_a_terminal_unless_quiet(monkeypatch):
 def test_a_narrow_terminal_never_cuts_a_case_id():
     case = "seed-closed-form.r4-stream-with-a-rather-long-descriptive-name-17"
     stages = ("compression_update", "candidate_assembly", "sparse_sink_softmax_attention", "writeback")
-    report = CaseReport(case, 128, 1, compared_steps=1,
-                        stages={stage: StageVerdict(stage, "device", IDENTICAL) for stage in stages})
+    report = CaseVerdict(case, ratio=128, step_count=1, steps=[StepVerdict(0, compared=True)],
+                         stages={stage: StageVerdict(stage, "device", IDENTICAL) for stage in stages})
     out = io.StringIO()
     render_rich([report], stages, [], RunOptions(file="g.h5", mode=Mode.CHAINED, force_host=frozenset(), ulp=0),
                 console=Console(file=out, width=60, color_system=None))

@@ -155,11 +155,11 @@ def test_an_unexpected_exception_in_any_command_is_exit_70_naming_the_tool(monke
 
 def _witness(case: str, stage: str, ratio: int):
     """A conformant chained report of ``case`` with ``stage`` computed on the device."""
-    from csa_conform.check.conformance import CaseReport, StageVerdict
+    from csa_conform.check.model import CaseVerdict, StageVerdict
 
     with GoldenFile(CI_GOLDENS) as golden:
         steps = golden.step_count(case)
-    report = CaseReport(case, ratio, steps)
+    report = CaseVerdict(case, ratio=ratio, step_count=steps)
     report.stages[stage] = StageVerdict(stage, "device", "identical")
     return report
 
