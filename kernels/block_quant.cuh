@@ -680,59 +680,119 @@ __device__ __forceinline__ float csa_candidate_value(const CsaAttention& a, cons
 }
 
 /* Stages 6-7 of one row, with `locate(c, &where)` naming candidate slot c's
- * values or rejecting the slot.  Thread 0 scores the slots in order
- * (ascending dot, times scale, plus the broadcast bias) into the row's
- * scratch (-inf where rejected), takes f32::max and the ascending glibc-expf
- * denominator plus the logit-only sink; then each thread accumulates its
- * output dimensions over the slots in order.  No valid slot: zeros. */
+ * values or rejecting the slot (-inf in the row's scratch).  The block's
+ * threads score the slots (each dot ascending, times scale, plus the
+ * broadcast bias); the row maximum is f32::max over them, whose value no
+ * order changes (a +0/-0 pick leaves every x - max, hence every weight, as
+ * it is).  The glibc-expf weights are computed a tile at a time by the
+ * threads and summed in ascending slot order by thread 0, plus the
+ * logit-only sink; the probabilities of a tile are computed once, and each
+ * thread accumulates its output dimensions over the slots in order.  No
+ * valid slot: zeros. */
+#define CSA_ATTENTION_TILE 256
+#define CSA_ATTENTION_DIMS 4
+#define CSA_MAX_BLOCK 1024
+
 template <typename Locate>
 __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow& r, int slots, Locate locate)
 {
     const float* q = a.query + (long long)r.row * a.dim;
     float* slot_scores = a.scores + (long long)r.row * a.scratch_stride;
+    const int thread = (int)threadIdx.x;
+    const int threads = (int)blockDim.x;
+    __shared__ float thread_maximum[CSA_MAX_BLOCK];
+    __shared__ float tile_weight[CSA_ATTENTION_TILE];
+    __shared__ CsaCandidate tile_where[CSA_ATTENTION_TILE];
+    __shared__ bool tile_valid[CSA_ATTENTION_TILE];
     __shared__ float shared_maximum;
     __shared__ float shared_denominator;
-    if (threadIdx.x == 0u) {
+    if (threadIdx.x == 0u)
         for (int c = 0; c < a.scratch_stride; ++c) slot_scores[c] = CSA_NEG_INF;
-        float maximum = CSA_NEG_INF;
-        for (int c = 0; c < slots; ++c) {
-            CsaCandidate where = {-1, -1};
-            if (!locate(c, &where)) continue;
-            float dot = 0.0f;
-            for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));
-            float score = csa_mul(dot, a.scale);
-            if (a.bias_present != 0) {
-                const long long at = (((long long)(a.bias_b == 1 ? 0 : r.b) * a.bias_h + (a.bias_h == 1 ? 0 : r.head))
-                    * a.bias_s + (a.bias_s == 1 ? 0 : r.s)) * a.bias_k + (a.bias_k == 1 ? 0 : c);
-                score = score + a.bias[at];
-            }
-            slot_scores[c] = score;
-            maximum = fmaxf(score, maximum);
-        }
-        float denominator = 0.0f;
-        if (maximum != CSA_NEG_INF) {
-            for (int c = 0; c < slots; ++c)
-                if (slot_scores[c] != CSA_NEG_INF) denominator = denominator + csa_expf(slot_scores[c] - maximum);
-            denominator = denominator + csa_expf(a.sink[r.head] - maximum);
-        }
-        shared_maximum = maximum;
-        shared_denominator = denominator;
-    }
-    __syncthreads();  // thread 0 has published the softmax statistics
+    __syncthreads();  // the scratch is cleared before any slot's logit lands in it
 
-    const float maximum = shared_maximum;
-    const float denominator = shared_denominator;
-    for (int d = (int)threadIdx.x; d < a.dim; d += (int)blockDim.x) {
-        float accumulated = 0.0f;
+    float maximum = CSA_NEG_INF;
+    for (int c = thread; c < slots; c += threads) {
+        CsaCandidate where = {-1, -1};
+        if (!locate(c, &where)) continue;
+        float dot = 0.0f;
+        for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));
+        float score = csa_mul(dot, a.scale);
+        if (a.bias_present != 0) {
+            const long long at = (((long long)(a.bias_b == 1 ? 0 : r.b) * a.bias_h + (a.bias_h == 1 ? 0 : r.head))
+                * a.bias_s + (a.bias_s == 1 ? 0 : r.s)) * a.bias_k + (a.bias_k == 1 ? 0 : c);
+            score = score + a.bias[at];
+        }
+        slot_scores[c] = score;
+        maximum = fmaxf(score, maximum);
+    }
+    thread_maximum[thread] = maximum;
+    __syncthreads();  // every slot's logit is written, every thread's maximum published
+    if (threadIdx.x == 0u) {
+        for (int t = 1; t < threads; ++t) maximum = fmaxf(thread_maximum[t], maximum);
+        shared_maximum = maximum;
+    }
+    __syncthreads();  // thread 0 has published the row maximum
+    maximum = shared_maximum;
+
+    float denominator = 0.0f;
+    if (maximum != CSA_NEG_INF) {
+        for (int first = 0; first < slots; first += CSA_ATTENTION_TILE) {
+            const int count = min(CSA_ATTENTION_TILE, slots - first);
+            for (int j = thread; j < count; j += threads) {
+                const float logit = slot_scores[first + j];
+                tile_weight[j] = logit == CSA_NEG_INF ? 0.0f : csa_expf(logit - maximum);
+            }
+            __syncthreads();  // the tile's weights are in
+            if (threadIdx.x == 0u)
+                for (int j = 0; j < count; ++j)
+                    if (slot_scores[first + j] != CSA_NEG_INF) denominator = denominator + tile_weight[j];
+            __syncthreads();  // thread 0 has added the tile before it is overwritten
+        }
+        if (threadIdx.x == 0u)
+            denominator = denominator + csa_expf(a.sink[r.head] - maximum);
+    }
+    if (threadIdx.x == 0u) shared_denominator = denominator;
+    __syncthreads();  // thread 0 has published the denominator
+    denominator = shared_denominator;
+
+    for (int pass = 0; pass * threads * CSA_ATTENTION_DIMS < a.dim; ++pass) {  // every thread, for the barriers
+        const int base = thread + pass * threads * CSA_ATTENTION_DIMS;
+        float sums[CSA_ATTENTION_DIMS] = {};
         if (maximum != CSA_NEG_INF) {
-            for (int c = 0; c < slots; ++c) {
-                const float logit = slot_scores[c];
-                CsaCandidate where = {-1, -1};
-                if (logit == CSA_NEG_INF || !locate(c, &where)) continue;
-                const float probability = csa_expf(logit - maximum) / denominator;
-                accumulated = accumulated + csa_mul(probability, csa_candidate_value(a, where, d));
+            for (int first = 0; first < slots; first += CSA_ATTENTION_TILE) {
+                const int count = min(CSA_ATTENTION_TILE, slots - first);
+                __syncthreads();  // the previous tile is no longer read
+                for (int j = thread; j < count; j += threads) {
+                    const int c = first + j;
+                    const float logit = slot_scores[c];
+                    CsaCandidate where = {-1, -1};
+                    tile_valid[j] = logit != CSA_NEG_INF && locate(c, &where);
+                    tile_where[j] = where;
+                    if (tile_valid[j]) {
+                        const float probability = csa_expf(logit - maximum) / denominator;
+                        tile_weight[j] = probability;
+                    }
+                }
+                __syncthreads();  // the tile's probabilities and candidates are in
+                for (int k = 0; k < CSA_ATTENTION_DIMS; ++k) {
+                    const int d = base + k * threads;
+                    if (d >= a.dim) break;
+                    float accumulated = sums[k];
+                    for (int j = 0; j < count; ++j) {
+                        if (!tile_valid[j]) continue;
+                        const float probability = tile_weight[j];
+                        const CsaCandidate where = tile_where[j];
+                        accumulated = accumulated + csa_mul(probability, csa_candidate_value(a, where, d));
+                    }
+                    sums[k] = accumulated;
+                }
             }
         }
-        a.output[(long long)r.row * a.dim + d] = accumulated;
+        for (int k = 0; k < CSA_ATTENTION_DIMS; ++k) {
+            const int d = base + k * threads;
+            if (d >= a.dim) break;
+            const float accumulated = sums[k];
+            a.output[(long long)r.row * a.dim + d] = accumulated;
+        }
     }
 }

@@ -126,9 +126,9 @@ DIAGNOSED = (
     _bug(
         "sink_inside_the_max",
         "block_quant.cuh",
-        "        float denominator = 0.0f;\n        if (maximum != CSA_NEG_INF) {",
+        "        shared_maximum = maximum;\n",
         "        if (maximum != CSA_NEG_INF) maximum = fmaxf(maximum, a.sink[r.head]);\n"
-        "        float denominator = 0.0f;\n        if (maximum != CSA_NEG_INF) {",
+        "        shared_maximum = maximum;\n",
         "sparse_sink_softmax_attention", "boundaries.r4-prefill-[58]",
         "the sink logit is taken into the running max (softmax shifted by the sink where it is larger)",
         "restricted", predicate="sink above the row max", trial="softmax:sink-in-max",

@@ -8,16 +8,16 @@ from mutants import Mutant
 SPLIT_BY_BATCH = Mutant(
     "attention_dot_split_when_batched",
     "block_quant.cuh",
-    '            for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));\n',
+    '        for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));\n',
     (
-        '            float upper = 0.0f;\n'
-        '            const bool split = gridDim.x > (unsigned int)(a.sequence * a.heads);\n'
-        '            for (int i = 0; i < a.dim; ++i) {\n'
-        '                const float term = csa_mul(q[i], csa_candidate_value(a, where, i));\n'
-        '                if (split && 2 * i >= a.dim) upper = upper + term;\n'
-        '                else dot = dot + term;\n'
-        '            }\n'
-        '            dot = dot + upper;\n'
+        '        float upper = 0.0f;\n'
+        '        const bool split = gridDim.x > (unsigned int)(a.sequence * a.heads);\n'
+        '        for (int i = 0; i < a.dim; ++i) {\n'
+        '            const float term = csa_mul(q[i], csa_candidate_value(a, where, i));\n'
+        '            if (split && 2 * i >= a.dim) upper = upper + term;\n'
+        '            else dot = dot + term;\n'
+        '        }\n'
+        '        dot = dot + upper;\n'
     ),
     "sparse_sink_softmax_attention",
     frozenset({"sparse_sink_softmax_attention"}),

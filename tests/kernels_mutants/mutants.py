@@ -207,8 +207,8 @@ MUTANTS = (
     Mutant(
         "output_blends_unwritten_contents",
         "block_quant.cuh",
-        "        a.output[(long long)r.row * a.dim + d] = accumulated;",
-        "        a.output[(long long)r.row * a.dim + d] = accumulated + 0.0f * a.output[(long long)r.row * a.dim + d];",
+        "            a.output[(long long)r.row * a.dim + d] = accumulated;",
+        "            a.output[(long long)r.row * a.dim + d] = accumulated + 0.0f * a.output[(long long)r.row * a.dim + d];",
         "candidate_assembly",
         frozenset({"candidate_assembly", "sparse_sink_softmax_attention"}),
         "boundaries.r4-*",

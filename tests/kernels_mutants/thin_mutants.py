@@ -10,9 +10,8 @@ THIN_MUTANTS = (
     Mutant(
         "sink_inside_the_max",
         "block_quant.cuh",
-        "        float denominator = 0.0f;\n        if (maximum != CSA_NEG_INF) {\n",
-        "        float denominator = 0.0f;\n        if (maximum != CSA_NEG_INF) maximum = fmaxf(maximum, a.sink[r.head]);\n"
-        "        if (maximum != CSA_NEG_INF) {\n",
+        "        shared_maximum = maximum;\n",
+        "        if (maximum != CSA_NEG_INF) maximum = fmaxf(maximum, a.sink[r.head]);\n        shared_maximum = maximum;\n",
         "sparse_sink_softmax_attention",
         frozenset({"sparse_sink_softmax_attention"}),
         "*",
