@@ -322,7 +322,7 @@ class ProbedFile:
     """The golden file whose cases are probed, opened at the first probe and closed (``close``) before a
     reduction's trials: h5py walks every dataset handle alive in the process at each file close, an
     indexed case holds its datasets open, and each trial writes and reads a file, so the file held open
-    over the trials would cost each of its closes about 4 ms at the ci suite's size."""
+    over the trials would cost each of its closes about 6 ms at the ci suite's size."""
 
     def __init__(self, path: Path, probe: Probe):
         self.path, self.probe = path, probe
