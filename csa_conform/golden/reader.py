@@ -72,6 +72,10 @@ class GoldenFile:
             for threads in self._threads:
                 threads.shutdown(wait=True, cancel_futures=True)
         self._file.close()
+        # The index goes with the file: h5py walks every live handle of the process at each file close,
+        # so a closed file's index kept alive (a caller's variable) would slow every later close.
+        self._cases.clear()
+        self._checks = None
 
     def case_ids(self) -> list[str]:
         return list(self._case_ids)

@@ -76,3 +76,29 @@ def test_gpu_only_depth_is_refused_on_the_host_backend(extra, device_goldens):
 def _case_ids(path) -> list[str]:
     with GoldenFile(path) as golden:
         return golden.case_ids()
+
+
+def test_a_module_built_with_the_precompiled_headers_is_the_library_built_without(tmp_path):
+    """The .gch only saves parsing: g++ uses it (-H marks it '!') and the library is the same byte for byte."""
+    import subprocess
+
+    from csa_conform.device.host import emulation
+    from csa_conform.device.kernels import KernelDirectory
+
+    module = KernelDirectory(KERNELS).module("csa_ratio4_index_replicate")
+    flags, _ = emulation.gxx_flags(module.build.nvrtc_options("host"))
+    entry = flags + (f"-DCSA_ENTRY={module.entry}",)
+    libraries = {}
+    for headers in (flags, None):
+        folder = tmp_path / ("precompiled" if headers else "plain")
+        folder.mkdir()
+        libraries[headers is not None] = Path(emulation._build(module.source, "host_module.cpp", folder, entry,
+                                                               headers)._name)
+    (header,) = (tmp_path / "precompiled").glob("headers-*.h")
+    assert not list((tmp_path / "plain").glob("headers-*"))
+    source = next((tmp_path / "precompiled").glob("*.cuh"))
+    command = [emulation.GXX, *emulation.GXX_FLAGS, *entry, "-include", str(header), "-H", f"-I{emulation.HERE}",
+               f'-DCSA_SOURCE="{source}"', str(emulation.HERE / "host_module.cpp"), "-o", str(tmp_path / "probe.so")]
+    listed = subprocess.run(command, capture_output=True, text=True).stderr
+    assert f"! {header}.gch" in listed.splitlines()
+    assert libraries[True].read_bytes() == libraries[False].read_bytes()

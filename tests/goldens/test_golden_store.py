@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 
@@ -309,3 +310,21 @@ def test_a_malformed_layout_is_a_format_error_not_a_crash(tmp_path):
             golden.read_step("sample.case", 0)
         with pytest.raises(GoldenFormatError, match="stages should be a group"):
             golden.dataset_entries("sample.case", 0)
+
+
+def test_a_closed_file_held_by_its_caller_keeps_no_dataset_handle(tmp_path):
+    """h5py walks every live handle of the process at each file close: a closed GoldenFile that a caller's
+    variable still holds must not keep its index's datasets alive (each later close would pay for them)."""
+    def datasets_alive() -> int:
+        gc.collect()
+        return sum(isinstance(item, h5py.Dataset) for item in gc.get_objects())
+
+    path = tmp_path / "two.h5"
+    write_goldens(path, [sample_case("sample.one"), sample_case("sample.two")])
+    before = datasets_alive()
+    golden = GoldenFile(path)
+    for case_id in golden.case_ids():
+        golden.read_step(case_id, 1)
+    assert datasets_alive() > before
+    golden.close()
+    assert datasets_alive() == before

@@ -37,7 +37,8 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: int = 300) -> 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """bin/ of a fresh venv holding only the wheel and its dependencies, and an environment without the checkout."""
+    """bin/ of a fresh venv holding only the wheel and its dependencies (not even pip), and an environment
+    without the checkout."""
     base = tmp_path_factory.mktemp("wheel")
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV", ENGINE_VARIABLE)}
     source = base / "source"
@@ -45,9 +46,10 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(base / "dist"), str(source)],
         base, env)
     (wheel,) = (base / "dist").glob("csa_conform-*.whl")
-    venv.create(base / "venv", with_pip=True)
+    # No pip of its own (ensurepip costs seconds): this pip installs into it.
+    venv.create(base / "venv")
     bin_dir = base / "venv" / "bin"
-    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel)], base, env)
+    run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--quiet", str(wheel)], base, env)
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return bin_dir, env
 

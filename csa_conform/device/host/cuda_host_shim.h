@@ -9,6 +9,9 @@
 // section inside function templates: those keep the previous block's
 // values). Build with
 // -ffp-contract=off, the host twin of NVRTC's --fmad=false.
+#ifndef CSA_HOST_SHIM_H
+#define CSA_HOST_SHIM_H
+
 #include <math.h>
 #include <string.h>
 
@@ -67,3 +70,5 @@ static inline float csa_platform_sinf(float x) { return (float)sin((double)x); }
 static inline float csa_platform_cosf(float x) { return (float)cos((double)x); }
 static inline float csa_platform_powf(float x, float y) { return (float)pow((double)x, (double)y); }
 static inline float csa_platform_log2f(float x) { return (float)log2((double)x); }
+
+#endif

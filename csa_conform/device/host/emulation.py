@@ -57,16 +57,40 @@ def gxx_flags(options: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
     return contraction + tuple(flags), ftz
 
 
-def _build(source: str, wrapper: str, build_dir: Path, flags: tuple[str, ...] = ("-ffp-contract=off",)) -> ctypes.CDLL:
+def _build(source: str, wrapper: str, build_dir: Path, flags: tuple[str, ...] = ("-ffp-contract=off",),
+           headers: tuple[str, ...] | None = None) -> ctypes.CDLL:
     """The library of one source, wrapper and flags, built once per build folder. Its files appear
-    whole (written under a name of this process, then renamed), so processes may share a folder."""
+    whole (written under a name of this process, then renamed), so processes may share a folder.
+    ``headers``: the flags host_headers.h is precompiled with for this build (None: not precompiled)."""
     digest = hashlib.sha256((wrapper + "\0" + " ".join(flags) + "\0" + source).encode()).hexdigest()[:24]
     library = build_dir / f"{digest}.so"
     if not library.exists():
         source_file = build_dir / f"{digest}.cuh"
         _publish(source_file, lambda path: path.write_text(source, encoding="utf-8"))
-        _publish(library, lambda path: _compile(wrapper, source_file, flags, path))
+        include = () if headers is None else ("-include", str(_precompiled_headers(build_dir, headers)))
+        _publish(library, lambda path: _compile(wrapper, source_file, flags + include, path))
     return ctypes.CDLL(str(library))
+
+
+def _precompiled_headers(build_dir: Path, flags: tuple[str, ...]) -> Path:
+    """A copy of host_headers.h in the build folder with its .gch for these flags beside it, made once per
+    folder: parsing those headers is a fifth of a module's build. The library is the same byte for byte;
+    g++ parses the copy's text instead where it cannot use the .gch (or none could be made)."""
+    text = (HERE / "host_headers.h").read_text(encoding="utf-8")
+    digest = hashlib.sha256((" ".join(flags) + "\0" + text).encode()).hexdigest()[:24]
+    header = build_dir / f"headers-{digest}.h"
+    if not header.exists():
+        precompiled = header.with_name(f"{header.name}.gch")
+        partial = precompiled.with_name(f"{precompiled.name}.{os.getpid()}.partial")
+        try:
+            command = [GXX, *GXX_FLAGS, *flags, f"-I{HERE}", "-x", "c++-header", str(HERE / "host_headers.h"),
+                       "-o", str(partial)]
+            if subprocess.run(command, capture_output=True).returncode == 0:
+                os.replace(partial, precompiled)
+        finally:
+            partial.unlink(missing_ok=True)
+        _publish(header, lambda path: path.write_text(text, encoding="utf-8"))
+    return header
 
 
 def _publish(path: Path, write) -> None:
@@ -180,7 +204,8 @@ class HostEmulationBackend:
     def function(self, module: ModuleSource):
         options = module.build.nvrtc_options("host")
         flags, ftz = gxx_flags(options)
-        library = _build(module.source, "host_module.cpp", self.build_dir, flags + (f"-DCSA_ENTRY={module.entry}",))
+        library = _build(module.source, "host_module.cpp", self.build_dir, flags + (f"-DCSA_ENTRY={module.entry}",),
+                         headers=flags)
         try:
             declared = ctypes.c_int.in_dll(library, module.block_symbol).value
         except ValueError:  # no such symbol: the seed's launch shape

@@ -1,13 +1,7 @@
 // Host build of one kernel module (prelude + module source in CSA_SOURCE,
 // its entry in CSA_ENTRY): csa_host_launch runs a launch's blocks in order,
 // and the threads of a block as fibers with a real barrier (cuda_host_shim.h).
-#include <xmmintrin.h>
-
-#include <cstddef>
-#include <type_traits>
-#include <utility>
-
-#include "cuda_host_shim.h"
+#include "host_headers.h"
 #include CSA_SOURCE
 
 // --ftz=true on the host: SSE's flush-to-zero and denormals-are-zero bits
