@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from csa_conform.check.conformance import CaseReport, StageVerdict
+from csa_conform.check.model import CaseVerdict, StageVerdict
 from csa_conform.explain import EXPLAINED
 from csa_conform.explain.experiments import Witnesses
 from csa_conform.explain.hypotheses import Hypothesis
@@ -58,7 +58,7 @@ def test_a_reading_is_re_run_on_a_witness_reading_its_inputs_the_same_way():
     reading = next(hypothesis for hypothesis, *_ in offset_trials(stage, g, inputs, expected, expected[stage])
                    if hypothesis.key == "offset:index_weight:1")
     with GoldenFile(CI_GOLDENS) as golden:
-        report = CaseReport(case, g.ratio, golden.step_count(case))
+        report = CaseVerdict(case, ratio=g.ratio, step_count=golden.step_count(case))
         report.stages[stage] = StageVerdict(stage, "device", "identical")
         experiments = Witnesses(golden, [report]).run(stage, g.ratio, [reading, Hypothesis("reference", "")])
     assert experiments and experiments[0]["predicted_differing"]["reference"] == 0
@@ -67,13 +67,13 @@ def test_a_reading_is_re_run_on_a_witness_reading_its_inputs_the_same_way():
 
 def test_the_steps_before_a_case_diverged_are_witnesses():
     """A chained run that diverged first at step 1 matched every stage at step 0, on the reference's inputs."""
-    diverged = CaseReport("later", 4, 3)
+    diverged = CaseVerdict("later", ratio=4, step_count=3)
     diverged.stages["index_scoring"] = StageVerdict("index_scoring", "device", "diverged", step=1)
-    at_once = CaseReport("at-once", 4, 3)
+    at_once = CaseVerdict("at-once", ratio=4, step_count=3)
     at_once.stages["index_scoring"] = StageVerdict("index_scoring", "device", "diverged", step=0)
-    host = CaseReport("host", 4, 3)
+    host = CaseVerdict("host", ratio=4, step_count=3)
     host.stages["index_scoring"] = StageVerdict("index_scoring", "host", "identical")
-    passed = CaseReport("passed", 4, 3)
+    passed = CaseVerdict("passed", ratio=4, step_count=3)
     passed.stages["index_scoring"] = StageVerdict("index_scoring", "device", "identical")
     cases = Witnesses(None, [diverged, at_once, host, passed]).cases("index_scoring", 4)
     assert [(report.case, steps) for report, steps in cases] == [("passed", 3), ("later", 1)]
