@@ -107,10 +107,13 @@ def _decide(explanation: Explanation, reproducing, localized, witnesses: Witness
                                                          explanation.baseline, hypothesis, cause, localized))
 
 
-def _simplest(trial) -> tuple[bool, int]:
+def _simplest(trial) -> tuple[bool, bool, int]:
     """The order a cause is chosen in among equal variants: one function throughout before the P·V weights' alone
-    (the same payload says nothing of the denominator's), then the fewest changed arguments."""
-    return trial.key.startswith(WEIGHTS_ONLY), sum(changed for changed, _ in trial.changed.values())
+    (the same payload says nothing of the denominator's); then a function some code computes (the device's own,
+    its double one rounded once, a glibc port) before "correctly rounded", which is a property of the values
+    and names no call in the kernel's code; then the fewest changed arguments."""
+    return (trial.key.startswith(WEIGHTS_ONLY), trial.key.endswith(":correctly-rounded"),
+            sum(changed for changed, _ in trial.changed.values()))
 
 
 def settle_across_steps(explanations: Sequence[Explanation]) -> None:
@@ -198,6 +201,12 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     if localized is not None:  # where it starts; the re-runs and the numeric search below may still name why
         explanation.diagnosis.insert(0, localized)
         if localized.decisive and localized.evidence["structural"]:
+            # the values moved too far for a numeric ingredient; that sub-step ported another way still may
+            located = localized.evidence.get("sub_step")
+            reruns = [pair for pair in sub_step_trials(stage, g, inputs, upstream, target)
+                      if pair[0].sub_step == located]
+            explanation.trials = [trial for _, trial in reruns]
+            _decide(explanation, [pair for pair in reruns if pair[1].reproduces], localized, witnesses, g.ratio)
             return explanation
         # no later sub-step's input is the reference's: no rounding convention or RoPE position moves values so far
         gross = localized.decisive and localized.evidence["rule"] == "none"

@@ -37,6 +37,7 @@ from csa_conform.numerics.variant import (
     Tally,
 )
 from csa_conform.oracle.index_scoring import SCALE_FOLDINGS
+from csa_conform.oracle.pooling import RMS_NORM_PORTS
 from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
 LOG2_E = np.float32(1.4426950408889634)  # 1.44269504f: log2 e as a binary32 literal
@@ -151,7 +152,8 @@ def _fast_exps(device_libm: Callable[[str], Callable] | None) -> list[Hypothesis
 
 def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     """One sub-step of a multi-step stage done another way: the pool leaving its first or last candidate out
-    of the sums or (ratio 4) splitting the two halves one slot off, a bf16 rounding convention, FP8/FP4 codes
+    of the sums or (ratio 4) splitting the two halves one slot off, RMSNorm over the square sum or without
+    its weight, a bf16 rounding convention, FP8/FP4 codes
     rounding ties away from zero, FP8 codes truncated, RoPE at the wrong position (the block's last position
     for a record, one off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed
     or the rotation left out; and one step of a single-step stage done another way: index scoring's causal
@@ -170,6 +172,9 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
                 found.append(Hypothesis(f"pool:boundary{shift:+d}", f"the overlapping pool reading slot {slot} from "
                                         f"the {half} half of the width (the halves split at slot {4 + shift}, not 4)",
                                         sub_step="pool", port=(("overlap_boundary", shift),)))
+    if stage in ("compression_update", "index_key_update"):
+        for port, name in RMS_NORM_PORTS.items():
+            found.append(Hypothesis(f"rms:{port}", name, sub_step="RMSNorm", port=(("rms_norm", port),)))
     if stage in BF16_STAGES:
         for convention, name in BF16_CONVENTIONS.items():
             found.append(Hypothesis(f"bf16:{convention}", name, bf16=convention, sub_step="bf16"))

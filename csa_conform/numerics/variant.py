@@ -99,6 +99,7 @@ class Numerics:
     selection_pad: int = -1  # what selection writes past a row's causal records
     sink_in_max: bool = False  # the sink logit taken into the softmax's running max
     dense_extra: int = 0  # slots candidate assembly's dense window takes beyond the contract's
+    rms_norm: str | None = None  # a key of csa_conform.oracle.pooling.RMS_NORM_PORTS (the reference: None)
 
     @property
     def is_reference(self) -> bool:
@@ -107,7 +108,8 @@ class Numerics:
                 and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None
                 and not self.softmax_reciprocal and self.weights_expf is None and not self.codes_truncated
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
-                and self.selection_pad == -1 and not self.sink_in_max and not self.dense_extra)
+                and self.selection_pad == -1 and not self.sink_in_max and not self.dense_extra
+                and self.rms_norm is None)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""

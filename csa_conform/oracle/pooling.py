@@ -22,6 +22,11 @@ from csa_conform.numerics.rope import compressed_rope
 from csa_conform.numerics.variant import REFERENCE, Numerics
 
 RMS_EPSILON = np.float32(1.0e-6)
+# RMSNorm ported another way (explain's structural hypotheses), by Numerics.rms_norm.
+RMS_NORM_PORTS = {
+    "sum": "RMSNorm over the root of the square sum, not of its mean (every record 1/sqrt(width) too small)",
+    "unweighted": "RMSNorm without its weight (the norm vector left out)",
+}
 
 
 def softmax_pool(values: np.ndarray, scores: np.ndarray, numerics: Numerics = REFERENCE):
@@ -63,7 +68,7 @@ def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str
 
 
 def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Numerics = REFERENCE) -> np.ndarray:
-    """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w."""
+    """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w (or a port of RMS_NORM_PORTS)."""
     values = bf16_round(records, numerics)
     by_dim = np.moveaxis(values, -1, 0)
     square_sum = np.zeros(by_dim.shape[1:], dtype=np.float32)
@@ -73,9 +78,12 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Nu
     if not np.isfinite(square_sum).all():
         raise ContractError(operator_message(f"{what}RMSNorm square sum is non-finite"))
     width = np.float32(values.shape[-1])
-    inverse_rms = np.float32(1) / np.sqrt(square_sum / width + RMS_EPSILON)
+    port = numerics.rms_norm
+    mean_square = square_sum if port == "sum" else square_sum / width
+    inverse_rms = np.float32(1) / np.sqrt(mean_square + RMS_EPSILON)
+    weight = np.float32(1) if port == "unweighted" else norm
     with np.errstate(over="ignore", invalid="ignore"):
-        return bf16_round(values * inverse_rms[..., None] * norm, numerics)
+        return bf16_round(values * inverse_rms[..., None] * weight, numerics)
 
 
 def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int,

@@ -1,5 +1,5 @@
 """A step of the data flow ported another way is named as the cause only by a re-run that reproduces the
-device bit for bit (the pool, the FP8 codes, the causal count, the head weight scale, the selection's filler,
+device bit for bit (the pool, the RMSNorm, the FP8 codes, the causal count, the head weight scale, the selection's filler,
 the dense window's length, the sink in the running max), and a hypothesis about how a kernel reads its data
 is re-run on conformant steps reading their inputs the same way."""
 
@@ -25,6 +25,8 @@ PORTED = [
      "pool:last-left-out"),
     ("boundaries.r128-resumed-119-chunks", "compression_update", {"codes_truncated": True}, "codes:truncate",
      "codes:ties-away"),
+    ("boundaries.r128-resumed-119-chunks", "compression_update", {"rms_norm": "sum"}, "rms:sum", "rms:unweighted"),
+    ("boundaries.r4-prefill-8", "index_key_update", {"rms_norm": "unweighted"}, "rms:unweighted", "rms:sum"),
     ("boundaries.r4-prefill-8", "index_scoring", {"causal_shift": -1}, "causal:-1", "causal:+1"),
     ("boundaries.r4-prefill-8", "index_scoring", {"scale_folding": "without-heads"}, "scale:without-heads",
      "scale:heads-unrooted"),

@@ -224,6 +224,10 @@ def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes
     # where the same payload cannot tell them apart, one expf throughout comes before the P·V weights' alone
     equals = [_trial("weights-expf:device", 0, changed=1), _trial("expf:device", 0, changed=5)]
     assert min(equals, key=entry._simplest).key == "expf:device"
+    # and a function some code computes before "correctly rounded" (a property of values): it names a call
+    equals = [_trial("expf:correctly-rounded", 0, changed=2), _trial("expf:device-double", 0, changed=2),
+              _trial("weights-expf:device-double", 0, changed=2)]
+    assert min(equals, key=entry._simplest).key == "expf:device-double"
 
 
 def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path):

@@ -162,7 +162,7 @@ DIAGNOSED = (
         "    const float inverse_rms = 1.0f / sqrtf(squares + 1.0e-6f);",
         "compression_update", "boundaries.r128-resumed-119-*",
         "RMSNorm divides by the root of the square sum, not of its mean: every record is 1/sqrt(dim) too small",
-        "sub-step", sub_step="RMSNorm", method="intermediates",
+        "sub-step", sub_step="RMSNorm", trial="rms:sum",
     ),
     _bug(
         "hadamard_difference_reversed",
