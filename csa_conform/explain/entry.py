@@ -202,9 +202,8 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
         explanation.diagnosis.insert(0, localized)
         if localized.decisive and localized.evidence["structural"]:
             # the values moved too far for a numeric ingredient; that sub-step ported another way still may
-            located = localized.evidence.get("sub_step")
-            reruns = [pair for pair in sub_step_trials(stage, g, inputs, upstream, target)
-                      if pair[0].sub_step == located]
+            others = tuple(step for step in SUB_STEPS.get(stage, ()) if step != localized.evidence.get("sub_step"))
+            reruns = sub_step_trials(stage, g, inputs, upstream, target, skip=others)
             explanation.trials = [trial for _, trial in reruns]
             _decide(explanation, [pair for pair in reruns if pair[1].reproduces], localized, witnesses, g.ratio)
             return explanation
