@@ -17,6 +17,7 @@ from csa_conform.explain import (
     Explanation,
     explain_report,
     settle_across_steps,
+    structural_note,
 )
 from csa_conform.explain.device_libm import measured
 from csa_conform.explain.patterns import stage_findings
@@ -48,13 +49,13 @@ def explain_reports(file: str, reports: list[CaseVerdict], options: RunOptions,
 def tally(explanations: list[Explanation]) -> dict[str, int]:
     """How many divergences each verdict got."""
     counts = {verdict: sum(e.verdict == verdict for e in explanations) for verdict in VERDICTS}
-    return {"divergences": len(explanations), **counts}
+    return {"divergences": len(explanations), **counts, "structural": sum(e.structural is not None for e in explanations)}
 
 
 def tally_line(explanations: list[Explanation]) -> str:
     counts = tally(explanations)
     line = (f"{counts['divergences']} divergences: {counts[EXPLAINED]} explained, {counts[AMBIGUOUS]} ambiguous, "
-            f"{counts[INHERITED]} inherited, {counts[UNEXPLAINED]} unexplained")
+            f"{counts[INHERITED]} inherited, {counts[UNEXPLAINED]} unexplained{structural_note(counts)}")
     return line + (f", {counts[FAILED]} whose explanation failed" if counts[FAILED] else "")
 
 

@@ -10,8 +10,17 @@ specs/diagnosis.md says how a verdict is reached and how strong its evidence is.
 
 from csa_conform.explain.entry import Divergence, explain_case, explain_report, explain_step, settle_across_steps
 from csa_conform.explain.trial import Trial
-from csa_conform.explain.verdict import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, VERDICTS, Explanation
+from csa_conform.explain.verdict import (
+    AMBIGUOUS,
+    EXPLAINED,
+    FAILED,
+    INHERITED,
+    UNEXPLAINED,
+    VERDICTS,
+    Explanation,
+    structural_note,
+)
 
 __all__ = ["AMBIGUOUS", "EXPLAINED", "FAILED", "INHERITED", "UNEXPLAINED", "VERDICTS", "Divergence", "Explanation",
            "Trial",
-           "explain_case", "explain_report", "explain_step", "settle_across_steps"]
+           "explain_case", "explain_report", "explain_step", "settle_across_steps", "structural_note"]

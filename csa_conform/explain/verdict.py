@@ -77,13 +77,24 @@ class Explanation:
                     f"({'; '.join(f'{trial.name}: {trial.effect()}' for trial in self.rivals)}); {separated}")
         if self.verdict == INHERITED:
             return f"{where}: inherited: {self.note}"
-        finding = self.diagnosis[0] if self.diagnosis else None
-        if finding is not None and finding.kind in STRUCTURAL and finding.decisive and self.search is None:
+        finding = self.structural
+        if finding is not None:
             return (f"{where}: {finding.kind}: {finding.headline} (structural, {finding.confidence}: no numeric "
                     "ingredient tried)")
+        finding = self.diagnosis[0] if self.diagnosis else None
         pattern = f": {finding.kind}: {finding.headline}" if finding is not None else (
             f": {self.note}" if self.note else "")
         return f"{where}: unexplained{pattern} ({self.closest_text()})"
+
+    @property
+    def structural(self) -> Finding | None:
+        """The decisive structural finding that names an unexplained divergence (what the kernel did wrong, which
+        no numeric ingredient makes, so none was tried), or None."""
+        finding = self.diagnosis[0] if self.diagnosis else None
+        if (self.verdict == UNEXPLAINED and finding is not None and finding.kind in STRUCTURAL and finding.decisive
+                and self.search is None):
+            return finding
+        return None
 
     def experiment_text(self) -> str:
         """What the experiments showed: the rivals they refuted (on a conformant step, or on a divergent step of
@@ -162,3 +173,9 @@ def _describe(first: dict) -> str:
         else:
             parts.append(f"{key} {_value(value)}")
     return "; ".join(parts)
+
+
+def structural_note(counts: dict) -> str:
+    """How many unexplained divergences a structural finding names (what was done wrong, not a numeric cause)."""
+    structural = counts.get("structural", 0)
+    return f" ({structural} of them named by a structural finding)" if structural else ""

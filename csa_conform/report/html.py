@@ -27,6 +27,7 @@ from html import escape
 
 from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
 from csa_conform.check.gap import COLUMNS, table_rows
+from csa_conform.explain import structural_note
 from csa_conform.report.bench_plots import bench_html
 from csa_conform.spec import STAGE_NAMES
 
@@ -272,6 +273,13 @@ def _anchor(number: int, index: int) -> str:
     return f"run{number}-case{index}"
 
 
+def explain_summary(explain: dict) -> str:
+    """The explain tally of a document, one line above the failing cases."""
+    return (f"<p class='why'>explain: {explain['divergences']} divergences: {explain['explained']} explained, "
+            f"{explain['ambiguous']} ambiguous, {explain['inherited']} inherited, {explain['unexplained']} "
+            f"unexplained{structural_note(explain)}, {explain['failed']} failed</p>")
+
+
 def _summary(number: int, document: dict, failing: list[dict], found: dict[str, list[Block]]) -> str:
     """Per kernel module: the cases failing there, the stages their divergences start in, and each case's
     headline, linked to its detail."""
@@ -287,9 +295,7 @@ def _summary(number: int, document: dict, failing: list[dict], found: dict[str, 
     explain = (document.get("explain") or {}).get("summary")
     parts = [f"<h3>Summary: {len(failing)} of {len(document['cases'])} cases fail</h3>"]
     if explain:
-        parts.append(f"<p class='why'>explain: {explain['divergences']} divergences: {explain['explained']} "
-                     f"explained, {explain['ambiguous']} ambiguous, {explain['inherited']} inherited, "
-                     f"{explain['unexplained']} unexplained, {explain['failed']} failed</p>")
+        parts.append(explain_summary(explain))
     parts.append("<table><tr><th>kernel module</th><th>cases failing</th><th>first divergent stage</th>"
                  "<th>why (each failing case)</th></tr>")
     for module, entries in modules.items():

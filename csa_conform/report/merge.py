@@ -212,7 +212,8 @@ def _merge_explain(sections: list[dict | None]) -> dict | None:
         return None
     explanations = sorted((entry for section in present for entry in section["explanations"]),
                           key=lambda entry: entry["case"])
-    summary = {key: sum(section["summary"][key] for section in present) for key in present[0]["summary"]}
+    keys = dict.fromkeys(key for section in present for key in section["summary"])  # a shard may predate a count
+    summary = {key: sum(section["summary"].get(key, 0) for section in present) for key in keys}
     libm = {entry["where"]: entry for section in present for entry in section.get("device_libm", [])}
     return {"explain": {"summary": summary, "device_libm": list(libm.values()), "explanations": explanations}}
 

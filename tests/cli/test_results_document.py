@@ -24,7 +24,7 @@ JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).with_name("junit.xsd")))
 SMALL = "*r4-prefill-8"
 CLOSED_FORM_CASE = "seed-closed-form.r4-prefill-8"
 NOTHING_EXPLAINED = {"summary": {"divergences": 0, "explained": 0, "ambiguous": 0, "inherited": 0, "unexplained": 0,
-                                 "failed": 0},
+                                 "failed": 0, "structural": 0},
                      "device_libm": [], "explanations": []}
 
 
@@ -192,3 +192,14 @@ def test_no_device_prints_the_document_with_its_exit_code(small, monkeypatch, fl
     document = document_of(result)
     assert document["exit_code"] == code and document["error"]["type"] == "DeviceUnavailable"
     assert "CuPy is not importable" in document["error"]["message"]
+
+
+def test_a_shard_written_before_the_structural_count_merges_with_one_that_has_it():
+    from csa_conform.report.merge import _merge_explain
+
+    old = {"summary": dict(NOTHING_EXPLAINED["summary"], divergences=2, unexplained=2), "explanations": []}
+    del old["summary"]["structural"]
+    new = {"summary": dict(NOTHING_EXPLAINED["summary"], divergences=1, unexplained=1, structural=1),
+           "explanations": []}
+    merged = _merge_explain([old, new])["explain"]["summary"]
+    assert (merged["divergences"], merged["unexplained"], merged["structural"]) == (3, 3, 1)

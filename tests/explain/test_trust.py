@@ -268,3 +268,24 @@ def test_the_device_libm_is_measured_once_per_argument_and_counts_where_it_diffe
     assert first.shape == (2, 2) and first[0, 0].view(np.uint32) == again[1].view(np.uint32)
     assert first[0, 1] == GLIBC["sinf"](np.array([1.0], dtype=np.float32))[0]
     assert libm.measured() == {"sinf": {"arguments": 4, "differing": 1}}
+
+
+def test_an_unexplained_divergence_a_structural_finding_names_is_counted_as_such():
+    """The summary of a kernel that never writes its carry must not read as if nothing were found: its
+    divergences stay unexplained (no cause), and the count says how many a structural finding names."""
+    from csa_conform.cli.explanations import tally, tally_line
+    from csa_conform.explain.patterns.findings import Finding
+    from csa_conform.explain.verdict import UNEXPLAINED
+    from csa_conform.report.html import explain_summary
+
+    never_written = Finding("never-written", "compression_update", "present_compression_carry", "never written", 8, 8)
+    restricted = Finding("restricted", "compression_update", "present_compressed_kv", "rows r >= 3", 8, 8)
+    named = Explanation("a", 0, "compression_update", UNEXPLAINED, diagnosis=[never_written])
+    searched = Explanation("b", 0, "compression_update", UNEXPLAINED, diagnosis=[never_written], search={"singles": 3})
+    located = Explanation("c", 0, "compression_update", UNEXPLAINED, diagnosis=[restricted])
+    counts = tally([named, searched, located])
+    assert (counts["unexplained"], counts["structural"]) == (3, 1)
+    assert tally_line([named, searched, located]).endswith("3 unexplained (1 of them named by a structural finding)")
+    assert named.headline().startswith("a step 0 compression_update: never-written: never written (structural")
+    assert tally_line([located]).endswith("1 unexplained")
+    assert "1 unexplained (1 of them named by a structural finding), 0 failed" in explain_summary(tally([named]))

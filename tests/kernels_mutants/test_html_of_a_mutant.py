@@ -96,8 +96,9 @@ def test_the_summary_counts_every_verdict_of_explain(documents, page):
     head = render_html([document]).split("Verdicts: case × stage")[0]
     assert ("explain: 18 divergences: 5 explained, 3 ambiguous, 7 inherited, 2 unexplained, 1 failed") in head
     measured, head = documents["diff"]["explain"]["summary"], page.split("Verdicts: case × stage")[0]
+    structural = f" ({measured['structural']} of them named by a structural finding)" if measured["structural"] else ""
     assert (f"{measured['ambiguous']} ambiguous, {measured['inherited']} inherited, {measured['unexplained']} "
-            f"unexplained, {measured['failed']} failed</p>") in head
+            f"unexplained{structural}, {measured['failed']} failed</p>") in head
 
 
 def test_rejected_cases_are_one_line_and_failing_cases_come_first(documents, page):
