@@ -49,7 +49,8 @@ def explain_reports(file: str, reports: list[CaseVerdict], options: RunOptions,
 def tally(explanations: list[Explanation]) -> dict[str, int]:
     """How many divergences each verdict got."""
     counts = {verdict: sum(e.verdict == verdict for e in explanations) for verdict in VERDICTS}
-    return {"divergences": len(explanations), **counts, "structural": sum(e.structural is not None for e in explanations)}
+    structural = sum(explanation.structural is not None for explanation in explanations)
+    return {"divergences": len(explanations), **counts, "structural": structural}
 
 
 def tally_line(explanations: list[Explanation]) -> str:

@@ -230,12 +230,15 @@ def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes
     assert min(equals, key=entry._simplest).key == "expf:device-double"
 
 
-def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path):
+def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path, monkeypatch):
     """The probe of a CUDA backend (here a stand-in with evaluate_libm), as a device run reaches it."""
     from types import SimpleNamespace
 
+    import csa_conform.explain.device_libm as libm_module
     from csa_conform.device.kernels import BUILDS, Build
     from csa_conform.explain.device_libm import device_libm, measured
+
+    monkeypatch.setattr(libm_module, "_MEASURED", {})  # the process's record of measured devices, this test's own
 
     build = Build("production", BUILDS["production"], "--build")
     backend = SimpleNamespace(evaluate_libm=lambda name, args, build: np.sin(args[0]),
