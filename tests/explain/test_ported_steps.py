@@ -1,7 +1,7 @@
 """A step of the data flow ported another way is named as the cause only by a re-run that reproduces the
-device bit for bit (the pool, the RMSNorm, the FP8 codes, the causal count, the head weight scale, the selection's filler,
-the dense window's length, the sink in the running max), and a hypothesis about how a kernel reads its data
-is re-run on conformant steps reading their inputs the same way."""
+device bit for bit (the pool, the RMSNorm, the FP8 codes, the causal count, the head weight scale, the
+selection's filler, the dense window's length, the sink in the running max), and a hypothesis about how a
+kernel reads its data is re-run on conformant steps reading their inputs the same way."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from mutants import MUTANTS
 import csa_conform.report.html as html_report
 from csa_conform.cli import main
 from csa_conform.exitcodes import ExitCode
+from csa_conform.explain import structural_note
 from csa_conform.report.html import MIN_CELL, render_html
 from csa_conform.report.merge import merge_shards
 
@@ -96,9 +97,8 @@ def test_the_summary_counts_every_verdict_of_explain(documents, page):
     head = render_html([document]).split("Verdicts: case × stage")[0]
     assert ("explain: 18 divergences: 5 explained, 3 ambiguous, 7 inherited, 2 unexplained, 1 failed") in head
     measured, head = documents["diff"]["explain"]["summary"], page.split("Verdicts: case × stage")[0]
-    structural = f" ({measured['structural']} of them named by a structural finding)" if measured["structural"] else ""
     assert (f"{measured['ambiguous']} ambiguous, {measured['inherited']} inherited, {measured['unexplained']} "
-            f"unexplained{structural}, {measured['failed']} failed</p>") in head
+            f"unexplained{structural_note(measured)}, {measured['failed']} failed</p>") in head
 
 
 def test_rejected_cases_are_one_line_and_failing_cases_come_first(documents, page):
