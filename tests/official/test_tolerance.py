@@ -209,7 +209,7 @@ def test_the_builtin_kernels_pass_the_envelope_calibrated_for_them(official):
     assert document["tolerance"]["within"] and code == ExitCode.OK
 
 
-def test_the_control_run_of_official_goldens_exits_0(official):
+def test_the_control_run_of_official_goldens_exits_0(official, tmp_path):
     """Every stage on the host oracle: selection reads the host's own scores, as the launch it stands in for
     would, and the one step the reference refuses (a tie the official profile orders) is not compared, as
     calibrate compares none; the gate is the envelope's, and it holds."""
@@ -221,6 +221,10 @@ def test_the_control_run_of_official_goldens_exits_0(official):
     plain = invoke("diff", *map(str, official[:1]), "--tolerance", str(official[1]), "--force-host", "all", "-q")
     assert plain.exit_code == ExitCode.OK
     assert "not compared: 1 step the reference refuses and the golden file's profile accepts" in plain.stdout
+    results, html = tmp_path / "control.json", tmp_path / "control.html"
+    results.write_text(json.dumps(document))
+    assert invoke("report", str(results), "--html", str(html)).exit_code == ExitCode.OK
+    assert "Not compared: 1 step the reference refuses" in html.read_text()
 
 
 def test_a_kernel_with_a_planted_bug_fails_the_envelope(official, tmp_path):
