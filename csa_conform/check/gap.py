@@ -3,8 +3,10 @@
 For every step of a golden file, the stored inputs run under the reference
 profile and under another one (``official`` by default), chained (the other
 profile's stages read its own upstream payloads, as a pipeline of such
-kernels would) or isolated (each of its stages reads the reference's upstream
-payloads, so a stage's difference is its own arithmetic's); every stage payload
+kernels would) or isolated (each of its kernel launches reads the reference's
+upstream payloads, the stages fused into one launch each other's, so a
+launch's difference is its own arithmetic's, as an isolated device run shows
+it: selection from its own scores); every stage payload
 both produce is compared with csa_conform.compare.errorstats, aggregated over the
 file per stage and tensor (writeback repeats other stages' payloads and is
 left out). Steps either profile rejects are counted, not compared.

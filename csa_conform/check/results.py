@@ -32,14 +32,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
 from csa_conform import ORACLE_VERSION, __version__
-from csa_conform._base import bounded_json
 from csa_conform._base.statuses import INVALID
 from csa_conform.compare.bitwise import TensorDiff
-from csa_conform.errors import UsageError
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
@@ -273,23 +268,3 @@ def error_document(command: str, argv: list[str], error: BaseException, exit_cod
 def schema() -> dict:
     """The JSON Schema of the document (package data)."""
     return json.loads(resources.files("csa_conform").joinpath("results.schema.json").read_text())
-
-
-def load_results(text: str, origin: str) -> dict:
-    """A results document read back (the input of ``csa-conform report``), checked enough to render it."""
-    document = bounded_json.loads(text, origin)
-    if not isinstance(document, dict) or document.get("format") != RESULTS_FORMAT:
-        raise UsageError(f"{origin}: not a csa-conform results document (write one with --json)")
-    if document.get("version") != RESULTS_VERSION:
-        raise UsageError(
-            f"{origin}: results version {document.get('version')} is not {RESULTS_VERSION} "
-            "(re-run the command with this csa-conform)"
-        )
-    problem = best_match(Draft202012Validator(schema()).iter_errors(document))
-    if problem is not None:
-        where = "/".join(str(part) for part in problem.absolute_path) or "the document"
-        raise UsageError(f"{origin}: {where}: {problem.message} (not a results document this csa-conform wrote)")
-    summary, cases = document["summary"], document["cases"]
-    if summary["cases"] != len(cases) or summary["failed"] != sum(not case["passed"] for case in cases):
-        raise UsageError(f"{origin}: summary does not count the cases it lists (edited by hand?)")
-    return document

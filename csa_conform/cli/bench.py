@@ -21,13 +21,13 @@ from csa_conform.bench.run import BenchJob, DeviceRun, run_device
 from csa_conform.bench.samples import Policy
 from csa_conform.bench.section import case_section, dumps, read_baseline, samples_document, verdicts
 from csa_conform.bench.timers import AUTO, HOST_CAVEAT, TIMERS, baseline_timer
+from csa_conform.check.archived import load_results
 from csa_conform.check.results import (
     SLOWER,
     TIMING_REFUSED,
     Failure,
     golden_reference,
     kernel_provenance,
-    load_results,
     results_document,
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress

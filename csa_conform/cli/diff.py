@@ -55,6 +55,8 @@ from csa_conform.device.backend import CUDA
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode, verdicts_code
 from csa_conform.explain.patterns import stage_findings
+from csa_conform.golden import GoldenFile
+from csa_conform.profiles.numerics import REFERENCE, file_profile
 from csa_conform.spec import BY_NAME, STAGE_NAMES, Mode
 
 
@@ -324,7 +326,11 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
     code = verdicts_code(not all(report.passed for report in reports), invalid)
     judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None
     if judged is not None:
-        sound = all(report.stopped is None and not report.findings for report in reports)
+        refused = reference_refusals(reports, golden_profile(file))
+        judged["rejected_by_reference"] = refused
+        waived = {(entry["case"], entry["step"]) for entry in refused}
+        sound = all((report.stopped is None or (report.case, report.stopped.step) in waived) and not report.findings
+                    for report in reports)
         code = verdicts_code(not (judged["within"] and sound), invalid)
     if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
@@ -356,6 +362,23 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
     return code
 
 
+def golden_profile(path: str) -> str:
+    with GoldenFile(path) as golden:
+        return file_profile(golden.provenance, path)
+
+
+def reference_refusals(reports: list[CaseVerdict], profile: str) -> list[dict]:
+    """The steps a host stage (the reference oracle) refused where the golden file's own profile accepted
+    them, as the reference refuses the ties the official profile orders. No envelope compares such a step
+    (calibrate counts it rejected by the reference only), so the envelope's gate leaves it out too; a refusal
+    of a reference file's step is the oracle disagreeing with its own goldens, and fails."""
+    if profile == REFERENCE:
+        return []
+    return [{"case": report.case, "step": report.stopped.step, "stage": report.stopped.stage,
+             "reason": report.stopped.problem}
+            for report in reports if report.stopped is not None and report.stopped.stage in BY_NAME]
+
+
 def envelope_lines(judged: dict, envelope: Tolerances) -> list[str]:
     calibration = envelope.calibration
     lines = [f"tolerance {judged['file']}: calibrated {calibration.get('expected_profile')} -> "
@@ -369,6 +392,13 @@ def envelope_lines(judged: dict, envelope: Tolerances) -> list[str]:
             for bound in verdict["bounds"])
         lines.append(f"{(verdict['stage'] + '/' + verdict['tensor']).ljust(width)}  "
                      f"{'yes' if verdict['bit_exact'] else 'no':<9}  {'yes' if verdict['within'] else 'NO':<8}  {stats}")
+    refused = judged.get("rejected_by_reference", [])
+    if refused:
+        steps = ", ".join(f"{escaped(entry['case'])} step {entry['step']} ({entry['stage']})"
+                          for entry in refused[:REJECTED_NAMED])
+        more = f", and {len(refused) - REJECTED_NAMED} more" if len(refused) > REJECTED_NAMED else ""
+        lines.append(f"not compared: {len(refused)} step{'s' if len(refused) > 1 else ''} the reference refuses "
+                     f"and the golden file's profile accepts (calibrate compares none): {steps}{more}")
     exact = all(verdict["bit_exact"] for verdict in judged["stages"])
     lines.append(f"envelope: {'within' if judged['within'] else 'OUTSIDE'} the calibrated tolerances "
                  f"(bit-exact: {'yes' if exact else 'no'})")

@@ -9,7 +9,7 @@ import click
 
 from csa_conform._base.atomic import refuse_special_target, write_atomically
 from csa_conform._base.bounded_json import read_text
-from csa_conform.check.results import load_results
+from csa_conform.check.archived import load_results
 from csa_conform.cli.common import boundary
 from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import quiet_option

@@ -11,7 +11,11 @@ ONNX_GENAI_CSA_FORCE_HOST does for all of them.
 
 Kernels fuse stages (index select = stages 3-5, attention = stages 6-7), so
 a device launch runs when any stage it covers is on the device, and inside it
-later stages read the kernel's own intermediate values ("fused").
+later stages read the kernel's own intermediate values ("fused"), in either
+mode: isolated isolates launches, not stages. Host stages forced in for a
+launch mirror it: isolated, a host stage reads what the host computed of its
+own launch's stages (a control run --force-host all judges what the kernels
+can be judged on) and the oracle's payloads of everything else.
 """
 
 from __future__ import annotations
@@ -21,7 +25,17 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from csa_conform.errors import UsageError
-from csa_conform.spec import BY_NAME, PAST_STATE, STAGE_NAMES, Launch, Mode, launches_for_ratio, resolve_stage
+from csa_conform.spec import (
+    BY_NAME,
+    PAST_STATE,
+    STAGE_NAMES,
+    Launch,
+    Mode,
+    fused,
+    launch_of,
+    launches_for_ratio,
+    resolve_stage,
+)
 from csa_conform.spec import stages_for_ratio as _registry_stages
 
 FORCE_HOST_ENV = "CSA_CONFORM_FORCE_HOST"
@@ -99,20 +113,21 @@ class StepPlan:
         ]
 
 
-def _launch_of(ratio: int, stage: str) -> Launch | None:
-    """The launch that computes a stage with what feeds it (the first, fused one, not a fan-out)."""
-    return next((launch for launch in launches_for_ratio(ratio) if stage in launch.stages), None)
-
-
 def _source(mode: Mode, ratio: int, stage: str, upstream: str, placement: Mapping[str, str]) -> str:
     if upstream == PAST_STATE:
         return "golden past_* inputs" if mode is Mode.ISOLATED else "previous step's present_* (this run)"
-    if mode is Mode.ISOLATED:
+    if fused(ratio, stage, upstream) and placement[stage] == DEVICE:
+        return f"fused {upstream} ({launch_of(ratio, stage).module})"
+    if mode is Mode.ISOLATED and not (fused(ratio, stage, upstream) and placement[upstream] == placement[stage]):
         return f"oracle {upstream}"
-    own = _launch_of(ratio, stage)
-    if placement[stage] == DEVICE and own is not None and upstream in own.stages:
-        return f"fused {upstream} ({own.module})"
     return f"{placement[upstream]} {upstream}"
+
+
+def reads_own(plan: StepPlan, stage: str, upstream: str) -> bool:
+    """Whether a host stage reads this run's payload of ``upstream`` (chained, or isolated inside its launch
+    where the host computed that stage too) rather than the oracle's."""
+    return plan.mode is Mode.CHAINED or (fused(plan.ratio, stage, upstream)
+                                         and plan.placement(upstream) == plan.placement(stage))
 
 
 def plan_step(ratio: int, mode: Mode | str, force_host: frozenset[str] | set[str] = frozenset()) -> StepPlan:

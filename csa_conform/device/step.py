@@ -3,8 +3,9 @@
 A stage the plan keeps on the device is computed by its kernel launch
 (csa_conform.device.launches, by the read-back its spec entry names); a stage
 forced to the host runs the oracle's stage function on what this run produced
-upstream (chained) or on the oracle's own payloads (isolated). Either way its
-payload lands in the same place, so the result answers in the oracle's shape.
+upstream (chained) or on the oracle's own payloads (isolated; but what the host
+computed of its own launch's stages, as the launch would read it). Either way
+its payload lands in the same place, so the result answers in the oracle's shape.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
 from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.plan import DEVICE, StepPlan
+from csa_conform.device.plan import DEVICE, StepPlan, reads_own
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import ContractError, HostStageRejected
@@ -84,6 +85,7 @@ class StepRun:
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
         self.findings: list = []
+        self.current: str | None = None  # the host stage running
 
     # --- what a stage reads (launches.LaunchSite, stages.StageInputs) ---------------------
 
@@ -107,8 +109,9 @@ class StepRun:
         return self.t.host(name)
 
     def upstream(self, stage: str, tensor: str) -> np.ndarray:
-        """An earlier stage's payload as this stage sees it: the oracle's when isolated."""
-        if self.isolated:
+        """An earlier stage's payload as the host stage running now sees it: the oracle's when isolated, but
+        for a stage of its own launch the host computed too (csa_conform.device.plan)."""
+        if self.isolated and not (self.current is not None and reads_own(self.plan, self.current, stage)):
             return self.reference[stage][tensor]
         return self.stages[stage][tensor]
 
@@ -178,10 +181,13 @@ class StepRun:
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""
+        self.current = stage.name
         try:
             payload = STAGE_FUNCTIONS[stage.name](self)
         except ContractError as error:
             raise HostStageRejected(stage.name, str(error), error.kind) from None
+        finally:
+            self.current = None
         self.record(LaunchRecord(HOST_PATH, (stage.name,), module=host_module(stage.name)))
         self.stages[stage.name] = payload
         for output in stage.outputs:

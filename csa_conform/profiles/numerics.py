@@ -41,7 +41,7 @@ class ProfileRunner:
         return self.profile == REFERENCE
 
     def __call__(self, attrs: Mapping, inputs, output_names, engine: str | None = None, upstream=None):
-        """One step; ``upstream`` (reference payloads) isolates each stage of a non-reference profile."""
+        """One step; ``upstream`` (reference payloads) isolates each launch of a non-reference profile."""
         if self.profile == REFERENCE:
             from csa_conform.oracle import run_step
 

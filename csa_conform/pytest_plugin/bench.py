@@ -21,7 +21,7 @@ from csa_conform.bench.measure import REFUSED, BenchOptions, Subject, bench_case
 from csa_conform.bench.samples import Policy, Samples
 from csa_conform.bench.section import read_baseline
 from csa_conform.bench.timers import AUTO, baseline_timer
-from csa_conform.check.results import load_results
+from csa_conform.check.archived import load_results
 from csa_conform.device.backend import Backend
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.golden import GoldenFile

@@ -630,6 +630,12 @@ def _tolerance(judged: dict) -> str:
         rows.append(f"<tr><td>{escape(stage['stage'])}/{escape(stage['tensor'])}</td><td>{exact}</td>"
                     f"<td>{within}</td><td>{bounds}</td></tr>")
     rows.append("</table>")
+    refused = judged.get("rejected_by_reference", [])
+    if refused:
+        steps = "; ".join(f"{escape(entry['case'])} step {entry['step']} ({escape(entry['stage'])})"
+                          for entry in refused)
+        rows.append(f"<p>Not compared: {len(refused)} step{'s' if len(refused) > 1 else ''} the reference refuses "
+                    f"and the golden file's profile accepts (calibrate compares none): {steps}</p>")
     return "".join(rows)
 
 

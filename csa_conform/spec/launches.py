@@ -55,6 +55,20 @@ def launches_for_ratio(ratio: int) -> tuple[Launch, ...]:
     return tuple(launch for launch in LAUNCHES if launch.ratio == ratio)
 
 
+def launch_of(ratio: int, stage: str) -> Launch | None:
+    """The launch that computes a stage with what feeds it (the first, fused one, not a fan-out)."""
+    return next((launch for launch in launches_for_ratio(ratio) if stage in launch.stages), None)
+
+
+def fused(ratio: int, stage: str, upstream: str) -> bool:
+    """Whether the launch that computes ``stage`` computes ``upstream`` too: inside one launch a stage reads
+    the launch's own value, which no mode can feed from outside, so isolated mode isolates launches, not
+    stages (index scoring reads its launch's transformed queries, selection its scores, attention its
+    candidates)."""
+    own = launch_of(ratio, stage)
+    return own is not None and upstream != stage and upstream in own.stages
+
+
 def kernel_modules() -> dict[str, str]:
     """Module file stem -> extern "C" entry, the ABI a kernel directory provides."""
     return {launch.module: launch.entry for launch in LAUNCHES}

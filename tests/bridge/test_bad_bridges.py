@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -125,10 +124,9 @@ def test_accepting_a_rejected_step_is_a_rejection_mismatch(tmp_path):
 
 
 def test_a_hang_is_killed_at_its_bound_with_everything_it_started(tmp_path):
+    """The fake runner would answer after 60 s: a TIMEOUT verdict is the bound of 1 s kept."""
     pids = tmp_path / "pids"
-    started = time.monotonic()
     result = bridge("hang", "--timeout-s", "1", tmp_path=tmp_path, env={"FAKE_PID_FILE": str(pids)})
-    assert time.monotonic() - started < 20
     assert result.exit_code == ExitCode.ENVIRONMENT
     (line,) = failure_lines(result)
     assert "plain run: TIMEOUT: no status within 1 s; the runner was killed" in line

@@ -177,11 +177,13 @@ def test_report_records_a_failed_run_as_a_failing_test(tmp_path):
     assert failure.get("type") == "error" and "no such file" in failure.get("message")
 
 
-def test_report_refuses_an_older_results_version(tmp_path):
-    old = tmp_path / "old.json"
-    old.write_text(json.dumps({"format": "csa-conform-results", "version": 1, "cases": []}))
-    result = invoke("report", old, "--junit", tmp_path / "j.xml")
-    assert result.exit_code == ExitCode.USAGE and "results version 1 is not 2" in result.stderr
+def test_report_refuses_a_newer_results_version_and_reads_older_ones(tmp_path):
+    """Older documents (tests/cli/test_older_results.py) are migrated; a newer one may mean what this
+    csa-conform cannot know."""
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"format": "csa-conform-results", "version": 3, "cases": []}))
+    result = invoke("report", newer, "--junit", tmp_path / "j.xml")
+    assert result.exit_code == ExitCode.USAGE and "results version 3 was written by a newer csa-conform" in result.stderr
 
 
 @pytest.mark.parametrize("flags, code", [([], ExitCode.ENVIRONMENT), (["--git-bisect"], ExitCode.BISECT_SKIP)])

@@ -12,6 +12,7 @@ from csa_conform.device.plan import (
     force_host_from_environment,
     parse_force_host,
     plan_step,
+    reads_own,
     stages_for_ratio,
 )
 from csa_conform.errors import UsageError
@@ -74,12 +75,34 @@ def test_chained_feeds_follow_placement_and_fusion():
     assert dict(plan.stage("compression_update").feeds)["past_state"].startswith("previous step")
 
 
-def test_isolated_feeds_every_stage_from_the_oracle():
+def test_isolated_feeds_every_launch_from_the_oracle_and_its_stages_from_itself():
     plan = plan_step(4, Mode.ISOLATED)
+    fused = {("index_scoring", "index_query_finalize"): "csa_ratio4_index_select",
+             ("selection", "index_scoring"): "csa_ratio4_index_select",
+             ("sparse_sink_softmax_attention", "candidate_assembly"): "csa_ratio4_attention"}
     for stage in plan.stages:
         for upstream, source in stage.feeds:
-            expected = "golden past_* inputs" if upstream == "past_state" else f"oracle {upstream}"
-            assert source == expected
+            if upstream == "past_state":
+                assert source == "golden past_* inputs"
+            elif (stage.stage, upstream) in fused:
+                assert source == f"fused {upstream} ({fused[stage.stage, upstream]})"
+            else:
+                assert source == f"oracle {upstream}", (stage.stage, upstream)
+
+
+def test_isolated_host_stages_read_the_host_values_of_their_own_launch():
+    """A host stage stands in for its launch: its launch's earlier stages from the host when they ran there,
+    from the oracle when the device did, and every other launch's from the oracle."""
+    all_host = plan_step(4, Mode.ISOLATED, set(STAGE_NAMES))
+    feeds = dict(all_host.stage("selection").feeds)
+    assert feeds["index_scoring"] == "host index_scoring"
+    assert dict(all_host.stage("index_scoring").feeds)["index_key_update"] == "oracle index_key_update"
+    assert dict(all_host.stage("candidate_assembly").feeds)["selection"] == "oracle selection"
+    selection_only = plan_step(4, Mode.ISOLATED, {"selection"})
+    assert dict(selection_only.stage("selection").feeds)["index_scoring"] == "oracle index_scoring"
+    assert reads_own(all_host, "selection", "index_scoring")
+    assert not reads_own(selection_only, "selection", "index_scoring")
+    assert not reads_own(all_host, "candidate_assembly", "selection")
 
 
 def test_describe_is_serialisable():

@@ -28,6 +28,7 @@ from csa_conform.oracle.rows import earliest
 from csa_conform.profiles.official.attention import official_attention
 from csa_conform.profiles.official.index_scoring import official_index_scoring
 from csa_conform.profiles.official.selection import official_selection
+from csa_conform.spec import fused
 
 COMPRESSION = (
     "compressor_kv", "compressor_gate", "compressor_ape", "compressor_norm",
@@ -59,26 +60,32 @@ def run_official_step(
     """One step under the official numerics; ``engine`` picks the reference engine stages 1-3 run on.
 
     With ``upstream`` (the reference profile's payloads of the same step) every official stage reads
-    the reference's payloads of the stages before it instead of its own, so each stage's difference
-    is its own arithmetic's only (the isolated comparison of gap and calibrate).
+    the reference's payloads of the stages before it that another kernel launch computes, and its own
+    of the stages its launch computes before it (csa_conform.spec.fused: selection its own scores), so
+    each launch's difference is its own arithmetic's only: the isolated comparison of gap and calibrate
+    measures what an isolated device run can show, where a fused launch cannot be fed in the middle.
     """
     kernels = resolve_engine(engine)
     geometry = validate_step(attrs, inputs, output_names)
     tensors = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
     stages: dict[str, dict[str, np.ndarray]] = {}
-    source = stages if upstream is None else upstream
+
+    def source(stage: str, upstream_stage: str) -> Mapping[str, np.ndarray]:
+        fed = upstream is None or fused(geometry.ratio, stage, upstream_stage)
+        return (stages if fed else upstream)[upstream_stage]
+
     stages["compression_update"] = kernels.compression_update(geometry, *(tensors[n] for n in COMPRESSION))
     selected = None
     if geometry.ratio == 4:
         _index_path(geometry, tensors, kernels, stages, source)
-        selected = source["selection"]["selected"]
+        selected = source("candidate_assembly", "selection")["selected"]
     stages["candidate_assembly"] = candidate_assembly(geometry, selected)
     stages["sparse_sink_softmax_attention"] = official_attention(
         geometry,
         tensors["query"],
         tensors["current_kv"],
-        source["compression_update"]["present_compressed_kv"],
-        source["candidate_assembly"]["candidates"],
+        source("sparse_sink_softmax_attention", "compression_update")["present_compressed_kv"],
+        source("sparse_sink_softmax_attention", "candidate_assembly")["candidates"],
         tensors["head_sink"],
         _bias(geometry, tensors),
         exp,
@@ -93,15 +100,15 @@ def _index_path(geometry: StepGeometry, tensors, kernels: Engine, stages, source
     stages["index_query_finalize"] = queries
     row_limit = query_failure.row if query_failure else None
     scores, score_failure = official_index_scoring(
-        geometry, source["index_query_finalize"]["transformed"], source["index_key_update"]["logical_keys"],
-        tensors["index_weight"], row_limit,
+        geometry, source("index_scoring", "index_query_finalize")["transformed"],
+        source("index_scoring", "index_key_update")["logical_keys"], tensors["index_weight"], row_limit,
     )
     stages["index_scoring"] = scores
     failure = earliest(query_failure, score_failure)
     if failure is not None:
         raise ContractError(failure.message, failure.kind)
     live = causal_mask(geometry, scores["scores"].shape[-1], None)
-    stages["selection"] = official_selection(geometry, source["index_scoring"]["scores"], live)
+    stages["selection"] = official_selection(geometry, source("selection", "index_scoring")["scores"], live)
 
 
 def _bias(geometry: StepGeometry, tensors) -> np.ndarray | None:
