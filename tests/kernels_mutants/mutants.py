@@ -145,6 +145,17 @@ MUTANTS = (
         "scores miss the 1/sqrt(index_heads) factor (a positive scale: the selection order survives)",
     ),
     Mutant(
+        "index_score_without_relu",
+        "csa_ratio4_index_select.cu",
+        "csa_mul(fmaxf(dot, 0.0f) * weights[h], weight_scale)",
+        "csa_mul(dot * weights[h], weight_scale)",
+        "index_scoring",
+        frozenset({"index_scoring"}),
+        "random.r4-*-signed",
+        "a negative index dot counts as itself instead of 0 (relu(dot) * w -> dot * w): only the -signed cases "
+        "have negative dots (the others' index rows are offset)",
+    ),
+    Mutant(
         "selection_ignores_causal_limit",
         "csa_ratio4_index_select.cu",
         "const int candidates = limit;",
