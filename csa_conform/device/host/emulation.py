@@ -209,6 +209,13 @@ class HostEmulationBackend:
         self.build_dir = Path(build_dir) if build_dir is not None else process_build_dir()
         self.launches = 0
         self.builds: dict[str, ModuleBuild] = {}
+        self.reversed = False
+
+    def schedule(self, reversed: bool) -> None:
+        """Run the next launches' blocks, and each block's threads between barriers, from the last down
+        (``diff --repeat``'s even runs): a missing barrier whose race only a later thread running first
+        shows becomes a difference between runs."""
+        self.reversed = reversed
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(name="host emulation (g++)", compute_capability="host")
@@ -238,7 +245,7 @@ class HostEmulationBackend:
         previous = library.csa_host_flush_subnormals(int(ftz))
         try:
             library.csa_host_launch(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), pointers,
-                                    ctypes.c_void_p(stacks), ctypes.c_size_t(STACK_STRIDE))
+                                    ctypes.c_void_p(stacks), ctypes.c_size_t(STACK_STRIDE), ctypes.c_int(self.reversed))
         finally:
             library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
         self.launches += 1
