@@ -17,6 +17,7 @@ from csa_conform._base.statuses import (
     INVALID,
     NONDETERMINISTIC,
     NOT_APPLICABLE,
+    OUT_OF_BOUNDS,
     REPLAY_MISMATCH,
 )
 from csa_conform._base.terminal import escaped, one_line
@@ -72,6 +73,8 @@ def _cell(report: CaseVerdict, stage: str) -> str:
         return "NDET"
     if verdict.status == REPLAY_MISMATCH:
         return "GRAPH"
+    if verdict.status == OUT_OF_BOUNDS:
+        return "OOB"
     if verdict.status in VARIANT.values():
         return "VARY"
     if verdict.status == IDENTICAL:

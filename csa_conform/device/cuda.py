@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.device.kernels import Build, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
@@ -237,19 +238,43 @@ class CudaBackend:
         return buffer
 
     def _guarded(self, shape, dtype):
-        """A buffer a kernel writes, followed by GUARD_BYTES of its own allocation.
+        """A buffer a kernel writes, with GUARD_BYTES of its own allocation on either side, filled with
+        GUARD_BYTE and checked after each launch (csa_conform.device.guards).
 
-        A write just past the end (an off-by-one kernel) lands there instead of in
-        another buffer or unmapped memory, where it would kill the CUDA context for
-        the rest of the run. Under memcheck every buffer is exactly its size, so
-        memcheck reports that write; the other tools keep the guard, since there
-        the write would land in whichever allocation follows (buffers are
-        allocated one by one) and change a result the diff compares.
+        A write just outside (an off-by-one kernel) lands there instead of in another
+        buffer or unmapped memory, where it would change a result the diff compares
+        or kill the CUDA context for the rest of the run. Under memcheck every buffer
+        is exactly its size, so memcheck reports that write; the other tools keep the
+        bands, since there the write would land in whichever allocation follows
+        (buffers are allocated one by one). Under initcheck only the bands are filled.
         """
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        raw = self.cp.empty(size + (0 if self.sanitizer == MEMCHECK else GUARD_BYTES), dtype=self.cp.uint8)
-        return raw[:size].view(dtype).reshape(shape)
+        guard = 0 if self.sanitizer == MEMCHECK else GUARD_BYTES
+        raw = self.cp.empty(guard + size + guard, dtype=self.cp.uint8)
+        if guard:
+            raw[:guard].fill(GUARD_BYTE)
+            raw[guard + size:].fill(GUARD_BYTE)
+        return raw[guard: guard + size].view(dtype).reshape(shape)
+
+    def _bands(self, buffer):
+        """The two bands of a buffer ``_guarded`` made, as device arrays over its allocation."""
+        before = self.cp.ndarray((GUARD_BYTES,), self.cp.uint8, memptr=buffer.data - GUARD_BYTES)
+        after = self.cp.ndarray((GUARD_BYTES,), self.cp.uint8, memptr=buffer.data + buffer.nbytes)
+        return before, after
+
+    def guard_bands(self, buffer):
+        """(the band before, the band after, the buffer's size in bytes); None under memcheck (no bands) and
+        for a buffer of no bytes (a cache before its first record), whose view CuPy need not place in its
+        allocation."""
+        if self.sanitizer == MEMCHECK or buffer.nbytes == 0:
+            return None
+        before, after = self._bands(buffer)
+        return self.cp.asnumpy(before), self.cp.asnumpy(after), int(buffer.nbytes)
+
+    def restore_guard_bands(self, buffer) -> None:
+        for band in self._bands(buffer):
+            band.fill(GUARD_BYTE)
 
     def download(self, array) -> np.ndarray:
         return self.cp.asnumpy(array)

@@ -9,7 +9,10 @@ zeros; one of them is a NaN in every float width), those it pre-fills (-inf
 scores, -1 selections) get their fill. The first run's buffers are the ones
 the step goes on with, so a deterministic launch changes nothing downstream.
 Any byte that differs between runs is a finding of its own kind,
-``non-deterministic``, distinct from a divergence from the oracle.
+``non-deterministic``, distinct from a divergence from the oracle. On the
+host backend, whose threads take turns in a fixed order, the even runs go
+the other way round (blocks and threads from the last down), so a missing
+barrier that only a later thread running first exposes differs between runs.
 """
 
 from __future__ import annotations
@@ -120,9 +123,16 @@ def repeat_launch(backend: PoisonedScratch, launch: Callable[[tuple], None], arg
     launch(args)
     first = [_bits(backend.download(item.buffer)) for item in fresh]
     differing: dict[int, list[tuple[int, int, int]]] = {}
+    schedule = getattr(backend, "schedule", None)  # the host backend's thread order; a GPU has its own
     for run in range(1, runs):
         remade = {id(item.buffer): backend.remake(item, POISON[run % len(POISON)]) for item in fresh}
-        launch(tuple(remade.get(id(arg), arg) for arg in args))
+        if schedule is not None:
+            schedule(run % 2 == 1)
+        try:
+            launch(tuple(remade.get(id(arg), arg) for arg in args))
+        finally:
+            if schedule is not None:
+                schedule(False)
         for index, item in enumerate(fresh):
             bits = _bits(backend.download(remade[id(item.buffer)]))
             where = np.flatnonzero(bits != first[index])

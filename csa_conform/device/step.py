@@ -20,6 +20,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
 from csa_conform.device.determinism import repeat_launch
+from csa_conform.device.guards import GuardedWrites
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import DEVICE, StepPlan, reads_own
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
@@ -71,7 +72,8 @@ class StepRun:
     def __init__(self, launcher: Launcher, geometry: StepGeometry, plan: StepPlan, tensors: StepTensors,
                  reference: Mapping[str, Mapping[str, np.ndarray]], case: str, step: int,
                  records: int | None = None):
-        self.backend = launcher.backend
+        self._backend = launcher.backend
+        self._guarded: GuardedWrites | None = None
         self.kernels = launcher.kernels
         self.provenance = launcher.provenance
         self.g = geometry
@@ -86,6 +88,12 @@ class StepRun:
         self.launches: list[LaunchRecord] = []
         self.findings: list = []
         self.current: str | None = None  # the host stage running
+
+    def backend(self):
+        """The run's backend, seen through this step's guard bands (csa_conform.device.guards)."""
+        if self._guarded is None:
+            self._guarded = GuardedWrites(self._backend())
+        return self._guarded
 
     # --- what a stage reads (launches.LaunchSite, stages.StageInputs) ---------------------
 
@@ -154,6 +162,8 @@ class StepRun:
                 parameters=source.parameters)
         else:
             backend.launch(source.entry, function, grid3, block3, args)
+        self.findings += backend.check(args, entry=source.entry, module=launch.module, stages=launch.stages,
+                                       parameters=source.parameters)
         self.record(LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256,
                                  grid3, block3, scratch))
 

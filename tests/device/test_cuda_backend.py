@@ -196,7 +196,7 @@ def test_device_info(install):
                                                          ("racecheck", True, False, cuda.GUARD_BYTES)])
 def test_uninitialised_buffers_hold_0xa5_but_not_under_initcheck(monkeypatch, tool, poisoned, pool, guard):
     """A stand-in CuPy made of NumPy: what a buffer holds, whether the memory pool stays, and the guard
-    after each buffer (none under memcheck, which must see a write past the end; under the other tools
+    on either side of each buffer (none under memcheck, which must see a write past the end; under the other tools
     such a write would land in the next allocation and change what the diff compares)."""
     allocations, allocators = [], []
     fake = fake_cupy(FakeNvrtc())
@@ -209,8 +209,8 @@ def test_uninitialised_buffers_hold_0xa5_but_not_under_initcheck(monkeypatch, to
     backend = cuda.CudaBackend()
     buffer = backend.empty((2, 3), np.float32)
     assert (buffer.shape, buffer.dtype) == ((2, 3), np.float32)
-    assert allocations == [2 * 3 * 4 + guard]
+    assert allocations == [2 * 3 * 4 + 2 * guard]
     assert (allocators == []) is pool
     assert set(buffer.view(np.uint8).reshape(-1).tolist()) == ({0xA5} if poisoned else {0})
     filled = backend.full((5,), -np.inf, np.float32)
-    assert allocations[-1] == 5 * 4 + guard and filled.tolist() == [-np.inf] * 5
+    assert allocations[-1] == 5 * 4 + 2 * guard and filled.tolist() == [-np.inf] * 5

@@ -106,3 +106,43 @@ def test_the_builtin_index_select_without_its_query_barrier_diverges_on_the_host
         assert check_case(golden, case, DeviceRunner(), STAGE_NAMES).passed
         report = check_case(golden, case, DeviceRunner(KernelDirectory(kernels)), STAGE_NAMES)
     assert [verdict.stage for verdict in report.diverged()][:1] == ["index_scoring"]
+
+
+def test_the_reversed_schedule_runs_the_last_thread_first_and_the_blocks_from_the_last():
+    """Thread t reads thread t + 1's slot: in reverse, t + 1 has run (its value), but the first thread of the
+    block's turn, the last one, reads thread 0's slot still poisoned; block order shows in nothing shared."""
+    backend = HostEmulationBackend()
+    function = backend.function(ModuleSource("neighbour", "neighbour", Path("neighbour.cu"), NEIGHBOUR))
+    out = backend.empty((2 * THREADS,), np.int32)
+    backend.schedule(True)
+    backend.launch("neighbour", function, (2, 1, 1), (THREADS, 1, 1), (out, np.int32(0)))
+    raced = backend.download(out).reshape(2, THREADS)
+    poison = np.frombuffer(b"\xa5" * 4, np.int32)[0]
+    assert raced[:, :-1].tolist() == [[1000 * b + t + 1 for t in range(THREADS - 1)] for b in range(2)]
+    assert raced[:, -1].tolist() == [poison, poison]
+    backend.schedule(False)
+    backend.launch("neighbour", function, (2, 1, 1), (THREADS, 1, 1), (out, np.int32(0)))
+    assert (backend.download(out).reshape(2, THREADS)[:, :-1] == poison).all()
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_a_barrier_only_a_later_thread_running_first_shows_is_non_deterministic_under_repeat(device_goldens,
+                                                                                             tmp_path):
+    """Without the barrier after thread 0 publishes the radix digit, the other threads clear the histogram
+    for the next digit while thread 0 still reads it. In index order thread 0 reads first: a plain diff
+    passes; --repeat 2's second run goes in reverse, and the selection differs between the runs."""
+    barrier = "        __syncthreads();  // thread 0 has published the digit and is done with the histogram\n"
+    kernels = tmp_path / "kernels"
+    shutil.copytree(KERNELS, kernels)
+    module = kernels / "csa_ratio4_index_select.cu"
+    text = module.read_text()
+    assert text.count(barrier) == 1
+    module.write_text(text.replace(barrier, ""))
+    with GoldenFile(device_goldens) as golden:
+        case = pick(golden.case_ids(), "boundaries.r4-chunks-*")
+        assert check_case(golden, case, DeviceRunner(KernelDirectory(kernels)), STAGE_NAMES).passed
+        repeated = check_case(golden, case, DeviceRunner(KernelDirectory(kernels), repeat=2), STAGE_NAMES)
+        builtin = check_case(golden, case, DeviceRunner(repeat=2), STAGE_NAMES)
+    assert builtin.passed, "the built-in kernels are the same in either order"
+    assert {finding.kind for finding in repeated.findings} == {"non-deterministic"}
+    assert {finding.details["name"] for finding in repeated.findings} == {"selected"}

@@ -9,9 +9,10 @@ more than one stage).
 ``cases`` picks golden cases that exercise the patched code.
 
 A mutant whose ``caught_by`` is not ``diff`` is a bug a plain eager diff
-cannot see; only that mode of ``diff`` (specs/device-depth.md) may catch it,
+cannot see as a divergence; only that mode of ``diff`` (specs/device-depth.md) may catch it,
 at the stages in ``isolated``, and of compute-sanitizer's tools only ``sanitizer``
-(initcheck is made to see reads of memory never written). A bug that changes the ABI has a host half too:
+(initcheck is made to see reads of memory never written). ``guard`` is the plain run's
+guard bands: an ``out-of-bounds`` finding at every stage of the launch, no divergence. A bug that changes the ABI has a host half too:
 ``host`` names a patch of the runner's launch (``HOST_PATCHES``), applied with
 pytest's monkeypatch for the duration of the test.
 """
@@ -145,6 +146,17 @@ MUTANTS = (
         "scores miss the 1/sqrt(index_heads) factor (a positive scale: the selection order survives)",
     ),
     Mutant(
+        "index_score_without_relu",
+        "csa_ratio4_index_select.cu",
+        "csa_mul(fmaxf(dot, 0.0f) * weights[h], weight_scale)",
+        "csa_mul(dot * weights[h], weight_scale)",
+        "index_scoring",
+        frozenset({"index_scoring"}),
+        "random.r4-*-signed",
+        "a negative index dot counts as itself instead of 0 (relu(dot) * w -> dot * w): only the -signed cases "
+        "have negative dots (the others' index rows are offset)",
+    ),
+    Mutant(
         "selection_ignores_causal_limit",
         "csa_ratio4_index_select.cu",
         "const int candidates = limit;",
@@ -236,12 +248,26 @@ MUTANTS = (
         "        record_scores[record_id] = weighted;\n    }\n",
         "        record_scores[record_id] = weighted;\n    }\n"
         "    if (row == batch * sequence - 1) record_scores[record_capacity] = 0.0f;\n",
-        "index_scoring",
-        frozenset({"index_scoring"}),
+        "index_query_finalize",
+        frozenset({"index_query_finalize", "index_scoring", "selection"}),
         "boundaries.r4-*",
-        "the last row writes one score past the end of the score scratch, which nothing reads back",
-        caught_by="sanitize",
+        "the last row writes one score past the end of the score scratch, which nothing reads back: it lands "
+        "in the guard band after the scratch (the finding names the launch, not one of its stages)",
+        caught_by="guard",
         sanitizer="memcheck",
+    ),
+    Mutant(
+        "index_scores_written_before_the_scratch",
+        "csa_ratio4_index_select.cu",
+        "        record_scores[record_id] = weighted;\n    }\n",
+        "        record_scores[record_id] = weighted;\n    }\n"
+        "    if (row == 0) record_scores[-1] = 0.0f;\n",
+        "index_query_finalize",
+        frozenset({"index_query_finalize", "index_scoring", "selection"}),
+        "boundaries.r4-*",
+        "the first row writes a score at index -1 of the score scratch: it lands in the guard band before it "
+        "(memcheck, whose buffers have no bands, may find another allocation there: not asserted)",
+        caught_by="guard",
     ),
 )
 

@@ -71,14 +71,17 @@ def test_mutant_is_caught_at_its_stage_on_the_host_emulation(mutant, device_gold
     assert set().union(*map(set, isolated)) == mutant.isolated
 
 
-# How each mode of diff is asked for, and the verdict it gives (csa_conform.check.conformance).
-MODES = {"repeat": ({"repeat": 3}, "non-deterministic"), "replay": ({"replay": "graph"}, "replay-mismatch")}
+# How each mode of diff is asked for, and the verdict it gives (csa_conform.check.conformance); the guard
+# bands are every run's (csa_conform.device.guards).
+MODES = {"repeat": ({"repeat": 3}, "non-deterministic"), "replay": ({"replay": "graph"}, "replay-mismatch"),
+         "guard": ({}, "out-of-bounds")}
 MODE_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by != "diff")
-SANITIZE = "sanitize"  # compute-sanitizer needs a GPU: here only "no other mode catches it" is checked
 
 
 def test_every_mode_has_a_mutant_only_it_catches():
-    assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES) | {SANITIZE}
+    """compute-sanitizer needs a GPU: its tools' mutants are asserted on the device only."""
+    assert {mutant.caught_by for mutant in MODE_MUTANTS} == set(MODES)
+    assert {mutant.sanitizer for mutant in MUTANTS} >= {"memcheck", "initcheck"}
     assert all(mutant.host in HOST_PATCHES for mutant in MUTANTS if mutant.host)
 
 
@@ -93,7 +96,7 @@ def test_mode_mutant_is_caught_by_its_mode_only_on_the_host_emulation(mutant, de
     for name, (depth, status) in MODES.items():
         flagged = [stages for stages in _flagged(device_goldens, kernels, "chained", mutant.cases, status, **depth)
                    if stages]
-        if name != mutant.caught_by:  # a sanitizer-only mutant must pass every mode the emulation has
+        if name != mutant.caught_by:
             assert not flagged, f"{mutant.name} was caught by {name}, not only by {mutant.caught_by}"
             continue
         assert flagged, f"{mutant.name} was not caught by {mutant.caught_by}"
@@ -153,21 +156,31 @@ def test_mode_mutant_is_caught_by_its_mode_only_on_the_device(mutant, tmp_path, 
         assert result.exit_code in (ExitCode.OK, ExitCode.DIVERGED), result.output[-2000:]
         return result.exit_code, json.loads(result.stdout)
 
+    def flagged(document, status):
+        return set().union(*({s for s in STAGE_NAMES if case["verdicts"][s] == status} for case in document["cases"]))
+
+    guarded = mutant.caught_by == "guard"  # every run's guard bands catch it, whatever the mode
+    plain = ExitCode.DIVERGED if guarded else ExitCode.OK
     for mode in ("chained", "isolated"):
-        assert run("--mode", mode)[0] == ExitCode.OK, f"plain {mode} diff caught {mutant.name}"
+        code, document = run("--mode", mode)
+        assert code == plain and not flagged(document, "diverged"), f"plain {mode} diff of {mutant.name}: {code}"
+        if guarded:
+            assert flagged(document, MODES["guard"][1]) == mutant.isolated
     for name, flags in (("repeat", ["--repeat", "5"]), ("replay", ["--replay", "graph"])):
         code, document = run(*flags)
         if name != mutant.caught_by:
-            assert code == ExitCode.OK, f"{mutant.name} was caught by {name}"
+            assert code == plain and not flagged(document, MODES[name][1]), f"{mutant.name} was caught by {name}"
             continue
-        status = MODES[name][1]
-        flagged = [[s for s in STAGE_NAMES if case["verdicts"][s] == status] for case in document["cases"]]
-        assert code == ExitCode.DIVERGED and set().union(*map(set, flagged)) == mutant.isolated
+        assert code == ExitCode.DIVERGED and flagged(document, MODES[name][1]) == mutant.isolated
     if mutant.host:
         return  # the sanitizer's child process runs the kernel directory as it is, without the host half
     _sanitizer_or_skip()
     for tool in ("memcheck", "initcheck"):
+        if guarded and tool != mutant.sanitizer:
+            continue  # the child run keeps its bands (initcheck) or has none (memcheck): not this mutant's tool
         code, document = run("--sanitize", tool)
         findings = document["sanitizer"]["findings"]
         assert (code == ExitCode.DIVERGED) == (tool == mutant.sanitizer), (tool, findings[:3])
+        if tool == mutant.sanitizer:
+            assert findings, f"{tool} reported nothing for {mutant.name}"
     shutil.rmtree(kernels)

@@ -20,8 +20,8 @@ GAPS = {
     ("ratio-4 FP4 index key", "E8M0 amax under the floor"): (
         0, "the FP4 floor is 6 * 2^-126 and RMSNorm lifts any pooled row bf16 can hold (>= 2^-133; the inverse RMS "
            "reaches 1000) to >= 2^-123 before the weights, so only an index-norm weight near 2^-130 reaches it (e.g. "
-           "beside the 6/0/2/0 key design, in a second batch row): not planted, the ci file has under 30 kB of its "
-           "8 MB left"),
+           "beside the 6/0/2/0 key design, in a second batch row): not planted, the ci file has under 20 kB of its "
+           "8.1 MB left"),
 }
 
 

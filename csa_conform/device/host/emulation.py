@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.device.kernels import KernelDirectory, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.errors import DeviceUnavailable
@@ -119,22 +120,26 @@ def build_prelude(build_dir: Path, kernels: KernelDirectory | None = None) -> ct
     return _build(source, "host_prelude.cpp", build_dir)
 
 
-# Bytes after every emulated buffer: a kernel writing past the end (what compute-sanitizer's memcheck
-# reports on a GPU) lands here instead of in the host heap.
+# Bytes before and after every emulated buffer, filled with GUARD_BYTE: a kernel writing just outside it
+# (what compute-sanitizer's memcheck reports on a GPU) lands there instead of in the host heap, and the
+# runner sees it (csa_conform.device.guards). 64 keeps the buffer as aligned as the allocation.
 GUARD_BYTES = 64
 
 
-def _guarded(shape, dtype) -> np.ndarray:
+def _guarded(shape, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(the buffer, its whole allocation: the buffer with a band on either side)."""
     dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    base = np.empty(count * dtype.itemsize + GUARD_BYTES, np.uint8)
-    return base[: count * dtype.itemsize].view(dtype).reshape(shape)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(GUARD_BYTES + size + GUARD_BYTES, np.uint8)
+    raw[:GUARD_BYTES] = GUARD_BYTE
+    raw[GUARD_BYTES + size:] = GUARD_BYTE
+    return raw[GUARD_BYTES: GUARD_BYTES + size].view(dtype).reshape(shape), raw
 
 
 def _slot_bits(arg) -> int:
     """An argument as the 8 bytes of its slot: a buffer's address, an i64, a binary32, else an i32."""
     if isinstance(arg, EmulatedArray):
-        return arg.array.ctypes.data
+        return arg.address
     if isinstance(arg, np.int64):
         return int(arg) & 0xFFFF_FFFF_FFFF_FFFF
     if isinstance(arg, np.float32):
@@ -143,12 +148,19 @@ def _slot_bits(arg) -> int:
 
 
 class EmulatedArray:
-    """A 'device' buffer: host memory the runner cannot mistake for a host tensor, with a guard after it."""
+    """A 'device' buffer: host memory the runner cannot mistake for a host tensor, with a guard band on
+    either side."""
 
     def __init__(self, array: np.ndarray):
         array = np.asarray(array)
-        self.array = _guarded(array.shape, array.dtype)
+        self.array, self.allocation = _guarded(array.shape, array.dtype)
         self.array[...] = array
+
+    @property
+    def address(self) -> int:
+        """Where the kernel sees the buffer start: after the band before it, even with no elements (NumPy
+        puts an empty view at the start of its base)."""
+        return self.allocation.ctypes.data + GUARD_BYTES
 
     shape = property(lambda self: self.array.shape)
     ndim = property(lambda self: self.array.ndim)
@@ -197,6 +209,13 @@ class HostEmulationBackend:
         self.build_dir = Path(build_dir) if build_dir is not None else process_build_dir()
         self.launches = 0
         self.builds: dict[str, ModuleBuild] = {}
+        self.reversed = False
+
+    def schedule(self, reversed: bool) -> None:
+        """Run the next launches' blocks, and each block's threads between barriers, from the last down
+        (``diff --repeat``'s even runs): a missing barrier whose race only a later thread running first
+        shows becomes a difference between runs."""
+        self.reversed = reversed
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(name="host emulation (g++)", compute_capability="host")
@@ -226,7 +245,7 @@ class HostEmulationBackend:
         previous = library.csa_host_flush_subnormals(int(ftz))
         try:
             library.csa_host_launch(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), pointers,
-                                    ctypes.c_void_p(stacks), ctypes.c_size_t(STACK_STRIDE))
+                                    ctypes.c_void_p(stacks), ctypes.c_size_t(STACK_STRIDE), ctypes.c_int(self.reversed))
         finally:
             library.csa_host_restore_mxcsr(ctypes.c_uint(previous))
         self.launches += 1
@@ -251,3 +270,12 @@ class HostEmulationBackend:
 
     def download(self, array) -> np.ndarray:
         return array.array.copy()
+
+    def guard_bands(self, array) -> tuple[np.ndarray, np.ndarray, int]:
+        """(the band before, the band after, the buffer's size in bytes) as they are now."""
+        raw = array.allocation
+        return raw[:GUARD_BYTES].copy(), raw[raw.size - GUARD_BYTES:].copy(), raw.size - 2 * GUARD_BYTES
+
+    def restore_guard_bands(self, array) -> None:
+        array.allocation[:GUARD_BYTES] = GUARD_BYTE
+        array.allocation[array.allocation.size - GUARD_BYTES:] = GUARD_BYTE

@@ -1,6 +1,7 @@
 // Host build of one kernel module (prelude + module source in CSA_SOURCE,
-// its entry in CSA_ENTRY): csa_host_launch runs a launch's blocks in order,
-// and the threads of a block as fibers with a real barrier (cuda_host_shim.h).
+// its entry in CSA_ENTRY): csa_host_launch runs a launch's blocks in order (or
+// reversed), and the threads of a block as fibers with a real barrier
+// (cuda_host_shim.h).
 #include "host_headers.h"
 #include CSA_SOURCE
 
@@ -119,9 +120,10 @@ void* fresh_stack(char* top)
     return frame;
 }
 
-// One block: every live thread runs, in index order, until it waits at the
-// barrier or returns; rounds repeat until all have returned.
-void run_block(unsigned int threads, char* stacks, std::size_t stride)
+// One block: every live thread runs, in index order (reversed: from the last
+// thread down), until it waits at the barrier or returns; rounds repeat until
+// all have returned.
+void run_block(unsigned int threads, char* stacks, std::size_t stride, bool reversed)
 {
     for (unsigned int t = 0; t < threads; ++t) {
         block.fibers[t].stack_pointer = fresh_stack(stacks + (t + 1) * stride);
@@ -129,7 +131,8 @@ void run_block(unsigned int threads, char* stacks, std::size_t stride)
     }
     for (bool live = true; live;) {
         live = false;
-        for (unsigned int t = 0; t < threads; ++t) {
+        for (unsigned int turn = 0; turn < threads; ++turn) {
+            const unsigned int t = reversed ? threads - 1 - turn : turn;
             Fiber& fiber = block.fibers[t];
             if (fiber.state == FiberState::done) continue;
             live = true;
@@ -146,9 +149,10 @@ void run_block(unsigned int threads, char* stacks, std::size_t stride)
 // The launch. Thread t of a block runs on the stack ending at stacks + (t + 1)
 // * stride (16-byte aligned; the caller maps them once per process, each above
 // an inaccessible page, so an overflowing thread faults instead of writing
-// into its neighbour's stack).
+// into its neighbour's stack). `reversed` runs the blocks, and the threads of
+// each block between barriers, from the last down (diff --repeat's even runs).
 extern "C" void csa_host_launch(unsigned int grid, unsigned int threads, void* const* arguments, char* stacks,
-                                std::size_t stride)
+                                std::size_t stride, int reversed)
 {
     if (threads > block.capacity) {
         delete[] block.fibers;
@@ -159,12 +163,13 @@ extern "C" void csa_host_launch(unsigned int grid, unsigned int threads, void* c
     blockDim.x = threads;
     block.arguments = arguments;
     csa_host_barrier = threads > 1 ? wait_at_barrier : nullptr;
-    for (unsigned int b = 0; b < grid; ++b) {
+    for (unsigned int turn = 0; turn < grid; ++turn) {
+        const unsigned int b = reversed ? grid - 1 - turn : turn;
         blockIdx.x = b;
         if (__start_csa_shared != nullptr)
             memset(__start_csa_shared, SHARED_POISON, (std::size_t)(__stop_csa_shared - __start_csa_shared));
         if (threads > 1) {
-            run_block(threads, stacks, stride);
+            run_block(threads, stacks, stride, reversed != 0);
         } else {
             threadIdx.x = 0;
             call_entry(CSA_ENTRY, arguments);

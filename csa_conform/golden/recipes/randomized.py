@@ -5,7 +5,8 @@ compressor rows with unit spread, gates and APE at 0.5, norms near 1; kv rows,
 compressor values and gates and synthesized carries with 4 significant bits,
 see ``Values.coarse``), and index data carrying a +2 offset on its first 64
 dims so index scores are positive and rarely tie — two records whose index
-dots are all <= 0 score exactly 0, a top-k tie the reference rejects. The
+dots are all <= 0 score exactly 0, a top-k tie the reference rejects (the
+``-signed`` cases draw them without it, so that ci sees negative dots). The
 shape spec covers both ratios, both ratio-128 cache formats, 5 and 6 ratio-4
 outputs, batch, heads, index heads, top-k, a non-default ``scale`` and every
 broadcast shape of ``attention_bias`` (in ``ci`` on ratio 4; a handful on
@@ -374,6 +375,8 @@ def describe(spec: StreamSpec) -> str:
         parts.append(f"scale={spec.scale}")
     if spec.bias:
         parts.append("bias shapes " + ", ".join(bias_name(pattern) for pattern in spec.bias))
+    if spec.ratio == 4 and spec.index_offset != INDEX_OFFSET:
+        parts.append(f"index offset {spec.index_offset:g}")
     if spec.stale_carry is not None:
         rows = f" in batch rows {spec.stale_from_row}.." if spec.stale_from_row else ""
         parts.append(f"stale carries at position 0{rows} (kv {spec.stale_carry:g}, score 0), which the contract clears")
@@ -411,6 +414,19 @@ def _ci_specs() -> dict[str, StreamSpec]:
         "r4-b2n2-i2-k512": StreamSpec(4, (3, 1), batch=2, heads=2, index_heads=2, index_topk=512),
         "r4-n3-i1-k3-scale": StreamSpec(4, (2,), heads=3, index_heads=1, index_topk=3, scale=0.3, start=16),
     }
+
+
+def _signed_specs() -> dict[str, StreamSpec]:
+    """Index rows without the offset, as prod draws them: about half of the index dots are negative, so
+    only these cases see the scorer's ReLU (relu(dot) * w; with the offset every dot in ci is positive).
+
+    One decode token over five records at three index widths, so that more than one case shows the
+    ReLU; with several index heads a zero-score tie stays rare (redrawn). The cases share their seed
+    and everything but the index rows, their carries start reset (``reset_carry_plan``): they are about
+    the scores, and cost the file little more than their index arrays."""
+    return {f"r4-i{heads}-k{topk}-signed": StreamSpec(4, (1,), index_heads=heads, index_topk=topk, start=20,
+                                                      index_offset=0.0)
+            for heads, topk in ((2, 2), (4, 3), (8, 4))}
 
 
 # Ratio-128 bias patterns in ci: all broadcast, all full, and two complementary mixes, so
@@ -499,6 +515,9 @@ def recipes(suite: str, seed: int) -> list[Recipe]:
     twin = replace(_ci_specs()["r128-f32-b2n2"], stale_from_row=1)
     recipe = spec_recipe(FAMILY, "r128-f32-b2n2-stale-row-1", twin, seed)
     cases.append(replace(recipe, seed=case_seed(seed, f"{FAMILY}.r128-f32-b2n2")))
+    for name, spec in _signed_specs().items():
+        recipe = spec_recipe(FAMILY, name, spec, seed, plan=reset_carry_plan)
+        cases.append(replace(recipe, seed=case_seed(seed, f"{FAMILY}.signed")))
     for name, spec in _bias_specs(suite == "full").items():
         recipe = spec_recipe(FAMILY, name, spec, seed, plan=reset_carry_plan)
         cases.append(replace(recipe, seed=bias_seed(seed, spec.ratio)))
