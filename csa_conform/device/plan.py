@@ -99,35 +99,37 @@ class StepPlan:
         ]
 
 
-def _launch_of(ratio: int, stage: str) -> Launch | None:
+def _launch_of(calls: tuple[Launch, ...], stage: str) -> Launch | None:
     """The launch that computes a stage with what feeds it (the first, fused one, not a fan-out)."""
-    return next((launch for launch in launches_for_ratio(ratio) if stage in launch.stages), None)
+    return next((launch for launch in calls if stage in launch.stages), None)
 
 
-def _source(mode: Mode, ratio: int, stage: str, upstream: str, placement: Mapping[str, str]) -> str:
+def _source(mode: Mode, calls: tuple[Launch, ...], stage: str, upstream: str, placement: Mapping[str, str]) -> str:
     if upstream == PAST_STATE:
         return "golden past_* inputs" if mode is Mode.ISOLATED else "previous step's present_* (this run)"
     if mode is Mode.ISOLATED:
         return f"oracle {upstream}"
-    own = _launch_of(ratio, stage)
+    own = _launch_of(calls, stage)
     if placement[stage] == DEVICE and own is not None and upstream in own.stages:
         return f"fused {upstream} ({own.module})"
     return f"{placement[upstream]} {upstream}"
 
 
-def plan_step(ratio: int, mode: Mode | str, force_host: frozenset[str] | set[str] = frozenset()) -> StepPlan:
+def plan_step(ratio: int, mode: Mode | str, force_host: frozenset[str] | set[str] = frozenset(),
+              calls: tuple | None = None) -> StepPlan:
+    """``calls`` are what computes the device stages (anything with ``module`` and ``stages``): the
+    built-in launches of the ratio unless a Python provider's calls are given (csa_conform.device.provider)."""
     mode = Mode(mode)
+    calls = launches_for_ratio(ratio) if calls is None else calls
     stages = stages_for_ratio(ratio)
     placement = {stage: HOST if stage in force_host else DEVICE for stage in stages}
     plans = []
     for stage in stages:
         feeds = tuple(
-            (upstream, _source(mode, ratio, stage, upstream, placement))
+            (upstream, _source(mode, calls, stage, upstream, placement))
             for upstream in BY_NAME[stage].reads
             if upstream == PAST_STATE or upstream in placement
         )
         plans.append(StagePlan(stage, placement[stage], feeds))
-    launches = tuple(
-        launch for launch in launches_for_ratio(ratio) if any(placement[stage] == DEVICE for stage in launch.stages)
-    )
+    launches = tuple(launch for launch in calls if any(placement[stage] == DEVICE for stage in launch.stages))
     return StepPlan(ratio, mode, tuple(plans), launches)
