@@ -230,6 +230,9 @@ class Provider:
             raise UsageError(f"--kernels {spec}: the provider implements no stage (methods named "
                              f"{', '.join(STAGE_NAMES)}, or {', '.join(GROUPS)})")
         self.transfer = Transfer(self.device, f"{self.name} {self.version} on {self.device}")
+        if self.transfer.gpu and importlib.util.find_spec("cupy") is None:
+            raise DeviceUnavailable(f"--kernels {spec}: {self.name} runs on {self.device}, and its tensors cross "
+                                    "through CuPy, which is not installed (pip install 'csa-conform[cuda]')")
 
     @property
     def gpu(self) -> bool:

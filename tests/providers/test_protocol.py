@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from csa_conform.check.options import RunOptions
+from csa_conform.check.options import BuildChoice, RunOptions
+from csa_conform.check.results import schema
 from csa_conform.cli import main
 from csa_conform.device.provider import GROUPS, UPSTREAM, load_provider
 from csa_conform.exitcodes import ExitCode
@@ -35,7 +37,9 @@ def diff(*args: str):
 def document(*args: str) -> dict:
     result = diff(*args, "--json")
     assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, schema())
+    return doc
 
 
 def stage_statuses(doc: dict) -> dict[str, set[str]]:
@@ -183,7 +187,7 @@ def test_the_upstream_a_provider_is_given_is_what_the_oracle_reads(case):
 
 def test_run_options_make_a_provider_runner_that_keeps_the_mode():
     options = RunOptions(file=CI, mode=Mode.ISOLATED, force_host=frozenset(), ulp=0,
-                         build=RunOptions.__dataclass_fields__["build"].default.__class__(kernels=NUMPY))
+                         build=BuildChoice(kernels=NUMPY))
     runner = options.runner()
     assert runner.provider is not None and runner.mode is Mode.ISOLATED
     assert runner.plan(128).launches == load_provider(NUMPY).calls(128)
