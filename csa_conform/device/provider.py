@@ -36,7 +36,7 @@ from csa_conform.device.provenance import DeviceInfo, LaunchRecord
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import DeviceUnavailable, HostStageRejected, UsageError
 from csa_conform.numerics.bits import unsigned
-from csa_conform.spec import BY_NAME, LAUNCHES, STAGE_NAMES, WRITEBACK, WRITEBACK_SOURCES, stages_for_ratio
+from csa_conform.spec import BY_NAME, DECODED_PAYLOADS, LAUNCHES, STAGE_NAMES, WRITEBACK, WRITEBACK_SOURCES, stages_for_ratio
 
 PREFIX = "python:"
 PROVIDER_PATH = "python"
@@ -50,6 +50,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 # The upstream payloads each stage reads, beside its operator inputs (what the oracle's stage functions read).
+# A stage that reads a cache is also given its decoded view (DECODED_PAYLOADS: logical_records, logical_keys).
 UPSTREAM: dict[str, tuple[tuple[str, str], ...]] = {
     "compression_update": (),
     "index_key_update": (),
@@ -293,6 +294,9 @@ class Provider:
                 if upstream in call.stages or upstream not in {s.name for s in stages_for_ratio(g.ratio)}:
                     continue
                 values[tensor] = self._value(site, upstream, tensor)
+                for (owner, decoded), cache in DECODED_PAYLOADS.items():
+                    if (owner, cache) == (upstream, tensor):
+                        values[decoded] = self._value(site, owner, decoded)
         convert = getattr(self.object, "from_dlpack", None)
         if callable(convert):
             values = {name: None if value is None else convert(value) for name, value in values.items()}
