@@ -195,6 +195,17 @@ def adopt(value: Any, where: str):
     raise TypeError(f"{where} is a {type(value).__name__}, not an array (DLPack, CUDA array interface or __array__)")
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """One provider call of a step, with its arguments bound (``again`` repeats it) and what it returned."""
+
+    case: str
+    step: int
+    call: ProviderCall
+    again: Callable[[], Any]
+    payloads: dict
+
+
 class ProviderSite(Protocol):
     """The step a provider call runs in (csa_conform.device.step.StepRun)."""
 
@@ -204,6 +215,8 @@ class ProviderSite(Protocol):
     reference: Mapping[str, Mapping[str, np.ndarray]]
     findings: list
     repeat: int
+    case: str
+    step: int
 
     @property
     def isolated(self) -> bool: ...
@@ -231,6 +244,7 @@ class Provider:
             raise UsageError(f"--kernels {spec}: the provider implements no stage (methods named "
                              f"{', '.join(STAGE_NAMES)}, or {', '.join(GROUPS)})")
         self.transfer = Transfer(self.device, f"{self.name} {self.version} on {self.device}")
+        self.recorded: list[RecordedCall] = []  # the calls of the last step run, for bench to repeat
         if self.transfer.gpu and importlib.util.find_spec("cupy") is None:
             raise DeviceUnavailable(f"--kernels {spec}: {self.name} runs on {self.device}, and its tensors cross "
                                     "through CuPy, which is not installed (pip install 'csa-conform[cuda]')")
@@ -307,7 +321,10 @@ class Provider:
         arguments = self.arguments(site, call)
         arguments["geometry"] = site.g
         accepted = _accepted(method, arguments)
+        if not self.recorded or (self.recorded[-1].case, self.recorded[-1].step) != (site.case, site.step):
+            self.recorded = []
         first = self._payloads(site, call, method, accepted)
+        self.recorded.append(RecordedCall(site.case, site.step, call, lambda: method(**accepted), first))
         if site.repeat > 1:
             again = [self._payloads(site, call, method, accepted) for _ in range(1, site.repeat)]
             site.findings += _differing(first, again, call, self.name)
