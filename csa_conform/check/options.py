@@ -40,7 +40,8 @@ class BuildChoice:
         given = [word for word, set_ in (("--build", self.name), ("--nvrtc-option", self.nvrtc_options),
                                          ("--strict-ptx", self.strict_ptx)) if set_]
         if self.provider and given:
-            return f"{', '.join(given)} configure NVRTC builds of a kernel directory; a python: provider is not compiled"
+            return (f"{', '.join(given)} configure NVRTC builds of a kernel directory; a python: provider is not "
+                    "compiled")
         return None
 
     def directory(self) -> KernelDirectory:
@@ -88,7 +89,8 @@ class RunOptions:
             refusal = (f"--backend {self.backend} chooses where a kernel directory launches; a python: provider "
                        "declares its own device")
         if refusal is None and self.build.provider and self.replay:
-            refusal = f"--replay {self.replay} captures kernel launches on a CUDA graph; a python: provider launches its own work"
+            refusal = (f"--replay {self.replay} captures kernel launches on a CUDA graph; a python: provider "
+                       "launches its own work")
         if refusal is not None:
             raise UsageError(refusal)
 
@@ -128,7 +130,7 @@ class RunOptions:
         return shell_join(self.to_argv(case, stage, mode))
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
-        if self.build.provider:
+        if self.build.kernels is not None and self.build.provider:
             return DeviceRunner(None, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat,
                                 provider=load_provider(self.build.kernels))
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,

@@ -84,7 +84,8 @@ def gap_command(file: str, case_glob: str | None, profile: str, kernels: str | N
                  for case_id in case_ids]
         emit_json(results_document("gap", argv(), cases, exit_code=code,
                                    golden=golden_reference(file, schema_version),
-                                   options={"profile": profile, "mode": mode, **({"kernels": kernels} if kernels else {})},
+                                   options={"profile": profile, "mode": mode,
+                                            **({"kernels": kernels} if kernels else {})},
                                    extra={"gap": entry}))
     elif markdown:
         click.echo(markdown_table(entry))

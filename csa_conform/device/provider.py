@@ -36,7 +36,15 @@ from csa_conform.device.provenance import DeviceInfo, LaunchRecord
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import DeviceUnavailable, HostStageRejected, UsageError
 from csa_conform.numerics.bits import unsigned
-from csa_conform.spec import BY_NAME, DECODED_PAYLOADS, LAUNCHES, STAGE_NAMES, WRITEBACK, WRITEBACK_SOURCES, stages_for_ratio
+from csa_conform.spec import (
+    BY_NAME,
+    DECODED_PAYLOADS,
+    LAUNCHES,
+    STAGE_NAMES,
+    WRITEBACK,
+    WRITEBACK_SOURCES,
+    stages_for_ratio,
+)
 
 PREFIX = "python:"
 PROVIDER_PATH = "python"

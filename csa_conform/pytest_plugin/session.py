@@ -214,7 +214,8 @@ class GoldenSession:
         """This process's runner, or why there is none (NoDevice: skip; anything else: fail)."""
         if self._runner is None and self.provider:
             try:
-                self._runner = DeviceRunner(None, mode=self.settings.mode, provider=load_provider(self.settings.kernels))
+                provider = load_provider(self.settings.kernels)
+                self._runner = DeviceRunner(None, mode=self.settings.mode, provider=provider)
             except DeviceUnavailable as error:
                 self._runner = NoDevice(str(error))
             except CsaConformError as error:
