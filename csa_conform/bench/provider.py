@@ -3,7 +3,8 @@
 Each case is replayed through the conformance check first (chained, every
 stage the provider computes on it); the calls of the last step it ran are
 then repeated with the very arguments the check gave them, a call only when
-every stage it computes is identical to the oracle. On the CPU a sample is
+every stage it computes is identical to the oracle (with ``--time-diverged``
+any call, marked untrusted). On the CPU a sample is
 host wall time (``time.perf_counter``) and every time says so; on the GPU
 it is CUDA events recorded on the legacy default stream around the call (a
 provider that works on other streams joins them before it returns, as the
@@ -20,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from csa_conform._base.statuses import IDENTICAL
-from csa_conform.bench.measure import NOT_TIMED, REFUSED, STEP_ROW, TIMED, BenchOptions, CaseBench, Row
+from csa_conform.bench.measure import NOT_TIMED, REFUSED, STEP_ROW, TIMED, UNTRUSTED, BenchOptions, CaseBench, Row
 from csa_conform.bench.run import DeviceRun
 from csa_conform.bench.samples import Reading, collect
 from csa_conform.bench.timers import HOST_CAVEAT
@@ -75,7 +76,7 @@ def _same_payloads(provider: Provider, recorded: RecordedCall, returned) -> bool
 def _row(provider: Provider, name: str, stages: tuple[str, ...], calls: list[RecordedCall], report: CaseVerdict,
          options: BenchOptions) -> Row:
     trusted = all(report.stages[stage].status == IDENTICAL for stage in stages if stage in report.stages)
-    if not trusted:
+    if not trusted and not options.time_diverged:
         return Row(name, stages, NOT_TIMED, "a stage it computes diverged from the oracle")
     clock = _clock(provider)
     last: list = []
@@ -87,7 +88,8 @@ def _row(provider: Provider, name: str, stages: tuple[str, ...], calls: list[Rec
     if not all(_same_payloads(provider, recorded, returned) for recorded, returned in zip(calls, last)):
         return Row(name, stages, REFUSED, "a timed repetition returned other payloads than the conformance run",
                    repetitions=samples.repetitions(1))
-    return Row(name, stages, TIMED, samples=samples, repetitions=samples.repetitions(1))
+    return Row(name, stages, TIMED if trusted else UNTRUSTED, None if trusted else "timed although a stage it "
+               "computes diverged from the oracle (--time-diverged)", samples=samples, repetitions=samples.repetitions(1))
 
 
 def run_provider(file: str, cases: tuple[str, ...], kernels: str, options: BenchOptions,

@@ -291,8 +291,7 @@ def _refuse_for_provider(run: BenchRun, gate: BenchGate) -> None:
     given = [word for word, set_ in (
         ("--build", run.profile), ("--backend host", run.backend != CUDA), ("--devices", run.devices is not False),
         (f"--timer {run.timer}", run.timer != AUTO), (f"--mode {run.mode}", run.mode != COLD),
-        ("--baseline", gate.baseline), ("--baseline-kernels", gate.baseline_kernels),
-        ("--time-diverged", run.time_diverged)) if set_]
+        ("--baseline", gate.baseline), ("--baseline-kernels", gate.baseline_kernels)) if set_]
     if given:
         raise UsageError(f"{', '.join(given)}: bench times a python: provider's calls as they are (host timers on "
                          "the CPU, CUDA events on the GPU), one process, no baseline gate")

@@ -88,6 +88,9 @@ def test_bench_times_no_call_whose_stage_diverged():
     rows = {row["row"]: row["status"] for row in json.loads(result.stdout)["bench"]["cases"][0]["rows"]}
     assert rows["planted-score.index_scoring"] == "not-timed" and rows["step"] == "not-timed"
     assert rows["planted-score.selection"] == "timed"
+    result = invoke("bench", CI, "--case", CASE, "--kernels", PLANTED, "--time-cap", "0.05", "--time-diverged", "--json")
+    rows = {row["row"]: row["status"] for row in json.loads(result.stdout)["bench"]["cases"][0]["rows"]}
+    assert rows["planted-score.index_scoring"] == "untrusted" and rows["step"] == "untrusted"
 
 
 def test_bench_refuses_what_times_launches_in_one_line():
