@@ -50,8 +50,10 @@ class FlakyAttention(NumpyOracle):
     name = "flaky"
     calls = 0
 
-    def sparse_sink_softmax_attention(self, geometry, **tensors):
-        payload = super().sparse_sink_softmax_attention(geometry, **tensors)
+    def sparse_sink_softmax_attention(self, geometry, query, current_kv, head_sink, attention_bias,
+                                      present_compressed_kv, candidates):
+        payload = super().sparse_sink_softmax_attention(geometry, query, current_kv, head_sink, attention_bias,
+                                                        present_compressed_kv, candidates)
         FlakyAttention.calls += 1
         if FlakyAttention.calls % 2 == 0:
             payload = {**payload, "Y": payload["Y"] + np.float32(1)}
@@ -71,3 +73,19 @@ class Undeclared:
 
     def selection(self, scores):
         return {}
+
+
+class BatchVariantAttention(NumpyOracle):
+    """Attention one ULP off in Y whenever the batch holds more than one row: only --invariance batch sees it."""
+
+    name = "batch-variant"
+
+    def sparse_sink_softmax_attention(self, geometry, query, current_kv, head_sink, attention_bias,
+                                      present_compressed_kv, candidates):
+        payload = super().sparse_sink_softmax_attention(geometry, query, current_kv, head_sink, attention_bias,
+                                                        present_compressed_kv, candidates)
+        if geometry.batch > 1:
+            y = payload["Y"].copy()
+            y.view(np.uint32)[..., 0] += 1
+            payload = {**payload, "Y": y}
+        return payload

@@ -192,3 +192,21 @@ def test_run_options_make_a_provider_runner_that_keeps_the_mode():
     assert runner.provider is not None and runner.mode is Mode.ISOLATED
     assert runner.plan(128).launches == load_provider(NUMPY).calls(128)
     assert np.array_equal([stage.placement for stage in runner.plan(4).stages], ["device"] * 8)
+
+
+def test_invariance_runs_the_variants_on_the_provider():
+    plain = document("--kernels", planted("BatchVariantAttention"), "--case", "random.r4-n4-i3-k1")
+    assert plain["exit_code"] == 0
+    varied = document("--kernels", planted("BatchVariantAttention"), "--case", "random.r4-n4-i3-k1",
+                      "--invariance", "batch")
+    assert varied["exit_code"] == 1
+    assert varied["cases"][0]["verdicts"]["sparse_sink_softmax_attention"] == "batch-variant"
+
+
+def test_shards_and_devices_split_the_cases_and_join_to_the_whole_run():
+    whole = document("--kernels", NUMPY, "--case", "random.r4-b*")
+    shards = [document("--kernels", NUMPY, "--case", "random.r4-b*", "--shard", f"{k}/2") for k in (1, 2)]
+    assert sorted(case["case"] for doc in shards for case in doc["cases"]) == [case["case"] for case in whole["cases"]]
+    spread = document("--kernels", NUMPY, "--case", "random.r4-b*", "--devices", "0,1")
+    assert [case["verdicts"] for case in spread["cases"]] == [case["verdicts"] for case in whole["cases"]]
+    assert spread["exit_code"] == whole["exit_code"] == 0
