@@ -98,6 +98,7 @@ def run_provider(file: str, cases: tuple[str, ...], kernels: str, options: Bench
     runner = RunOptions(file=file, mode=Mode.CHAINED, force_host=frozenset(), ulp=0,
                         build=BuildChoice(kernels=kernels)).runner()
     provider = runner.provider
+    provider.recording = True
 
     def bench(golden: GoldenFile, case: str) -> CaseBench:
         started = time.perf_counter()

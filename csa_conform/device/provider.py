@@ -150,6 +150,7 @@ class Transfer:
 
     def __init__(self, device: str, describe: str):
         self.gpu = device.startswith("cuda")
+        self.ordinal = int(device.partition(":")[2] or 0)
         self._describe = describe
 
     def info(self) -> DeviceInfo:
@@ -157,9 +158,9 @@ class Transfer:
             return DeviceInfo(name=self._describe)
         import cupy
 
-        properties = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        properties = cupy.cuda.runtime.getDeviceProperties(self.ordinal)
         return DeviceInfo(name=f"{self._describe}, {properties['name'].decode()}",
-                          compute_capability="".join(map(str, cupy.cuda.Device().compute_capability)),
+                          compute_capability="".join(map(str, cupy.cuda.Device(self.ordinal).compute_capability)),
                           cuda_runtime=cupy.cuda.runtime.runtimeGetVersion(),
                           cuda_driver=cupy.cuda.runtime.driverGetVersion(), cupy=cupy.__version__)
 
@@ -168,7 +169,8 @@ class Transfer:
             return array
         import cupy
 
-        return cupy.asarray(array)
+        with cupy.cuda.Device(self.ordinal):
+            return cupy.asarray(array)
 
     def download(self, array) -> np.ndarray:
         if isinstance(array, np.ndarray):
@@ -239,20 +241,23 @@ class Provider:
 
     def __init__(self, spec: str):
         self.spec = spec
+        self.object: StageProvider
         self.object, self.path = _load(spec)
         missing = [name for name in DECLARED if not isinstance(getattr(self.object, name, None), str)]
         if missing:
             raise UsageError(f"--kernels {spec}: the provider declares no {', '.join(missing)} "
                              f"(a provider declares name, version and device as strings: specs/providers.md)")
         self.name, self.version, self.device = (getattr(self.object, name) for name in DECLARED)
-        if self.device.partition(":")[0] not in DEVICES:
+        kind, _, ordinal = self.device.partition(":")
+        if kind not in DEVICES or (ordinal and not (kind == "cuda" and ordinal.isdigit())):
             raise UsageError(f"--kernels {spec}: device {self.device!r} is not cpu, cuda or cuda:N")
         self.methods = tuple(name for name in (*STAGE_NAMES, *GROUPS) if callable(getattr(self.object, name, None)))
         if not self.methods:
             raise UsageError(f"--kernels {spec}: the provider implements no stage (methods named "
                              f"{', '.join(STAGE_NAMES)}, or {', '.join(GROUPS)})")
         self.transfer = Transfer(self.device, f"{self.name} {self.version} on {self.device}")
-        self.recorded: list[RecordedCall] = []  # the calls of the last step run, for bench to repeat
+        self.recording = False  # bench sets it: keep the calls of the last step run, to repeat them
+        self.recorded: list[RecordedCall] = []
         if self.transfer.gpu and importlib.util.find_spec("cupy") is None:
             raise DeviceUnavailable(f"--kernels {spec}: {self.name} runs on {self.device}, and its tensors cross "
                                     "through CuPy, which is not installed (pip install 'csa-conform[cuda]')")
@@ -329,10 +334,11 @@ class Provider:
         arguments = self.arguments(site, call)
         arguments["geometry"] = site.g
         accepted = _accepted(method, arguments)
-        if not self.recorded or (self.recorded[-1].case, self.recorded[-1].step) != (site.case, site.step):
-            self.recorded = []
         first = self._payloads(site, call, method, accepted)
-        self.recorded.append(RecordedCall(site.case, site.step, call, lambda: method(**accepted), first))
+        if self.recording:
+            if self.recorded and (self.recorded[-1].case, self.recorded[-1].step) != (site.case, site.step):
+                self.recorded = []
+            self.recorded.append(RecordedCall(site.case, site.step, call, lambda: method(**accepted), first))
         if site.repeat > 1:
             again = [self._payloads(site, call, method, accepted) for _ in range(1, site.repeat)]
             site.findings += _differing(first, again, call, self.name)
