@@ -15,7 +15,10 @@ launches another kernel directory of the built-in ABI instead (a planted bug, to
 
 The launches, their arguments and read-backs are csa-conform's own
 (csa_conform.device.launches), run here on the tensors the provider call is
-given; only the call boundary is the protocol's. One difference is by
+given; only the call boundary is the protocol's. Those read-backs return
+host arrays, so this provider's payloads cross to the host and back between
+calls, which the protocol allows (a provider that returns device arrays keeps
+them on the device). One difference is by
 construction: the native runner confirms the candidate ids it reads off the
 attention scores against the oracle's (csa_conform.device.candidates); a
 provider never sees the oracle, so here the ids are the structural ones where

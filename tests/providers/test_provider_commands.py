@@ -97,3 +97,10 @@ def test_bench_refuses_what_times_launches_in_one_line():
     for words in (["--build", "strict"], ["--backend", "host"], ["--mode", "hot"], ["--devices", "0"]):
         result = invoke("bench", CI, "--kernels", NUMPY, *words)
         assert result.exit_code == ExitCode.USAGE and "python: provider" in result.output, words
+
+
+def test_report_names_the_provider(tmp_path):
+    result = invoke("diff", CI, "--case", CASE, "--kernels", PLANTED, "--json")
+    (tmp_path / "run.json").write_text(result.stdout, encoding="utf-8")
+    assert invoke("report", tmp_path / "run.json", "--html", tmp_path / "run.html").exit_code == ExitCode.OK
+    assert f"{PLANTED} (provider planted-score " in (tmp_path / "run.html").read_text(encoding="utf-8")
