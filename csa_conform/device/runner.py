@@ -7,7 +7,9 @@ scratch the runner owns, so ``diff`` never cares which side it compares.
 The stages of a step run in csa_conform.device.step, their kernel launches
 in csa_conform.device.launches; this module owns what outlives a step: the
 kernel directory, the mode and force-host set, the backend (csa_conform.device.backend:
-CUDA, or the host emulation) and the run's provenance.
+CUDA, or the host emulation) and the run's provenance. A Python provider
+(csa_conform.device.provider) takes the kernel directory's place: its calls
+replace the launches, the stages it lacks join the force-host set.
 """
 
 from __future__ import annotations
