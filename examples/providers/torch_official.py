@@ -10,12 +10,12 @@ specs/providers.md):
         --kernels python:examples/providers/torch_official.py:TorchOfficial
 
 It implements the three stages whose arithmetic the official code defines
-differently from the CPU reference: index scoring as a bf16 einsum, top-k
+differently from the CPU reference (index scoring as a bf16 einsum, top-k
 selection with its tie order, and block-64 online-softmax attention with the
-sink added to the denominator after the loop. The other stages follow the
-same rules in the official code as in the reference (the compressors, query
-finalization, candidate assembly, writeback), so the provider leaves them to
-csa-conform's host oracle, and the run header says so.
+sink added to the denominator after the loop) and candidate assembly, the
+index arithmetic between them. The compressors and query finalization follow
+the same rules in the official code as in the reference and are not written
+here: csa-conform's host oracle runs them, and the run header says so.
 
 Every tensor is computed on ``device`` (CUDA when there is one, else the CPU)
 in binary32 holding bf16 values where the official code has bf16 tensors:
@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 BLOCK = 64  # candidates per online-softmax block
+DENSE_WINDOW = 128  # the dense window's slots
 
 
 def bf16(x: torch.Tensor) -> torch.Tensor:
@@ -93,6 +94,27 @@ class TorchOfficial:
         selected = torch.where(torch.gather(live, -1, order), order, -1).to(torch.int32)
         replicated = selected[:, None].expand(-1, geometry.index_heads, -1, -1).contiguous()
         return {"selected": selected, "selected_indices": replicated}
+
+    # --- stage 6 -------------------------------------------------------------------------------
+
+    def candidate_assembly(self, geometry, selected=None):
+        """Each query's dense window (absolute positions), then its compressed records; -1 an invalid slot."""
+        device = selected.device if selected is not None else self._device()
+        positions = geometry.start + torch.arange(geometry.sequence, device=device)
+        first = torch.clamp(positions + 1 - DENSE_WINDOW, min=0).clamp(min=geometry.current_kv_base)
+        absolute = first[:, None] + torch.arange(geometry.dense_candidates, device=device)[None, :]
+        inside = (absolute <= positions[:, None]) & (absolute - geometry.current_kv_base < geometry.current_kv_len)
+        dense = torch.where(inside, absolute, -1).expand(geometry.batch, -1, -1)
+        if selected is None:  # ratio 128: every record, valid below (position + 1) / 128
+            records = torch.arange(geometry.next_records, device=device)[None, :]
+            compressed = torch.where(records < ((positions + 1) // geometry.ratio)[:, None], records, -1)
+            compressed = compressed.expand(geometry.batch, -1, -1)
+        else:
+            compressed = selected.to(torch.int64)
+        return {"candidates": torch.cat([dense, compressed], dim=-1).to(torch.int32)}
+
+    def _device(self) -> torch.device:
+        return torch.device(self.device)
 
     # --- stage 7 -------------------------------------------------------------------------------
 
