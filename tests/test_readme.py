@@ -2,7 +2,7 @@
 
 Set-up is Makefile targets (`make demo`, `make test`, `make check`, `make browser`), checked by a dry
 run: running them is this suite itself. Every other `$ ` line of a console block runs, one test per
-README section, in a scratch folder holding copies of goldens/ and kernels/: first the shell lines
+README section, in a scratch folder holding copies of goldens/, kernels/ and examples/: first the shell lines
 of the sections before it (a reader's `cp` and `sed`), then the section's own lines in order (later
 lines read what earlier ones wrote). `csa-conform ...` runs in this process through the command
 line's entry point, so the libraries load once and each kernel directory is built with g++ once;
@@ -141,6 +141,7 @@ def scratch(tmp_path, monkeypatch) -> Path:
     (tmp_path / "goldens").mkdir()
     shutil.copy(ROOT / "goldens" / "ci.h5", tmp_path / "goldens" / "ci.h5")
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

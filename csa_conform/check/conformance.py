@@ -21,7 +21,7 @@ from csa_conform.check.findings import RunFinding
 from csa_conform.check.model import CaseVerdict, StageVerdict, StepVerdict
 from csa_conform.compare.bitwise import TensorDiff, compare_payloads
 from csa_conform.compare.errorstats import Gap
-from csa_conform.device.launches import RECORD_CACHES, kernel_of
+from csa_conform.device.launches import RECORD_CACHES
 from csa_conform.device.plan import DEVICE
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
 from csa_conform.errors import ContractError, CsaConformError, HostStageRejected, invalid_case
@@ -203,7 +203,7 @@ def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Seq
             if failing and verdict.status != DIVERGED:
                 verdict.status, verdict.step, verdict.diffs = DIVERGED, outcome.index, failing
                 if verdict.placement == DEVICE:
-                    verdict.kernel = kernel_of(stage, report.ratio, [diff.tensor for diff in failing])
+                    verdict.kernel = runner.kernel_of(stage, report.ratio, [diff.tensor for diff in failing])
                 if diagnose is not None:
                     verdict.diagnosis = diagnose(info, outcome, stage)
             elif verdict.status == NOT_COMPARED:

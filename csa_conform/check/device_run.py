@@ -57,7 +57,8 @@ def run_cases(options: RunOptions, stages: tuple[str, ...], case_glob: str | Non
     """The timed verdicts of every selected case (of this shard), the run's provenance, and the
     golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs; ``watch``
     (the CLI's progress bar) sees each case as it is judged; ``diagnose`` is check_case's."""
-    runner = options.runner()
+    # A provider is loaded in each --devices worker only: its import may start CUDA, which a fork must not inherit.
+    runner = None if options.build.provider and devices is not False else options.runner()
     with GoldenFile(options.file) as golden:
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(options.file, golden.schema_version)
@@ -67,6 +68,8 @@ def run_cases(options: RunOptions, stages: tuple[str, ...], case_glob: str | Non
         reports, provenance = spread(resolve_devices(devices), functools.partial(check_cases, options, stages, diagnose),
                                      cases)
         return reports, provenance, golden_ref
+
+    assert runner is not None
 
     def describe(done: CaseVerdict) -> str:
         return f"{'ok  ' if done.passed else 'DIFF'} {done.case}"

@@ -9,23 +9,42 @@ launch's difference is its own arithmetic's, as an isolated device run shows
 it: selection from its own scores); every stage payload
 both produce is compared with csa_conform.compare.errorstats, aggregated over the
 file per stage and tensor (writeback repeats other stages' payloads and is
-left out). Steps either profile rejects are counted, not compared.
+left out). Steps either profile rejects are counted, not compared. A Python provider
+(``gap --kernels python:…``, csa_conform.device.provider) can take the actual side, measured against
+any profile: how far an implementation of the official numerics sits from the NumPy profile.
 """
 
 from __future__ import annotations
 
 from csa_conform._base.terminal import one_line
+from csa_conform.check.options import RunOptions
 from csa_conform.compare.errorstats import ISOLATED, Gap
-from csa_conform.errors import ContractError, CsaConformError, invalid_case
+from csa_conform.device.provider import ProviderStageFailed
+from csa_conform.errors import ContractError, CsaConformError, UsageError, invalid_case
 from csa_conform.golden import GoldenFile
 from csa_conform.profiles.numerics import runner
+from csa_conform.spec import Mode
 
 
-def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None, engine: str | None = None) -> dict[str, str]:
+class ProviderSteps:
+    """A Python provider's steps in a profile runner's shape: each step's stages chained on the provider, or
+    (``upstream``, the expected profile's payloads) every stage fed those, as ``gap --mode isolated`` asks."""
+
+    def __init__(self, options: RunOptions):
+        self.chained = options.runner(Mode.CHAINED)
+        self.isolated = options.runner(Mode.ISOLATED)
+
+    def __call__(self, attrs, inputs, output_names, upstream=None):
+        runner = self.chained if upstream is None else self.isolated
+        return runner.run_step(attrs, inputs, output_names, reference=upstream)
+
+
+def measure_file(gap: Gap, path: str, case_ids: list[str] | None = None, engine: str | None = None,
+                 actual: ProviderSteps | None = None) -> dict[str, str]:
     """Add every step of every (chosen) case of ``path`` to ``gap``, the oracle run by ``engine``; returns
     the cases that could not be read as golden cases (csa_conform.errors.invalid_case), each with its
-    one-line reason, which add nothing."""
-    expected_run, actual_run = runner(gap.expected, engine), runner(gap.actual, engine)
+    one-line reason, which add nothing. ``actual`` (a provider's steps) replaces the actual profile's."""
+    expected_run, actual_run = runner(gap.expected, engine), actual or runner(gap.actual, engine)
     invalid = {}
     with GoldenFile(path) as golden:
         golden_ids = golden.case_ids() if case_ids is None else case_ids
@@ -62,8 +81,11 @@ def _measure_case(gap: Gap, golden: GoldenFile, case_id: str, expected_run, actu
 
 
 def _run(run, attrs, inputs, outputs, upstream=None):
+    """One step's payloads, or None where the step is rejected (a provider that fails is no rejection)."""
     try:
         return run(attrs, inputs, outputs, upstream=upstream) if upstream is not None else run(attrs, inputs, outputs)
+    except ProviderStageFailed as error:
+        raise UsageError(f"the provider failed at {error.stage}: {error}") from None
     except ContractError:
         return None
 

@@ -15,7 +15,9 @@ from csa_conform._base.case_glob import exact_glob
 from csa_conform._base.terminal import shell_join
 from csa_conform.device.backend import CUDA, backend_named
 from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.provider import is_provider, load_provider
 from csa_conform.device.runner import DeviceRunner
+from csa_conform.errors import UsageError
 from csa_conform.spec import STAGE_NAMES, Mode
 
 
@@ -27,6 +29,20 @@ class BuildChoice:
     name: str | None = None  # the build, strict or production (csa_conform.device.kernels.BUILDS)
     nvrtc_options: tuple[str, ...] = ()
     strict_ptx: bool = False
+
+    @property
+    def provider(self) -> bool:
+        """True when the kernels are a Python provider (``python:…``, csa_conform.device.provider)."""
+        return is_provider(self.kernels)
+
+    def refusals(self) -> str | None:
+        """Why these build options cannot apply to a Python provider (None when they can)."""
+        given = [word for word, set_ in (("--build", self.name), ("--nvrtc-option", self.nvrtc_options),
+                                         ("--strict-ptx", self.strict_ptx)) if set_]
+        if self.provider and given:
+            return (f"{', '.join(given)} configure NVRTC builds of a kernel directory; a python: provider is not "
+                    "compiled")
+        return None
 
     def directory(self) -> KernelDirectory:
         return KernelDirectory(self.kernels, build=self.name, nvrtc_options=self.nvrtc_options,
@@ -67,6 +83,17 @@ class RunOptions:
     invariance: tuple[str, ...] = ()
     backend: str = CUDA
 
+    def __post_init__(self) -> None:
+        refusal = self.build.refusals()
+        if refusal is None and self.build.provider and self.backend != CUDA:
+            refusal = (f"--backend {self.backend} chooses where a kernel directory launches; a python: provider "
+                       "declares its own device")
+        if refusal is None and self.build.provider and self.replay:
+            refusal = (f"--replay {self.replay} captures kernel launches on a CUDA graph; a python: provider "
+                       "launches its own work")
+        if refusal is not None:
+            raise UsageError(refusal)
+
     @property
     def forced(self) -> str:
         """The force-host set as --force-host spells it ('' when empty)."""
@@ -103,6 +130,9 @@ class RunOptions:
         return shell_join(self.to_argv(case, stage, mode))
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
+        if self.build.kernels is not None and self.build.provider:
+            return DeviceRunner(None, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat,
+                                provider=load_provider(self.build.kernels))
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
                             backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
 

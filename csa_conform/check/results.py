@@ -195,7 +195,7 @@ def kernel_provenance(provenance) -> dict:
         found = counted.setdefault(key, {
             "path": launch.path, "module": launch.module, "stages": list(launch.stages), "count": 0,
             **({"entry": launch.entry, "source_sha256": launch.source_sha256, "block": launch.block[0]}
-               if launch.entry else {}),
+               if launch.entry and launch.path == "nvrtc" else {"entry": launch.entry} if launch.entry else {}),
         })
         found["count"] += 1
     described["launches"] = [counted[key] for key in sorted(counted)]

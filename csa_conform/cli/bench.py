@@ -17,6 +17,8 @@ from csa_conform._base.terminal import escaped, one_line, shell_join
 from csa_conform.bench.gate import AMBG, SLOW
 from csa_conform.bench.devices import devices_section, run_devices
 from csa_conform.bench.measure import COLD, MODES, STEP_ROW, BenchOptions, CaseBench
+from csa_conform.bench.provider import caveat as provider_caveat
+from csa_conform.bench.provider import run_provider
 from csa_conform.bench.run import BenchJob, DeviceRun, run_device
 from csa_conform.bench.samples import Policy
 from csa_conform.bench.section import case_section, dumps, read_baseline, samples_document, verdicts
@@ -35,6 +37,7 @@ from csa_conform.cli.exit_status import exits
 from csa_conform.cli.options import DEFAULT_FILE, case_selection, devices_option, golden_file, grouped, quiet_option
 from csa_conform.device.backend import BACKENDS, CUDA, HOST
 from csa_conform.device.devices import resolve_devices
+from csa_conform.device.provider import is_provider
 from csa_conform.device.kernels import BUILDS, MANIFEST
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -162,8 +165,8 @@ def markdown(section: dict) -> str:
 @click.command("bench")
 @golden_file(DEFAULT_FILE)
 @click.option("--kernels", default=None, type=click.Path(file_okay=False),
-              help=f"Kernel directory (block_quant.cuh + one .cu per module, optionally {MANIFEST}); default: the "
-              "built-in kernels.")
+              help=f"Kernel directory (block_quant.cuh + one .cu per module, optionally {MANIFEST}), or a Python "
+              "provider python:MODULE:OBJECT (specs/providers.md); default: the built-in kernels.")
 @click.option("--build", "profile", type=click.Choice(list(BUILDS)), default=None,
               help="Build profile (as diff's --build); default: strict for the built-in kernels, else the "
               "directory's manifest, else production.")
@@ -222,6 +225,9 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
     for path in (samples_path, markdown_path):
         if path is not None:
             refuse_special_target(path)
+    provider = is_provider(run.kernels)
+    if provider:
+        _refuse_for_provider(run, gate)
     recorded, timer = None, run.timer
     if baseline:
         document = load_results(read_text(baseline), baseline)
@@ -232,12 +238,17 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
         cases = matching_cases(golden.case_ids(), case_glob, golden.path)
         golden_ref = golden_reference(file, golden.schema_version)
     job = BenchJob(file, tuple(cases), run.kernels, run.profile, backend, options, baseline_kernels, recorded, timer)
-    if devices is False:
+    caveat = HOST_CAVEAT if backend == HOST else None
+    if provider:
+        runs = [run_provider(file, tuple(cases), run.kernels, options,
+                             lambda benches: progress(benches, len(cases), "bench", lambda done: done.case,
+                                                      output.quiet or output.as_json))]
+        caveat = provider_caveat(runs[0].provenance.kernels["provider"]["device"])
+    elif devices is False:
         runs = [run_device(job, lambda benches: progress(benches, len(cases), "bench", lambda done: done.case,
                                                           output.quiet or output.as_json))]
     else:
         runs = run_devices(resolve_devices(devices), job)
-    caveat = HOST_CAVEAT if backend == HOST else None
     parts = [_device_part(run) for run in runs]
     section = {
         "timer": parts[0]["timer"], "timer_fallback": parts[0]["timer_fallback"], "caveat": caveat, "mode": mode,
@@ -273,6 +284,17 @@ def bench_command(file: str, case_glob: str | None, run: BenchRun, gate: BenchGa
         return code
     _print(section, entries, provenance, output.quiet)
     return code
+
+
+def _refuse_for_provider(run: BenchRun, gate: BenchGate) -> None:
+    """What times a kernel directory's launches and cannot apply to a python: provider's calls, in one line."""
+    given = [word for word, set_ in (
+        ("--build", run.profile), ("--backend host", run.backend != CUDA), ("--devices", run.devices is not False),
+        (f"--timer {run.timer}", run.timer != AUTO), (f"--mode {run.mode}", run.mode != COLD),
+        ("--baseline", gate.baseline), ("--baseline-kernels", gate.baseline_kernels)) if set_]
+    if given:
+        raise UsageError(f"{', '.join(given)}: bench times a python: provider's calls as they are (host timers on "
+                         "the CPU, CUDA events on the GPU), one process, no baseline gate")
 
 
 def _device_part(run: DeviceRun) -> dict:

@@ -67,7 +67,7 @@ def _kernel(stage: str, ratio, options: RunOptions, tensors=()) -> str:
     """' [module.cu:entry]' of the launch that computed the stage ('' on the host)."""
     if stage in options.force_host or not isinstance(ratio, int):
         return ""
-    kernel = kernel_of(stage, ratio, tensors)
+    kernel = options.build.kernels if options.build.provider else kernel_of(stage, ratio, tensors)
     return f" [{kernel}]" if kernel else ""
 
 

@@ -146,6 +146,9 @@ class DeviceOptions:
         """The RunOptions every device run takes (with the depth options where the command has them);
         --force-host gets the environment's stages."""
         depth = depth or DepthOptions()
+        if self.build.provider and depth.sanitize:
+            raise UsageError(f"--sanitize {depth.sanitize}: compute-sanitizer attaches to kernel launches of a "
+                             "kernel directory, not to a python: provider's process")
         return RunOptions(file=file, mode=mode, force_host=effective_force_host(self.force_host), ulp=self.ulp,
                           build=self.build, repeat=depth.repeat, replay=depth.replay, tolerance=tolerance,
                           invariance=tuple(dict.fromkeys(invariance)), backend=self.backend)

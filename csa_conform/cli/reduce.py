@@ -151,9 +151,11 @@ def reduce_command(file, case, device: DeviceOptions, output, force, budget_s, q
             subject = f"case {case}" if case else f"{file}: no probed case"
             click.echo(f"{subject}: no divergence (chained, every stage): nothing to reduce")
             return ExitCode.OK
-        builtin = DeviceRunner(KernelDirectory(), mode=Mode.CHAINED, force_host=options.force_host,
-                               backend_factory=backend_named(options.backend))
-        builtin_found = Probe(builtin, Path(work), options.ulp)(reduction.case)
+        builtin_found: StepVerdict | None | str = BUILTIN_NOT_RUN
+        if not probe_on_cpu(options):
+            builtin = DeviceRunner(KernelDirectory(), mode=Mode.CHAINED, force_host=options.force_host,
+                                   backend_factory=backend_named(options.backend))
+            builtin_found = Probe(builtin, Path(work), options.ulp)(reduction.case)
     if case is None:
         case = found_file.case_id
         click.echo(f"smallest repro from {case}: {len(found_file.diverging)} diverging of {found_file.scanned} cases "
@@ -163,8 +165,17 @@ def reduce_command(file, case, device: DeviceOptions, output, force, budget_s, q
     return ExitCode.DIVERGED
 
 
-def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s: float, builtin_found: StepVerdict | None,
-            options: RunOptions) -> None:
+# What reduce says of the built-in control where it does not run it.
+BUILTIN_NOT_RUN = "not run (a python: provider on the CPU; the built-in kernels need a GPU or --backend host)"
+
+
+def probe_on_cpu(options: RunOptions) -> bool:
+    """A CPU provider's reduction: the built-in kernels, CUDA by default, are not the control it can run."""
+    return options.build.provider and options.runner().provider.device == "cpu"
+
+
+def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s: float,
+            builtin_found: StepVerdict | None | str, options: RunOptions) -> None:
     write_goldens(output, [reduction.case], force=force)
     with GoldenFile(output) as written:
         verified = verify_case(written, reduction.case.case_id)
@@ -177,7 +188,8 @@ def _report(reduction: Reduction, case: str, output: Path, force: bool, budget_s
     click.echo(_floor(reduction))
     click.echo(f"still diverges first at {describe(found)} (step {found.step}), as the original")
     click.echo("verified against the oracle: " + ("yes" if verified.passed else "NO (a bug in reduce)"))
-    click.echo("built-in kernels: " + ("pass" if builtin_found is None else
+    click.echo("built-in kernels: " + ("pass" if builtin_found is None else builtin_found
+                                       if isinstance(builtin_found, str) else
                                        f"DIVERGE at {describe(builtin_found)} (not a kernel bug alone)"))
     click.echo(f"wrote {output}")
     reproduce = replace(options, file=str(output))

@@ -24,7 +24,13 @@ def control_banner(options: RunOptions) -> str:
 
 
 def build_lines(provenance: RunProvenance) -> list[str]:
-    """The build and, per compiled module, its NVRTC options and PTX report (once per run)."""
+    """The build and, per compiled module, its NVRTC options and PTX report (once per run); for a Python
+    provider what it declared and which stages it leaves to the host oracle."""
+    provider = provenance.kernels.get("provider")
+    if provider is not None:
+        host = ", ".join(provider["host_stages"]) or "none"
+        return [f"provider {provider['name']} {provider['version']} on {provider['device']}: "
+                f"{', '.join(provider['methods'])}; not provided, so run on the host oracle: {host}"]
     build = provenance.kernels["build"]
     lines = [f"build {build['profile']} ({build['origin']}): {' '.join(build['options']) or 'no options'}"
              + (", strict PTX" if build["strict_ptx"] else "")]
@@ -40,7 +46,7 @@ def run_header(command: str, provenance: RunProvenance, options: RunOptions,
     """What a device run's text output starts with: options, kernels, device, build and PTX."""
     kernels = provenance.kernels
     device = provenance.device
-    where = "host only (no device launch)" if device is None else (
+    where = "host only (no device launch)" if device is None else device.name if "provider" in kernels else (
         f"{device.name} (sm {device.compute_capability}, CUDA runtime {device.cuda_runtime}, "
         f"driver {device.cuda_driver}, NVRTC {device.nvrtc})"
     )

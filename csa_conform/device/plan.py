@@ -31,8 +31,6 @@ from csa_conform.spec import (
     STAGE_NAMES,
     Launch,
     Mode,
-    fused,
-    launch_of,
     launches_for_ratio,
     resolve_stage,
 )
@@ -92,6 +90,7 @@ class StepPlan:
     mode: Mode
     stages: tuple[StagePlan, ...]
     launches: tuple[Launch, ...]
+    calls: tuple[Launch, ...] = ()  # every call of the ratio, the unit of fusion
 
     def stage(self, name: str) -> StagePlan:
         for plan in self.stages:
@@ -113,36 +112,51 @@ class StepPlan:
         ]
 
 
-def _source(mode: Mode, ratio: int, stage: str, upstream: str, placement: Mapping[str, str]) -> str:
+def _launch_of(calls: tuple[Launch, ...], stage: str) -> Launch | None:
+    """The call that computes a stage with what feeds it (the first, fused one, not a fan-out)."""
+    return next((launch for launch in calls if stage in launch.stages), None)
+
+
+def _fused(calls: tuple[Launch, ...], stage: str, upstream: str) -> bool:
+    """Whether the call that computes ``stage`` computes ``upstream`` too (csa_conform.spec.fused, for the
+    calls a run makes: the built-in launches or a Python provider's)."""
+    own = _launch_of(calls, stage)
+    return own is not None and upstream != stage and upstream in own.stages
+
+
+def _source(mode: Mode, calls: tuple[Launch, ...], stage: str, upstream: str, placement: Mapping[str, str]) -> str:
     if upstream == PAST_STATE:
         return "golden past_* inputs" if mode is Mode.ISOLATED else "previous step's present_* (this run)"
-    if fused(ratio, stage, upstream) and placement[stage] == DEVICE:
-        return f"fused {upstream} ({launch_of(ratio, stage).module})"
-    if mode is Mode.ISOLATED and not (fused(ratio, stage, upstream) and placement[upstream] == placement[stage]):
+    own = _launch_of(calls, stage)
+    if own is not None and _fused(calls, stage, upstream) and placement[stage] == DEVICE:
+        return f"fused {upstream} ({own.module})"
+    if mode is Mode.ISOLATED and not (_fused(calls, stage, upstream) and placement[upstream] == placement[stage]):
         return f"oracle {upstream}"
     return f"{placement[upstream]} {upstream}"
 
 
 def reads_own(plan: StepPlan, stage: str, upstream: str) -> bool:
-    """Whether a host stage reads this run's payload of ``upstream`` (chained, or isolated inside its launch
+    """Whether a host stage reads this run's payload of ``upstream`` (chained, or isolated inside its call
     where the host computed that stage too) rather than the oracle's."""
-    return plan.mode is Mode.CHAINED or (fused(plan.ratio, stage, upstream)
+    return plan.mode is Mode.CHAINED or (_fused(plan.calls, stage, upstream)
                                          and plan.placement(upstream) == plan.placement(stage))
 
 
-def plan_step(ratio: int, mode: Mode | str, force_host: frozenset[str] | set[str] = frozenset()) -> StepPlan:
+def plan_step(ratio: int, mode: Mode | str, force_host: frozenset[str] | set[str] = frozenset(),
+              calls: tuple | None = None) -> StepPlan:
+    """``calls`` are what computes the device stages (anything with ``module`` and ``stages``): the
+    built-in launches of the ratio unless a Python provider's calls are given (csa_conform.device.provider)."""
     mode = Mode(mode)
+    calls = launches_for_ratio(ratio) if calls is None else calls
     stages = stages_for_ratio(ratio)
     placement = {stage: HOST if stage in force_host else DEVICE for stage in stages}
     plans = []
     for stage in stages:
         feeds = tuple(
-            (upstream, _source(mode, ratio, stage, upstream, placement))
+            (upstream, _source(mode, calls, stage, upstream, placement))
             for upstream in BY_NAME[stage].reads
             if upstream == PAST_STATE or upstream in placement
         )
         plans.append(StagePlan(stage, placement[stage], feeds))
-    launches = tuple(
-        launch for launch in launches_for_ratio(ratio) if any(placement[stage] == DEVICE for stage in launch.stages)
-    )
-    return StepPlan(ratio, mode, tuple(plans), launches)
+    launches = tuple(launch for launch in calls if any(placement[stage] == DEVICE for stage in launch.stages))
+    return StepPlan(ratio, mode, tuple(plans), launches, tuple(calls))

@@ -24,6 +24,7 @@ from csa_conform.device.guards import GuardedWrites
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import DEVICE, StepPlan, reads_own
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
+from csa_conform.device.provider import Provider
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.oracle import StepResult
@@ -54,13 +55,14 @@ class Launcher:
     """What every step of one run launches with: the same backend, kernels, provenance and repeat count.
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
-    ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism).
+    ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism), or every provider call.
     """
 
     backend: Callable[[], object]
-    kernels: KernelDirectory
+    kernels: KernelDirectory | None
     provenance: RunProvenance
     repeat: int = 1
+    provider: Provider | None = None  # a Python provider's calls instead of kernel launches
 
 
 class StepRun:
@@ -83,6 +85,7 @@ class StepRun:
         self.case = case
         self.step = step
         self.repeat = launcher.repeat
+        self.provider = launcher.provider
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
@@ -179,7 +182,10 @@ class StepRun:
         for stage in stages_for_ratio(self.g.ratio):
             while pending and pending[0].stages[0] == stage.name:
                 launch = pending.pop(0)
-                launches.READ_BACKS[launch.read_back](self, launch)
+                if self.provider is not None:
+                    self.provider.run(self, launch)
+                else:
+                    launches.READ_BACKS[launch.read_back](self, launch)
             if stage.role is Role.WRITEBACK:
                 self.writeback(stage)
             elif not self.on_device(stage.name):
@@ -205,7 +211,10 @@ class StepRun:
 
     def writeback(self, stage: Stage) -> None:
         """The operator outputs: the buffers this run wrote (chained), or the oracle's payloads
-        when isolated, where writeback only assembles what the other stages were compared on."""
+        when isolated, where writeback only assembles what the other stages were compared on. A provider
+        that implements writeback has already put its payload."""
+        if stage.name in self.stages:
+            return
         if not self.on_device(stage.name):
             self.host_stage(stage)
         elif self.isolated:

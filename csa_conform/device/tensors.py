@@ -31,6 +31,9 @@ class StepTensors:
         self._host: dict[str, np.ndarray] = {}
         self._device: dict[str, object] = {}
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._host or name in self._device
+
     def put(self, name: str, value) -> None:
         self._host.pop(name, None)
         self._device.pop(name, None)

@@ -68,6 +68,9 @@ _MEASURED: dict[tuple[str, str], DeviceLibm] = {}
 def device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None, str | None]:
     """CUDA's libm on this run's device (compiled with the run's build), or why it is unavailable; one
     measurement per kernel directory and build, shared by every case of the run."""
+    if runner.provider is not None:
+        return None, (f"{runner.provider.name} is a python: provider; the device libm is measured by a module "
+                      "built with the kernel directory's options, which a provider has none of")
     try:
         backend = runner.backend()
     except DeviceUnavailable as error:

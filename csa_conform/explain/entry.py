@@ -283,6 +283,7 @@ def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunne
     ``reports`` are the run's other chained reports: its conformant cases are the experiments
     (csa_conform.explain.experiments) that separate rival hypotheses.
     """
+    kernel_of = runner.kernel_of  # noqa: F811 - a provider's stages are named by its methods
     witnesses = Witnesses(golden, reports)
     case = chained.case
     info = golden.case_info(case)
@@ -307,9 +308,11 @@ def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunne
                 if not diffs:
                     continue
                 try:
-                    explanations.append(explain_step(Divergence(case, outcome.index, stage, g, step.inputs,
-                                                                outcome.expected, outcome.actual.stages, diffs),
-                                                     libm, skipped, witnesses))
+                    explained = explain_step(Divergence(case, outcome.index, stage, g, step.inputs,
+                                                        outcome.expected, outcome.actual.stages, diffs),
+                                             libm, skipped, witnesses)
+                    explained.kernel = kernel_of(stage, g.ratio, [diff.tensor for diff in diffs])
+                    explanations.append(explained)
                 except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this divergence's verdict says so
                     explanations.append(Explanation(
                         case, outcome.index, stage, FAILED, [diff.summary() for diff in diffs],

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from csa_conform.check.options import BuildChoice, RunOptions
-from csa_conform.device.backend import Backend, backend_named
+from csa_conform.device.backend import CUDA, Backend, backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import stages_for_ratio
+from csa_conform.device.provider import is_provider, load_provider
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import CsaConformError, DeviceUnavailable, UsageError, invalid_case
 from csa_conform.golden import GoldenFile
@@ -83,8 +84,10 @@ class GoldenSession:
             bench_baseline=config.getoption("csa_bench_baseline"),
         )
         self.cases = self._cases()
-        if self.settings.kernels is not None and not Path(self.settings.kernels).is_dir():
-            raise pytest.UsageError(f"--csa-kernels: {self.settings.kernels} is not a directory")
+        self.provider = is_provider(self.settings.kernels)
+        if self.settings.kernels is not None and not self.provider and not Path(self.settings.kernels).is_dir():
+            raise pytest.UsageError(f"--csa-kernels: {self.settings.kernels} is neither a directory nor a "
+                                    "python:MODULE:OBJECT provider")
         self.bench: BenchBaseline | None = None
         if self.settings.bench_baseline is not None:
             try:
@@ -124,7 +127,8 @@ class GoldenSession:
         selected = f" matching {settings.case_glob}" if settings.case_glob else ""
         lines = [
             f"csa-conform: goldens {settings.file} ({len(self.cases)} cases{selected}), "
-            f"kernels {settings.kernels or 'built-in'}, build {settings.build}, mode {settings.mode.value}"
+            f"kernels {settings.kernels or 'built-in'}, "
+            f"{'a python: provider' if self.provider else f'build {settings.build}'}, mode {settings.mode.value}"
         ]
         if self.bench is not None:
             lines.append(f"csa-conform: bench items gate on {self.bench.file} (mode {self.bench.mode}, "
@@ -170,12 +174,15 @@ class GoldenSession:
             return {stage: skipped(f"no device: {runner}") for stage in case.stages}
         if isinstance(runner, Exception):
             return {stage: failed([f"{case.case_id} / {stage}: {runner}"]) for stage in case.stages}
+        build = BuildChoice(kernels=self.settings.kernels, name=None if self.provider else self.settings.build)
         options = RunOptions(file=self.settings.file, mode=self.settings.mode, force_host=frozenset(), ulp=0,
-                             build=BuildChoice(kernels=self.settings.kernels, name=self.settings.build),
-                             backend=self.settings.backend)
+                             build=build, backend=CUDA if self.provider else self.settings.backend)
         return device_outcomes(self.settings.file, case, runner, options.command)
 
     def _bench_case(self, case: str, baseline: BenchBaseline) -> Outcome:
+        if self.provider:
+            return skipped("bench items time a kernel directory's launches; time a python: provider with "
+                           "csa-conform bench")
         backend = self.backend()
         if isinstance(backend, NoDevice):
             return skipped(f"no device: {backend}")
@@ -205,6 +212,14 @@ class GoldenSession:
 
     def runner(self) -> DeviceRunner | Exception:
         """This process's runner, or why there is none (NoDevice: skip; anything else: fail)."""
+        if self._runner is None and self.provider:
+            try:
+                provider = load_provider(self.settings.kernels)
+                self._runner = DeviceRunner(None, mode=self.settings.mode, provider=provider)
+            except DeviceUnavailable as error:
+                self._runner = NoDevice(str(error))
+            except CsaConformError as error:
+                self._runner = error
         if self._runner is None:
             backend = self.backend()
             if isinstance(backend, Exception):

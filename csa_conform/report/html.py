@@ -257,7 +257,10 @@ def _provenance(document: dict) -> str:
     kernels = document.get("kernels") or {}
     if kernels:
         described = kernels.get("kernels") or {}
-        items.append(("kernels", f"{described.get('path', '')} (build {(described.get('build') or {}).get('profile', '')})"))
+        provider = described.get("provider")
+        built = (f"provider {provider['name']} {provider['version']} on {provider['device']}" if provider
+                 else f"build {(described.get('build') or {}).get('profile', '')}")
+        items.append(("kernels", f"{described.get('path', '')} ({built})"))
         device = kernels.get("device") or {}
         if device:
             items.append(("device", str(device.get("name", ""))))

@@ -79,7 +79,7 @@ def test_the_file_given_as_a_path_too_is_collected_once(inner):
         (["--csa-goldens", "goldens.h5", "--csa-case", "nothing.*"],
          "ERROR: --csa-goldens: no case of goldens.h5 matches 'nothing.*'"),
         (["--csa-goldens", "goldens.h5", "--csa-kernels", "no-such-dir"],
-         "ERROR: --csa-kernels: no-such-dir is not a directory"),
+         "ERROR: --csa-kernels: no-such-dir is neither a directory nor a python:MODULE:OBJECT provider"),
         (["--csa-kernels", "kernels"], "ERROR: --csa-kernels needs --csa-goldens FILE"),
         (["--csa-goldens", "goldens.h5", "--csa-build", "fast"],
          "*argument --csa-build: invalid choice: 'fast' (choose from 'strict', 'production')"),
