@@ -57,9 +57,11 @@ def first_stages(doc: dict) -> set[str]:
 
 
 def test_the_numpy_provider_is_conformant_on_every_ci_case():
+    with GoldenFile(CI) as golden:
+        cases = len(golden.case_ids())
     result = diff("--kernels", NUMPY, "-q")
     assert result.exit_code == 0, result.output
-    assert "187 cases" in result.output and "187 conformant, 0 diverged" in result.output
+    assert f"{cases} cases" in result.output and f"{cases} conformant, 0 diverged" in result.output
 
 
 @pytest.mark.parametrize("mode", ["chained", "isolated"])
