@@ -43,7 +43,7 @@ from csa_conform.errors import UsageError
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
-COMMANDS = ("verify", "diff", "bisect", "explain", "bench", "bridge")
+COMMANDS = ("verify", "diff", "bisect", "explain", "bench", "bridge", "mutate")
 
 # Failure types (JUnit's failure/@type).
 BIT_MISMATCH = "bit-mismatch"
