@@ -104,8 +104,9 @@ def mutants_of_text(name: str, text: str, operators: Iterable[str] = tuple(OPERA
             digest = hashlib.sha256("\0".join((operator, original, change.replacement, context)).encode()).hexdigest()
             found[(change.start, change.end, change.replacement)] = Mutant(
                 name, line, column, operator, change.start, change.end, original, change.replacement, digest[:8])
+    made = {mutant.id: position for position, mutant in enumerate(found.values())}
     return sorted(found.values(), key=lambda mutant: (mutant.start, list(OPERATORS).index(mutant.operator),
-                                                      mutant.end, mutant.replacement))
+                                                      mutant.end, made[mutant.id]))
 
 
 def mutants_of(kernels: KernelDirectory, files: Sequence[str] | None = None,

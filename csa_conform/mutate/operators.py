@@ -400,10 +400,10 @@ def index_offset(source: Source) -> Iterator[Change]:
             level += {"(": 1, "[": 1, ")": -1, "]": -1}.get(text, 0)
             last = at
         after = tokens[last + 1].text if last + 1 < len(tokens) else ""
-        if before == "+":
-            yield Change("index-offset", tokens[first - 1].start, tokens[last].end, "")
-        elif after == "+":
+        if after == "+":
             yield Change("index-offset", tokens[first].start, tokens[last + 2].start, "")
+        elif before == "+" and first >= 2:
+            yield Change("index-offset", tokens[first - 2].end, tokens[last].end, "")
         elif before in ("(", "[") and after in (")", "]"):
             yield Change("index-offset", tokens[first].start, tokens[last].end, "0")
 
