@@ -84,7 +84,7 @@ def report_lines(section: dict, kernels: str) -> list[str]:
     lines = [f"score: {percent(summary['score'])} ({summary['killed'] + summary['faults'] + summary['hangs']} killed "
              f"of {summary['judged']} judged: {summary['killed']} diverged, {summary['faults']} faults, "
              f"{summary['hangs']} hangs; {summary['survived']} survived; {summary['build_failures']} did not build)"]
-    lines += _table("operator", section["operators"]) + [""] + _table("file", section["files"])
+    lines += _table("operator", section["by_operator"]) + [""] + _table("file", section["by_file"])
     survivors = [mutant for mutant in section["mutants"] if mutant["verdict"] == SURVIVED]
     if survivors:
         lines += ["", f"SURVIVORS ({len(survivors)}): the suite passes each of these changes"]
@@ -103,7 +103,7 @@ def report_lines(section: dict, kernels: str) -> list[str]:
 
 
 @exits("judged, and the score is at least --min-score (always, without it)",
-       "the score is below --min-score",
+       "the score is below --min-score", bisect=True,
        own={ExitCode.USAGE: "usage or invalid input, or the unmutated kernels do not pass the golden cases"})
 @click.command("mutate")
 @golden_file(DEFAULT_FILE)
@@ -230,9 +230,10 @@ def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sam
                      **({"shard": str(chosen_shard)} if chosen_shard else {})},
             extra={"mutate": section}))
         return code
-    shown = f"sampled {len(run.mutants)} of {run.total}, seed {seed}" if sample else f"{len(run.mutants)} of {run.total}"
+    shown = (f"{len(run.mutants)} of its {run.total} mutants, sampled with seed {seed}" if sample
+             else f"{len(run.mutants)} of its {run.total} mutants")
     click.echo(f"csa-conform mutate {file}: {kernels} ({shown}{', shard ' + str(chosen_shard) if chosen_shard else ''}), "
-               f"backend {gate.backend}, {len(run.cases)} cases, {gate.jobs} jobs")
+               f"backend {gate.backend}, {_count(len(run.cases), 'case')}, {_count(gate.jobs, 'job')}")
     judged = (f"{run.judged_now} judged now, {len(run.cached)} verdicts from the cache"
               if run.judged_now else f"nothing judged again: all {len(run.cached)} verdicts from the cache")
     click.echo(f"{judged}; {_duration(run.seconds)}")
@@ -241,6 +242,10 @@ def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sam
     if min_score is not None:
         click.echo(f"min-score {percent(min_score)}: {'FAILED' if code else 'passed'}")
     return code
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _shown(path: Path) -> str:

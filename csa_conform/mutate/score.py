@@ -38,7 +38,7 @@ def mutate_section(entries: list[dict], run: dict[str, Any]) -> dict[str, Any]:
     mutants (in id order, so shards merge back into the unsharded run's list)."""
     entries = sorted(entries, key=lambda entry: entry["id"])
     return {**run, "summary": {**tally(entries), "cached": sum(1 for entry in entries if entry.get("cached"))},
-            "operators": grouped(entries, "operator"), "files": grouped(entries, "file"), "mutants": entries}
+            "by_operator": grouped(entries, "operator"), "by_file": grouped(entries, "file"), "mutants": entries}
 
 
 def below(section: dict[str, Any]) -> bool:
@@ -53,7 +53,7 @@ def below(section: dict[str, Any]) -> bool:
 def merge_sections(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Shards' sections as the unsharded run's: the mutants together, totals recounted, times summed."""
     first = sections[0]
-    run = {key: value for key, value in first.items() if key not in ("summary", "operators", "files", "mutants")}
+    run = {key: value for key, value in first.items() if key not in ("summary", "by_operator", "by_file", "mutants")}
     run["seconds"] = round(sum(section.get("seconds", 0.0) for section in sections), 3)
     run["judged_now"] = sum(section.get("judged_now", 0) for section in sections)
     augments = [section["augment"] for section in sections if section.get("augment")]

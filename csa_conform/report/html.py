@@ -656,7 +656,7 @@ def _mutation(section: dict) -> str:
              f"({summary['faults']} faults, {summary['hangs']} hangs), {summary['survived']} survived, "
              f"{summary['build_failures']} did not build; kernels {escape(section['kernels'])}, backend "
              f"{escape(section['backend'])}</h3>",
-             _mutation_rows("operator", section["operators"]), _mutation_rows("file", section["files"])]
+             _mutation_rows("operator", section["by_operator"]), _mutation_rows("file", section["by_file"])]
     survivors = [mutant for mutant in section["mutants"] if mutant["verdict"] == "survived"]
     augmented = {entry["mutant"]: entry for entry in (section.get("augment") or {}).get("survivors", [])}
     if survivors:
