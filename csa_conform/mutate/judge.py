@@ -224,10 +224,22 @@ def write_directory(base: KernelDirectory, mutant: Mutant | None, text: str, tar
         (target / mutant.file).write_text(text, encoding="utf-8")
 
 
+@dataclass(frozen=True)
+class Unavailable:
+    """A worker's answer when it cannot judge at all (its backend would not start)."""
+
+    message: str
+
+
 def _serve(connection: Connection, setup: Setup) -> None:
     """A worker's loop: judge each task received, answer, stop at None or when retired."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    judge = Judge(setup)
+    try:
+        judge = Judge(setup)
+    except DeviceUnavailable as error:  # no device, no g++: the run's environment, not a mutant's verdict
+        connection.recv()
+        connection.send(Unavailable(str(error)))
+        return
     while True:
         task = connection.recv()
         if task is None:
@@ -303,6 +315,9 @@ class Workers:
             code = slot.process.exitcode if slot.process.exitcode is not None else -signal.SIGKILL
             self._replace(slot)
             return Judged(_elapsed(classify(exit_code=code), slot.started))
+        if isinstance(judged, Unavailable):
+            self._replace(slot)
+            raise DeviceUnavailable(judged.message)
         if judged.retire:
             slot.process.join(5)
             self._replace(slot)

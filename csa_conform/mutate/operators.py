@@ -53,6 +53,10 @@ NEG_INF = ("CSA_NEG_INF", "-INFINITY", "-HUGE_VALF", "-CUDART_INF_F", "-inf", "-
 # The names by which an index expression adds its batch row or head: b * stride, (long long)h * stride.
 OFFSET_NAMES = frozenset({"b", "h", "head", "batch_index", "head_index", "bi", "hi"})
 LOOP_RELATIONS = frozenset({"<", "<=", ">", ">=", "!="})
+# Calls that read no memory: a statement of locals and these does nothing another thread sees.
+PURE_CALLS = frozenset("""min max sqrtf sqrt fabsf fabs fmaxf fminf fmax fmin floorf ceilf truncf rintf roundf
+    expf exp2f logf log2f sinf cosf powf __float_as_uint __uint_as_float __float_as_int __int_as_float
+    __double_as_longlong __longlong_as_double __fmul_rn __fadd_rn __dmul_rn __dadd_rn""".split())
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class Source:
         for index, token in enumerate(self.tokens[:-1]):
             if token.text in ("struct", "class", "typename") and self.tokens[index + 1].kind == IDENTIFIER:
                 self.types.add(self.tokens[index + 1].text)
+        self.shared = {self.tokens[at].text for at in range(len(self.tokens) - 1)
+                       if self.tokens[at].kind == IDENTIFIER and self.tokens[at + 1].text in (";", "[", "=")
+                       and "__shared__" in (token.text for token in self.tokens[max(0, at - 4):at])}
         self.template = self._template_brackets()
         self.depth = self._paren_depths()
 
@@ -255,8 +262,25 @@ def barrier_delete(source: Source) -> Iterator[Change]:
         yield Change("barrier-delete", source.tokens[start].start, source.tokens[start + 3].end, ";")
 
 
+def _touches_memory(source: Source, start: int, end: int) -> bool:
+    """Whether a statement can read or write what other threads see: an element through ``[]`` or ``->``, a
+    ``__shared__`` variable or a call. Moving a barrier past one on locals only (``int span = 1;``,
+    ``mask |= 255u << shift;``) changes nothing: an equivalent mutant by construction."""
+    tokens = source.tokens
+    if "__shared__" in (tokens[at].text for at in range(start, end)):
+        return False  # a declaration: nothing happens at run time
+    for at in range(start, end):
+        if tokens[at].text in ("[", "->") or tokens[at].text in source.shared:
+            return True
+        if tokens[at].kind == IDENTIFIER and at + 1 < end and tokens[at + 1].text == "(" \
+                and tokens[at].text not in source.types and tokens[at].text not in PURE_CALLS:
+            return True
+    return False
+
+
 def barrier_move(source: Source) -> Iterator[Change]:
-    """The barrier swapped with the simple statement after it, and with the one before it."""
+    """The barrier swapped with the simple statement after it, and with the one before it, where that
+    statement can touch memory another thread sees."""
     tokens, text = source.tokens, source.text
     starts = set(source.statement_starts())
     for start in _barriers(source):
@@ -264,13 +288,14 @@ def barrier_move(source: Source) -> Iterator[Change]:
         after = start + 4
         if after < len(tokens) and after in starts and tokens[after].text not in ("}", "else"):
             end = source.statement_end(after)
-            if end is not None and tokens[after].text not in KEYWORDS:
+            if end is not None and tokens[after].text not in KEYWORDS and _touches_memory(source, after, end):
                 between = text[tokens[start + 3].end:tokens[after].start]
                 yield Change("barrier-move", tokens[start].start, tokens[end].end,
                              source.span_text(after, end) + between + barrier)
         if start > 0 and tokens[start - 1].text == ";":
             first = max((index for index in starts if index < start - 1), default=None)
-            if first is None or source.statement_end(first) != start - 1 or tokens[first].text in KEYWORDS:
+            if (first is None or source.statement_end(first) != start - 1 or tokens[first].text in KEYWORDS
+                    or not _touches_memory(source, first, start - 1)):
                 continue
             if first > 0 and tokens[first - 1].text in (")", "else"):
                 continue  # the body of an if/for/while: moving the barrier would change what it controls

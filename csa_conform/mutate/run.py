@@ -19,10 +19,10 @@ from typing import Callable, Iterator, Sequence
 from csa_conform._base.case_glob import matching_cases
 from csa_conform._base.shards import Shard
 from csa_conform.check.options import BuildChoice
-from csa_conform.errors import UsageError
+from csa_conform.errors import DeviceUnavailable, UsageError
 from csa_conform.golden import GoldenFile
 from csa_conform.mutate.cache import VerdictCache, source_digests, verdict_key
-from csa_conform.mutate.judge import SURVIVED, Judged, Setup, Task, Verdict, Workers, ordered_cases
+from csa_conform.mutate.judge import BUILD_FAILED, SURVIVED, Judged, Setup, Task, Verdict, Workers, ordered_cases
 from csa_conform.mutate.mutants import Mutant, changed_since, directory_files, mutants_of, sample
 
 # The default timeout of one mutant: this many times the baseline's whole run, plus the margin.
@@ -174,6 +174,8 @@ def _baseline(workers: Workers, cache: VerdictCache, key: str, cases: Sequence[s
                                                                    24 * 3600.0)]
     judged = answers[0]
     verdict = judged.verdict
+    if verdict.verdict == BUILD_FAILED:
+        raise DeviceUnavailable(f"the unmutated kernels do not build: {verdict.detail}")
     if verdict.verdict != SURVIVED:
         where = f"{verdict.case}: {verdict.stage or ''} {verdict.tensor or ''}".strip() if verdict.case else ""
         raise BaselineFails(f"the unmutated kernels do not pass the golden cases ({verdict.verdict}"
