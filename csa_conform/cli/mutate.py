@@ -21,12 +21,14 @@ from csa_conform.cli.options import (
     DeviceOptions,
     case_selection,
     device_options,
+    devices_option,
     effective_shard,
     golden_file,
     jobs_option,
     quiet_option,
 )
 from csa_conform.device.backend import CUDA
+from csa_conform.device.devices import resolve_devices, visible_device
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -117,6 +119,8 @@ def report_lines(section: dict, kernels: str) -> list[str]:
               help="Judge N mutants drawn stratified by operator (each operator an equal share); default: all.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The sample's seed.")
 @jobs_option("Worker processes judging mutants (host: one core each; CUDA: processes sharing the GPU).")
+@click.option("--devices", default=None, metavar="0,1,…|all", callback=devices_option,
+              help="Spread the workers over these GPUs of this host (each worker on one); default: device 0.")
 @click.option("--shard", default=None, metavar="K/N",
               help="Judge only shard K of N of the selected mutants (round robin in id order); `report --merged` "
               "merges the shards' --json documents.")
@@ -146,7 +150,7 @@ def report_lines(section: dict, kernels: str) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print one results document (specs/results-document.md).")
 @quiet_option("No progress on stderr.")
 @boundary
-def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sample, seed, jobs, shard, timeout_s,
+def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sample, seed, jobs, devices, shard, timeout_s,
                    repeat, sanitize, min_score, since, augment_path, augment_budget, force, cache_dir, no_cache,
                    list_only, as_json, quiet):
     """Mutation testing: how many one-token changes to the kernels the golden suite catches.
@@ -176,10 +180,14 @@ def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sam
         raise UsageError(f"--sanitize needs GPUs: leave out --backend {device.backend}")
     if augment_path is not None and augment_path.exists() and not force:
         raise UsageError(f"{augment_path} exists; pass --force to overwrite it")
+    if devices is not False and device.backend != CUDA:
+        raise UsageError(f"--devices needs GPUs: leave out --backend {device.backend}")
+    visible = () if devices is False else tuple(visible_device(ordinal) for ordinal in resolve_devices(devices))
     chosen_shard = effective_shard(shard)
     options = device.run_options(file, depth=None)
     gate = Gate(golden=file, case_glob=case_glob, build=options.build, backend=device.backend, stages=STAGE_NAMES,
-                ulp=device.ulp, repeat=repeat, sanitize=sanitize, timeout_s=timeout_s, jobs=capped_jobs(jobs))
+                ulp=device.ulp, repeat=repeat, sanitize=sanitize, timeout_s=timeout_s, jobs=capped_jobs(jobs),
+                devices=visible)
     selection = Selection(operators=_words(operators), files=_words(files), sample=sample, seed=seed,
                           shard=chosen_shard, since=since)
     kernels = _shown(gate.build.directory().path)

@@ -29,6 +29,7 @@ from csa_conform.check.conformance import check_case
 from csa_conform.check.model import CaseVerdict
 from csa_conform.check.options import BuildChoice
 from csa_conform.device.backend import HOST, backend_named
+from csa_conform.device.devices import own_device
 from csa_conform.device.kernels import MANIFEST, KernelDirectory
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import DeviceUnavailable
@@ -179,7 +180,7 @@ class Judge:
             times[case] = time.perf_counter() - case_started
             if not report.passed:
                 return Judged(_timed(classify(case, report), started, count), times)
-        verdict = classify(report=CaseVerdict("", stages={}))
+        verdict = Verdict(SURVIVED)
         if self.setup.sanitize and task.mutant is not None:
             verdict = self._sanitized(task) or verdict
         return Judged(_timed(verdict, started, len(task.order)), times)
@@ -231,9 +232,12 @@ class Unavailable:
     message: str
 
 
-def _serve(connection: Connection, setup: Setup) -> None:
-    """A worker's loop: judge each task received, answer, stop at None or when retired."""
+def _serve(connection: Connection, setup: Setup, visible: str | None) -> None:
+    """A worker's loop (on the GPU ``visible`` names, when given): judge each task received, answer, stop at
+    None or when retired."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if visible is not None:
+        own_device(visible)
     try:
         judge = Judge(setup)
     except DeviceUnavailable as error:  # no device, no g++: the run's environment, not a mutant's verdict
@@ -254,6 +258,7 @@ def _serve(connection: Connection, setup: Setup) -> None:
 class _Slot:
     process: multiprocessing.Process
     connection: Connection
+    device: str | None
     task: Task | None = None
     key: Any = None
     started: float = 0.0
@@ -261,21 +266,28 @@ class _Slot:
 
 
 class Workers:
-    """``jobs`` judging processes, each replaced when it dies, retires or runs past the timeout."""
+    """``jobs`` judging processes, each replaced when it dies, retires or runs past the timeout; with
+    ``devices`` (CUDA_VISIBLE_DEVICES entries) each new worker takes the GPU fewest workers use."""
 
-    def __init__(self, setup: Setup, jobs: int):
-        self.setup, self.jobs = setup, jobs
+    def __init__(self, setup: Setup, jobs: int, devices: Sequence[str] = ()):
+        self.setup, self.jobs, self.devices = setup, jobs, tuple(devices)
         self.context = multiprocessing.get_context("fork")
         self.slots: list[_Slot] = []
         self.started = 0
 
     def _start(self) -> _Slot:
+        device = None
+        if self.devices:
+            users = {device: 0 for device in self.devices}
+            for slot in self.slots:
+                users[slot.device] += 1
+            device = min(self.devices, key=lambda name: users[name])
         parent, child = self.context.Pipe()
-        process = self.context.Process(target=_serve, args=(child, self.setup), daemon=True)
+        process = self.context.Process(target=_serve, args=(child, self.setup, device), daemon=True)
         process.start()
         child.close()
         self.started += 1
-        return _Slot(process, parent)
+        return _Slot(process, parent, device)
 
     def run(self, tasks: Iterator[tuple[Any, Task]], timeout_s: float) -> Iterator[tuple[Any, Judged]]:
         """Each (key, task) judged, answers as they come: (key, Judged)."""

@@ -60,6 +60,7 @@ class Gate:
     sanitize: str | None = None
     timeout_s: float | None = None
     jobs: int = 1
+    devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES entries the workers spread over (empty: the default GPU)
 
 
 @dataclass
@@ -132,7 +133,7 @@ def run_mutation(gate: Gate, selection: Selection, cache: VerdictCache,
     with tempfile.TemporaryDirectory(prefix="csa-mutate-") as build_dir:
         setup = Setup(gate.golden, gate.build, gate.backend, gate.ulp, gate.repeat, gate.stages, build_dir,
                       gate.sanitize)
-        with Workers(setup, gate.jobs) as workers:
+        with Workers(setup, gate.jobs, gate.devices) as workers:
             run.workers_started = _judge(workers, gate, cache, context, digests, cases, todo, keys, run, say, seen)
     cache.keep_kills(manifest, run.kills)
     run.seconds = time.perf_counter() - started
