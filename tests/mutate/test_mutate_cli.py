@@ -119,3 +119,20 @@ def test_a_baseline_that_fails_is_refused(tmp_path):
     assert result.exit_code == ExitCode.USAGE, result.output
     assert "the unmutated kernels do not pass the golden cases" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.slow  # the one end-to-end check that a survivor becomes a case that kills it: a 60 s fuzz search
+def test_augment_turns_a_survivor_into_a_killing_case(tmp_path):
+    pytest.importorskip("hypothesis", reason="--augment fuzzes: the fuzz extra")
+    found = tmp_path / "found.h5"
+    result = invoke(*SMALL[:4], "--operators", "index-offset", "--case", "random.r4-n4-i3-k1", "--no-cache", "-q",
+                    "--augment", str(found), "--augment-budget", "60", "--seed", "1", "--json")
+    assert result.exit_code == ExitCode.OK, result.output
+    augment = load_results(result.stdout, "mutate")["mutate"]["augment"]
+    (survivor,) = augment["survivors"]
+    assert survivor["outcome"] == "killed" and survivor["divergence"] == "selection/selected_indices"
+    assert augment["written"] == 1 and found.is_file()
+    assert CliRunner().invoke(main, ["verify", str(found)]).exit_code == ExitCode.OK
+    assert CliRunner().invoke(main, ["diff", str(found), "--backend", "host", "-q"]).exit_code == ExitCode.OK
+    judged = invoke(str(found), *SMALL[:4], "--operators", "index-offset", "--no-cache", "--json", "-q")
+    assert load_results(judged.stdout, "mutate")["mutate"]["summary"]["killed"] == 1
