@@ -26,8 +26,8 @@ from csa_conform.mutate.judge import BUILD_FAILED, SURVIVED, Judged, Setup, Task
 from csa_conform.mutate.mutants import Mutant, changed_since, directory_files, mutants_of, sample
 
 # The default timeout of one mutant: this many times the baseline's whole run, plus the margin.
-TIMEOUT_FACTOR = 4.0
-TIMEOUT_MARGIN_S = 60.0
+TIMEOUT_FACTOR = 3.0
+TIMEOUT_MARGIN_S = 30.0
 
 
 class BaselineFails(UsageError):
