@@ -130,6 +130,7 @@ class Setup:
     stages: tuple[str, ...]
     build_dir: str | None  # the host backend's build folder, shared by the workers
     sanitize: str | None = None
+    case_glob: str | None = None  # the cases, as --case selected them (for the sanitized child's diff)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ class Judge:
                                 nvrtc_options=self.setup.build.nvrtc_options, strict_ptx=self.setup.build.strict_ptx)
             words = [self.setup.golden, "--stage", ",".join(self.setup.stages), *build.words(),
                      "--ulp", str(self.setup.ulp), "--repeat", str(self.setup.repeat)]
+            words += ["--case", self.setup.case_glob] if self.setup.case_glob else []
             run = run_sanitized(self.setup.sanitize, words)
         if run.findings or run.error_count:
             first = run.findings[0] if run.findings else None
@@ -235,7 +237,8 @@ class Unavailable:
 def _serve(connection: Connection, setup: Setup, visible: str | None) -> None:
     """A worker's loop (on the GPU ``visible`` names, when given): judge each task received, answer, stop at
     None or when retired."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C and stops the workers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if visible is not None:
         own_device(visible)
     try:

@@ -132,7 +132,7 @@ def run_mutation(gate: Gate, selection: Selection, cache: VerdictCache,
         return run
     with tempfile.TemporaryDirectory(prefix="csa-mutate-") as build_dir:
         setup = Setup(gate.golden, gate.build, gate.backend, gate.ulp, gate.repeat, gate.stages, build_dir,
-                      gate.sanitize)
+                      gate.sanitize, gate.case_glob)
         with Workers(setup, gate.jobs, gate.devices) as workers:
             run.workers_started = _judge(workers, gate, cache, context, digests, cases, todo, keys, run, say, seen)
     cache.keep_kills(manifest, run.kills)
