@@ -16,14 +16,16 @@ its mutant judged ``fault`` or ``hang``, and the next mutant goes on.
 from __future__ import annotations
 
 import multiprocessing
-import signal
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
 
 from csa_conform.check.conformance import check_case
 from csa_conform.check.model import CaseVerdict
@@ -163,6 +165,11 @@ class Judge:
             self._backend = HostEmulationBackend(Path(setup.build_dir) if setup.build_dir else None)
         else:
             self._backend = backend_named(setup.backend)()
+            try:  # the context now, so a GPU this process cannot use is the run's error, not every mutant's fault
+                self._backend.upload(np.zeros(1, np.float32))
+            except Exception as error:
+                raise DeviceUnavailable(f"a mutate worker cannot use the GPU ({' '.join(str(error).split())}); "
+                                        "in an exclusive compute mode only --jobs 1 can") from None
 
     def judge(self, task: Task) -> Judged:
         started = time.perf_counter()
@@ -266,17 +273,24 @@ class _Slot:
     key: Any = None
     started: float = 0.0
     deadline: float = 0.0
+    served: int = 0  # tasks this worker answered before the current one
+    confirming: bool = False  # the current task died in an older worker and is judged again here
 
 
 class Workers:
     """``jobs`` judging processes, each replaced when it dies, retires or runs past the timeout; with
-    ``devices`` (CUDA_VISIBLE_DEVICES entries) each new worker takes the GPU fewest workers use."""
+    ``devices`` (CUDA_VISIBLE_DEVICES entries) each new worker takes the GPU fewest workers use.
+
+    A worker that dies after judging other mutants may have died of what an earlier one did to its memory
+    (a write past a buffer's guard on the host backend): its task is judged again in a fresh worker, and
+    only a second death there is the mutant's fault."""
 
     def __init__(self, setup: Setup, jobs: int, devices: Sequence[str] = ()):
         self.setup, self.jobs, self.devices = setup, jobs, tuple(devices)
         self.context = multiprocessing.get_context("fork")
         self.slots: list[_Slot] = []
         self.started = 0
+        self.again: list[tuple[Any, Task]] = []  # tasks whose used worker died, to judge in a fresh one
 
     def _start(self) -> _Slot:
         device = None
@@ -297,39 +311,55 @@ class Workers:
         pending = iter(tasks)
         exhausted = False
         while True:
-            while not exhausted and len([slot for slot in self.slots if slot.task is not None]) < self.jobs:
-                item = next(pending, None)
+            while (self.again or not exhausted) and len([slot for slot in self.slots if slot.task is not None]) < self.jobs:
+                confirming = bool(self.again)
+                item = self.again.pop(0) if confirming else next(pending, None)
                 if item is None:
                     exhausted = True
                     break
                 slot = next((slot for slot in self.slots if slot.task is None), None)
+                if slot is not None and confirming:
+                    self._replace(slot)  # a fresh process for the task a used one died on, within --jobs
+                    slot = None
                 if slot is None:
                     slot = self._start()
                     self.slots.append(slot)
+                slot.confirming = confirming
                 slot.key, slot.task = item
                 slot.started = time.monotonic()
                 slot.deadline = slot.started + timeout_s
                 slot.connection.send(slot.task)
             busy = [slot for slot in self.slots if slot.task is not None]
             if not busy:
+                if self.again:
+                    continue
                 return
             left = max(0.0, min(slot.deadline for slot in busy) - time.monotonic())
             ready = wait([slot.connection for slot in busy], timeout=left)
             for slot in busy:
                 if slot.connection in ready:
-                    yield slot.key, self._answer(slot)
+                    key, task = slot.key, slot.task
+                    judged = self._answer(slot)
+                    if judged is None:
+                        self.again.append((key, task))
+                    else:
+                        yield key, judged
                 elif time.monotonic() >= slot.deadline:
                     self._replace(slot)
                     yield slot.key, Judged(_elapsed(classify(timed_out=True), slot.started))
 
-    def _answer(self, slot: _Slot) -> Judged:
+    def _answer(self, slot: _Slot) -> Judged | None:
+        """The worker's answer; None when it died having judged others first (its task is judged again)."""
         try:
             judged = slot.connection.recv()
         except (EOFError, OSError):
             slot.process.join(5)
             code = slot.process.exitcode if slot.process.exitcode is not None else -signal.SIGKILL
             self._replace(slot)
+            if slot.served and not slot.confirming:
+                return None
             return Judged(_elapsed(classify(exit_code=code), slot.started))
+        slot.served += 1
         if isinstance(judged, Unavailable):
             self._replace(slot)
             raise DeviceUnavailable(judged.message)
