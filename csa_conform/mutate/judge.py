@@ -159,7 +159,7 @@ class Judge:
         self.setup = setup
         self.base = setup.build.directory()
         self.golden = GoldenFile(setup.golden)
-        if setup.backend == HOST:
+        if setup.backend == HOST:  # in the run's build folder, which every worker shares
             from csa_conform.device.host import HostEmulationBackend
 
             self._backend = HostEmulationBackend(Path(setup.build_dir) if setup.build_dir else None)
