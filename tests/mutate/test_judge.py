@@ -79,3 +79,15 @@ def test_classify_is_the_one_mapping():
 
 def test_cases_that_killed_most_run_first_then_the_quickest():
     assert ordered_cases(["a", "b", "c", "d"], {"c": 3, "b": 1}, {"a": 2.0, "d": 0.5}) == ("c", "b", "d", "a")
+
+
+def test_workers_spread_over_the_gpus_given(tmp_path):
+    """--devices: each new worker takes the GPU the fewest live workers use (set before CUDA starts in it)."""
+    setup = Setup(str(ci_goldens()), BuildChoice(), "host", 0, 1, STAGE_NAMES, str(tmp_path))
+    with Workers(setup, jobs=3, devices=("0", "1")) as workers:
+        for _ in range(3):
+            workers.slots.append(workers._start())
+        assert [slot.device for slot in workers.slots] == ["0", "1", "0"]
+        workers._replace(workers.slots[1])
+        workers.slots.append(workers._start())
+        assert [slot.device for slot in workers.slots] == ["0", "0", "1"]
