@@ -1,12 +1,16 @@
 """Classifying mutants on the host backend: killed (case, stage, tensor), survived, did not build, fault (a
 segfault kills the worker, which is replaced) and hang (the timeout kills it), each judged by the ordinary
-chained diff of one small case, with hand-made mutants of the replicate module (a quick g++ build)."""
+chained diff of one small case, with hand-made mutants of the replicate module (a quick g++ build); the
+workers' GPU assignment and the sanitized re-run of a survivor, whose tools need a GPU, with fakes."""
+
+from pathlib import Path
 
 import pytest
 
 from csa_conform._base.resources import ci_goldens
 from csa_conform.check.options import BuildChoice
 from csa_conform.device.host.emulation import GXX
+from csa_conform.device.kernels import KernelDirectory
 from csa_conform.errors import DeviceUnavailable
 from csa_conform.mutate.judge import (
     BUILD_FAILED,
@@ -14,6 +18,7 @@ from csa_conform.mutate.judge import (
     HANG,
     KILLED,
     SURVIVED,
+    Judge,
     Setup,
     Task,
     Workers,
@@ -21,7 +26,6 @@ from csa_conform.mutate.judge import (
     ordered_cases,
 )
 from csa_conform.mutate.mutants import Mutant
-from csa_conform.device.kernels import KernelDirectory
 from csa_conform.spec import STAGE_NAMES
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="the host backend needs g++")
@@ -91,3 +95,26 @@ def test_workers_spread_over_the_gpus_given(tmp_path):
         workers._replace(workers.slots[1])
         workers.slots.append(workers._start())
         assert [slot.device for slot in workers.slots] == ["0", "0", "1"]
+
+
+def test_a_survivor_the_sanitizer_flags_is_killed(tmp_path, monkeypatch):
+    """--sanitize: the survivor's directory is written out and diffed under compute-sanitizer (faked here: the
+    tool needs a GPU); an error it reports kills the mutant, at stage 'sanitizer'."""
+    from csa_conform.device import sanitizer
+
+    seen = {}
+
+    def fake(tool, words, sanitizer_path=None):
+        kernels = words[words.index("--kernels") + 1]
+        seen.update(tool=tool, words=list(words), text=(Path(kernels) / FILE).read_text())
+        finding = sanitizer.SanitizerFinding(tool, "race", "Race reported between Write access and Read access")
+        return sanitizer.SanitizedRun([], 1, "{}", "", [finding], 1)
+
+    monkeypatch.setattr(sanitizer, "run_sanitized", fake)
+    setup = Setup(str(ci_goldens()), BuildChoice(), "host", 0, 1, STAGE_NAMES, str(tmp_path), "racecheck", CASE)
+    mutant = MUTANTS[SURVIVED]
+    verdict = Judge(setup)._sanitized(Task(mutant, mutant.apply(KernelDirectory().read(FILE)), (CASE,)))
+    assert (verdict.verdict, verdict.stage, verdict.tensor) == (KILLED, "sanitizer", "race")
+    assert seen["tool"] == "racecheck" and "if (count <= element) return;" in seen["text"]
+    assert seen["words"][seen["words"].index("--build") + 1] == "strict"  # the built-ins' build, not production
+    assert seen["words"][-2:] == ["--case", CASE]
