@@ -242,8 +242,12 @@ def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sam
              else f"{len(run.mutants)} of its {run.total} mutants")
     click.echo(f"csa-conform mutate {file}: {kernels} ({shown}{', shard ' + str(chosen_shard) if chosen_shard else ''}), "
                f"backend {gate.backend}, {_count(len(run.cases), 'case')}, {_count(gate.jobs, 'job')}")
-    judged = (f"{run.judged_now} judged now, {len(run.cached)} verdicts from the cache"
-              if run.judged_now else f"nothing judged again: all {len(run.cached)} verdicts from the cache")
+    if not run.mutants:
+        judged = "no mutant selected" + (f" (no kernel file changed since {since})" if since else "")
+    elif run.judged_now:
+        judged = f"{run.judged_now} judged now, {len(run.cached)} verdicts from the cache"
+    else:
+        judged = f"nothing judged again: all {len(run.cached)} verdicts from the cache"
     click.echo(f"{judged}; {_duration(run.seconds)}")
     for line in report_lines(section, kernels):
         click.echo(line)

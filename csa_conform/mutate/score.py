@@ -42,12 +42,10 @@ def mutate_section(entries: list[dict], run: dict[str, Any]) -> dict[str, Any]:
 
 
 def below(section: dict[str, Any]) -> bool:
-    """Whether the score misses the run's --min-score (a run that judged nothing misses any positive one)."""
-    minimum = section.get("min_score")
-    if minimum is None:
-        return False
-    score = section["summary"]["score"]
-    return (score if score is not None else 0.0) < minimum
+    """Whether the score misses the run's --min-score. A run that judged nothing (``--since`` on a change that
+    touches no kernel file) has nothing to gate and passes."""
+    minimum, score = section.get("min_score"), section["summary"]["score"]
+    return minimum is not None and score is not None and score < minimum
 
 
 def merge_sections(sections: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -99,6 +99,9 @@ def test_list_and_since(tmp_path):
         subprocess.run(["git", "-C", str(kernels), *command], check=True, capture_output=True)
     listed = invoke("--kernels", str(kernels), "--list", "--since", "HEAD")
     assert listed.exit_code == ExitCode.OK and listed.stdout == ""
+    unchanged = invoke("--kernels", str(kernels), "--backend", "host", "--since", "HEAD", "--min-score", "95%", "-q")
+    assert unchanged.exit_code == ExitCode.OK, unchanged.output  # nothing to judge is nothing to gate
+    assert "no mutant selected (no kernel file changed since HEAD)" in unchanged.stdout
     path = kernels / "csa_ratio4_main_compression.cu"
     path.write_text(path.read_text() + "\n")
     listed = invoke("--kernels", str(kernels), "--list", "--since", "HEAD")
