@@ -91,6 +91,9 @@ def classify(case: str | None = None, report: CaseVerdict | None = None, error: 
     assert report is not None
     if report.passed:
         return Verdict(SURVIVED)
+    for stage in report.stages.values():  # a diff that judges a faulted or endless launch as the case's verdict
+        if stage.status in (FAULT, HANG):
+            return Verdict(stage.status, case, stage.stage, stage.step, None, stage.message or "")
     diverged = report.diverged()
     if diverged:
         first = min(diverged, key=lambda verdict: (verdict.step if verdict.step is not None else 1 << 30))
@@ -145,7 +148,7 @@ class Task:
 @dataclass
 class Judged:
     """A worker's answer: the verdict, each case's seconds (the baseline's), and whether the worker must go
-    (a CUDA context a faulting launch left unusable)."""
+    (a CUDA context a faulting launch left unusable, however the fault was reported)."""
 
     verdict: Verdict
     case_times: dict[str, float] = field(default_factory=dict)
@@ -187,7 +190,9 @@ class Judge:
                 return Judged(_timed(verdict, started, count), times, retire)
             times[case] = time.perf_counter() - case_started
             if not report.passed:
-                return Judged(_timed(classify(case, report), started, count), times)
+                verdict = classify(case, report)
+                retire = verdict.verdict == FAULT and self.setup.backend != HOST
+                return Judged(_timed(verdict, started, count), times, retire)
         verdict = Verdict(SURVIVED)
         if self.setup.sanitize and task.mutant is not None:
             verdict = self._sanitized(task) or verdict

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from csa_conform._base.resources import ci_goldens
+from csa_conform.check.model import CaseVerdict, StageVerdict
 from csa_conform.check.options import BuildChoice
 from csa_conform.device.host.emulation import GXX
 from csa_conform.device.kernels import KernelDirectory
@@ -79,6 +80,8 @@ def test_classify_is_the_one_mapping():
     assert (launch.verdict, launch.case) == (FAULT, "c")
     assert classify(exit_code=-11).detail.endswith("(killed by SIGSEGV)")
     assert classify(timed_out=True).verdict == HANG
+    faulted = CaseVerdict("c", stages={"selection": StageVerdict("selection", "device", FAULT, step=1, message="x")})
+    assert (classify("c", faulted).verdict, classify("c", faulted).stage) == (FAULT, "selection")
 
 
 def test_cases_that_killed_most_run_first_then_the_quickest():
