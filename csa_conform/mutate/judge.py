@@ -89,11 +89,11 @@ def classify(case: str | None = None, report: CaseVerdict | None = None, error: 
             return Verdict(FAULT, case, detail=message)
         return Verdict(FAULT, case, detail=f"the run raised {type(error).__name__}: {message}")
     assert report is not None
-    if report.passed:
-        return Verdict(SURVIVED)
     for stage in report.stages.values():  # a diff that judges a faulted or endless launch as the case's verdict
         if stage.status in (FAULT, HANG):
             return Verdict(stage.status, case, stage.stage, stage.step, None, stage.message or "")
+    if report.passed:
+        return Verdict(SURVIVED)
     diverged = report.diverged()
     if diverged:
         first = min(diverged, key=lambda verdict: (verdict.step if verdict.step is not None else 1 << 30))
@@ -189,8 +189,8 @@ class Judge:
                 retire = verdict.verdict == FAULT and self.setup.backend != HOST
                 return Judged(_timed(verdict, started, count), times, retire)
             times[case] = time.perf_counter() - case_started
-            if not report.passed:
-                verdict = classify(case, report)
+            verdict = classify(case, report)
+            if verdict.verdict != SURVIVED:
                 retire = verdict.verdict == FAULT and self.setup.backend != HOST
                 return Judged(_timed(verdict, started, count), times, retire)
         verdict = Verdict(SURVIVED)
