@@ -35,7 +35,7 @@ from csa_conform.device.devices import own_device
 from csa_conform.device.kernels import MANIFEST, KernelDirectory
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import DeviceUnavailable
-from csa_conform.golden import GoldenFile
+from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.mutate.mutants import Mutant, directory_files
 from csa_conform.spec import Mode
 
@@ -155,13 +155,36 @@ class Judged:
     retire: bool = False
 
 
+class KeptGoldens:
+    """A golden file whose steps are read (and their digests checked) once per worker, then kept: every
+    mutant replays the same steps, and reading them all again costs a survivor about 2 s of the ci suite.
+    The kept arrays are read-only, so no replay can change what the next one reads."""
+
+    def __init__(self, path: str):
+        self.file = GoldenFile(path)
+        self.steps: dict[tuple[str, int], GoldenStep] = {}
+
+    def read_step(self, case_id: str, index: int) -> GoldenStep:
+        key = (case_id, index)
+        if key not in self.steps:
+            step = self.file.read_step(case_id, index)
+            for group in (step.inputs, step.outputs, *step.stages.values()):
+                for array in group.values():
+                    array.flags.writeable = False
+            self.steps[key] = step
+        return self.steps[key]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+
 class Judge:
-    """Judges tasks in one process: the golden file held open, one backend for every mutant."""
+    """Judges tasks in one process: the golden file's steps kept, one backend for every mutant."""
 
     def __init__(self, setup: Setup):
         self.setup = setup
         self.base = setup.build.directory()
-        self.golden = GoldenFile(setup.golden)
+        self.golden = KeptGoldens(setup.golden)
         if setup.backend == HOST:  # in the run's build folder, which every worker shares
             from csa_conform.device.host import HostEmulationBackend
 
