@@ -155,24 +155,33 @@ class Judged:
     retire: bool = False
 
 
+# The golden bytes a worker keeps (the ci suite's steps are 285 MB unpacked; a prod suite's are read each time).
+KEPT_BYTES = 384 << 20
+
+
 class KeptGoldens:
-    """A golden file whose steps are read (and their digests checked) once per worker, then kept: every
-    mutant replays the same steps, and reading them all again costs a survivor about 2 s of the ci suite.
-    The kept arrays are read-only, so no replay can change what the next one reads."""
+    """A golden file whose steps are read (and their digests checked) once per worker, then kept, up to
+    KEPT_BYTES: every mutant replays the same steps, and reading them all again costs a survivor about 2 s
+    of the ci suite. The kept arrays are read-only, so no replay can change what the next one reads."""
 
     def __init__(self, path: str):
         self.file = GoldenFile(path)
         self.steps: dict[tuple[str, int], GoldenStep] = {}
+        self.kept = 0
 
     def read_step(self, case_id: str, index: int) -> GoldenStep:
         key = (case_id, index)
-        if key not in self.steps:
-            step = self.file.read_step(case_id, index)
-            for group in (step.inputs, step.outputs, *step.stages.values()):
-                for array in group.values():
-                    array.flags.writeable = False
+        if key in self.steps:
+            return self.steps[key]
+        step = self.file.read_step(case_id, index)
+        arrays = [array for group in (step.inputs, step.outputs, *step.stages.values()) for array in group.values()]
+        size = sum(array.nbytes for array in arrays)
+        if self.kept + size <= KEPT_BYTES:
+            for array in arrays:
+                array.flags.writeable = False
             self.steps[key] = step
-        return self.steps[key]
+            self.kept += size
+        return step
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.file, name)
