@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -438,5 +438,3 @@ def ordered_cases(cases: Sequence[str], kills: dict[str, int], times: dict[str, 
     """The cases that killed most mutants so far first, then the quickest (the baseline's times)."""
     return tuple(sorted(cases, key=lambda case: (-kills.get(case, 0), times.get(case, 0.0), case)))
 
-
-Progress = Callable[[Mutant, Verdict], None]

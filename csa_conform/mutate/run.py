@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from csa_conform._base.case_glob import matching_cases

@@ -4,7 +4,6 @@ the verdict cache (a second run judges nothing), shards merged by `report --merg
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
