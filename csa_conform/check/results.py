@@ -38,7 +38,7 @@ from csa_conform.compare.bitwise import TensorDiff
 
 RESULTS_FORMAT = "csa-conform-results"
 RESULTS_VERSION = 2
-COMMANDS = ("verify", "diff", "bisect", "explain", "bench", "bridge")
+COMMANDS = ("verify", "diff", "bisect", "explain", "bench", "bridge", "mutate")
 
 # Failure types (JUnit's failure/@type).
 BIT_MISMATCH = "bit-mismatch"

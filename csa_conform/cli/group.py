@@ -18,6 +18,7 @@ from csa_conform.cli.fuzz import fuzz_command
 from csa_conform.cli.gap import gap_command
 from csa_conform.cli.generate import generate_command
 from csa_conform.cli.inspect import inspect_command
+from csa_conform.cli.mutate import mutate_command
 from csa_conform.cli.reduce import reduce_command
 from csa_conform.cli.report import report_command
 from csa_conform.cli.verify import verify_command
@@ -37,7 +38,7 @@ def main() -> None:
 
 
 COMMANDS = (generate_command, verify_command, diff_command, bisect_command, reduce_command, fuzz_command,
-            explain_command, inspect_command, report_command, gap_command, calibrate_command, bench_command, export_command,
+            explain_command, mutate_command, inspect_command, report_command, gap_command, calibrate_command, bench_command, export_command,
             bridge_command)
 for command in COMMANDS:
     main.add_command(command)

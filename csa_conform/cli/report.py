@@ -31,15 +31,16 @@ from csa_conform.report.merge import junit_xml, merge_shards, merged_summary
               help="Write the one results document the shards of one run (--shard K/N) merge into.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write one self-contained HTML page: a summary of why each case fails, the verdict matrix, "
-              "explanations, diagnoses, error histograms, heatmaps, gap tables, and a bench run's roofline bars, "
-              "baseline vs new and samples against the SM clock (from the samples file the run names).")
+              "explanations, diagnoses, error histograms, heatmaps, gap tables, a bench run's roofline bars, "
+              "baseline vs new and samples against the SM clock (from the samples file the run names), and a "
+              "mutate run's score with every survivor's line before and after its change.")
 @quiet_option("Do not print the one-line summary.")
 @boundary
 def report_command(results: tuple[str, ...], junit: Path | None, json_path: Path | None, merged_path: Path | None,
                    html_path: Path | None, quiet: bool) -> ExitCode:
-    """Turn RESULTS (documents written by verify, diff, bisect, explain, gap or bench with --json;
+    """Turn RESULTS (documents written by verify, diff, bisect, explain, gap, bench or mutate with --json;
     '-' reads stdin) into CI artefacts: one JUnit file and one JSON summary, however
-    many documents are given. The shards of one run (diff --shard K/N) are first
+    many documents are given. The shards of one run (diff or mutate --shard K/N) are first
     merged into the document the unsharded run writes.
 
     \b

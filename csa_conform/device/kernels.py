@@ -206,6 +206,10 @@ class KernelDirectory:
             return self.manifest.files[module]
         return module + ".cu"
 
+    def read(self, name: str) -> str:
+        """One file of the directory as text (what a module's source is made of)."""
+        return self._read(name)
+
     def _read(self, name: str) -> str:
         file = self.path / name
         if not file.is_file():

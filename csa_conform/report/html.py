@@ -232,6 +232,8 @@ def _document(number: int, document: dict, budget: int, samples: tuple[dict | No
         parts.append(_gap(document["gap"]))
     if document.get("bench"):
         parts.append(bench_html(document["bench"], *samples))
+    if document.get("mutate"):
+        parts.append(_mutation(document["mutate"]))
     if failing:
         parts.append(f"<h3>Failing cases ({len(failing)})</h3>")
         budget -= sum(map(len, parts))
@@ -640,6 +642,45 @@ def _tolerance(judged: dict) -> str:
         rows.append(f"<p>Not compared: {len(refused)} step{'s' if len(refused) > 1 else ''} the reference refuses "
                     f"and the golden file's profile accepts (calibrate compares none): {steps}</p>")
     return "".join(rows)
+
+
+def _mutation_rows(title: str, groups: dict) -> str:
+    rows = [f"<table><tr><th>{escape(title)}</th><th>mutants</th><th>killed</th><th>faults</th><th>hangs</th>"
+            "<th>survived</th><th>did not build</th><th>score</th></tr>"]
+    for name, counts in groups.items():
+        score = "n/a" if counts["score"] is None else f"{100 * counts['score']:.1f}%"
+        rows.append(f"<tr><td><code>{escape(name)}</code></td><td>{counts['mutants']}</td><td>{counts['killed']}</td>"
+                    f"<td>{counts['faults']}</td><td>{counts['hangs']}</td><td>{counts['survived']}</td>"
+                    f"<td>{counts['build_failures']}</td><td>{score}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _mutation(section: dict) -> str:
+    """The mutation score, its tables, and every survivor as its source line before and after the change."""
+    summary = section["summary"]
+    score = "n/a" if summary["score"] is None else f"{100 * summary['score']:.1f}%"
+    killing = summary["killed"] + summary["faults"] + summary["hangs"]
+    parts = [f"<h3>Mutation score {score}: {killing} killed of {summary['judged']} judged "
+             f"({summary['faults']} faults, {summary['hangs']} hangs), {summary['survived']} survived, "
+             f"{summary['build_failures']} did not build; kernels {escape(section['kernels'])}, backend "
+             f"{escape(section['backend'])}</h3>",
+             _mutation_rows("operator", section["by_operator"]), _mutation_rows("file", section["by_file"])]
+    survivors = [mutant for mutant in section["mutants"] if mutant["verdict"] == "survived"]
+    augmented = {entry["mutant"]: entry for entry in (section.get("augment") or {}).get("survivors", [])}
+    if survivors:
+        parts.append(f"<h3>Survivors ({len(survivors)}): changes the suite passes</h3><table><tr><th>where</th>"
+                     "<th>operator</th><th>line before / after</th><th>augment</th></tr>")
+        for mutant in survivors:
+            found = augmented.get(mutant["id"])
+            note = "" if found is None else escape(
+                f"killed by {found['case']} at {found['divergence']}" if found["outcome"] == "killed"
+                else f"{found['outcome']} ({found['valid']} valid cases, {found['seconds']:.0f} s)")
+            parts.append(f"<tr><td><code>{escape(mutant['file'])}:{mutant['line']}</code></td>"
+                         f"<td>{escape(mutant['operator'])}</td><td><pre class='fail'>- {escape(mutant['before'])}</pre>"
+                         f"<pre class='pass'>+ {escape(mutant['after'])}</pre></td><td>{note}</td></tr>")
+        parts.append("</table>")
+    return "".join(parts)
 
 
 def _gap(gap: dict) -> str:

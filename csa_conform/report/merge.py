@@ -25,6 +25,7 @@ from csa_conform._base.shards import SHARD_OPTION, interleave, parse_shard, with
 from csa_conform.check.results import ERROR, RESULTS_FORMAT, RESULTS_VERSION, SANITIZER, results_document
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
+from csa_conform.mutate.score import below, merge_sections
 
 
 def _failures(case: dict) -> list[dict]:
@@ -103,6 +104,12 @@ def junit_xml(documents: list[dict]) -> str:
                     f"[{entry['type']}] {entry['message']}\n  reproduce: {entry['reproduce']}" for entry in failures
                 )
         for document in members:
+            if document.get("mutate"):
+                counted = _mutant_cases(suite, document["mutate"])
+                suite.set("tests", str(int(suite.get("tests")) + counted[0]))
+                suite.set("failures", str(int(suite.get("failures")) + counted[1]))
+                totals["tests"] += counted[0]
+                totals["failures"] += counted[1]
             if document.get("sanitizer"):
                 failed_run = _sanitizer_case(suite, command, document["sanitizer"])
                 suite.set("tests", str(int(suite.get("tests")) + 1))
@@ -123,6 +130,23 @@ def junit_xml(documents: list[dict]) -> str:
     _make_well_formed(suites)
     ElementTree.indent(suites)
     return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _mutant_cases(suite, section: dict) -> tuple[int, int]:
+    """One test case per mutant judged (a survivor fails: the suite passes it); (tests, failures)."""
+    tests = failures = 0
+    for mutant in section["mutants"]:
+        if mutant["verdict"] == "did-not-build":
+            continue
+        testcase = ElementTree.SubElement(suite, "testcase", classname=f"mutate.{mutant['operator']}",
+                                          name=mutant["id"], time=_seconds(mutant["time_s"]))
+        tests += 1
+        if mutant["verdict"] == "survived":
+            failure = ElementTree.SubElement(testcase, "failure", type="survived",
+                                             message=f"{mutant['file']}:{mutant['line']}: {mutant['change']}")
+            failure.text = f"- {mutant['before']}\n+ {mutant['after']}"
+            failures += 1
+    return tests, failures
 
 
 def _sanitizer_case(suite, command: str, sanitized: dict) -> int:
@@ -199,10 +223,21 @@ def _merge(shards: list[dict]) -> dict:
         kernels=_merge_kernels([shard["kernels"] for shard in ordered]),
         control=None if None in controls else all(controls),
         options={key: value for key, value in first["options"].items() if key != SHARD_OPTION},
-        extra=_merge_explain([shard.get("explain") for shard in ordered]),
+        extra={**(_merge_explain([shard.get("explain") for shard in ordered]) or {}),
+               **_merge_mutate([shard.get("mutate") for shard in ordered])} or None,
     )
     document["tool"] = first["tool"]
+    if "mutate" in document and document["exit_code"] in (ExitCode.OK, ExitCode.DIVERGED):
+        # a shard's score is not the run's: the gate is the merged score against --min-score
+        document["exit_code"] = int(ExitCode.DIVERGED if below(document["mutate"]) else ExitCode.OK)
+        document["passed"] = document["exit_code"] == ExitCode.OK
     return document
+
+
+def _merge_mutate(sections: list[dict | None]) -> dict:
+    """The shards' mutants as the unsharded run lists them (csa_conform.mutate.score.merge_sections)."""
+    present = [section for section in sections if section is not None]
+    return {"mutate": merge_sections(present)} if present else {}
 
 
 def _merge_explain(sections: list[dict | None]) -> dict | None:

@@ -14,9 +14,11 @@ def _params(option: str):
 
 
 @pytest.mark.parametrize("option, commands", [
-    ("--case", ["bench", "bisect", "bridge", "diff", "explain", "export", "gap", "generate", "reduce", "verify"]),
-    ("--jobs", ["bridge", "generate", "verify"]),
-    ("-q", ["bench", "bisect", "bridge", "diff", "explain", "export", "fuzz", "generate", "reduce", "report", "verify"]),
+    ("--case", ["bench", "bisect", "bridge", "diff", "explain", "export", "gap", "generate", "mutate", "reduce",
+                "verify"]),
+    ("--jobs", ["bridge", "generate", "mutate", "verify"]),
+    ("-q", ["bench", "bisect", "bridge", "diff", "explain", "export", "fuzz", "generate", "mutate", "reduce", "report",
+            "verify"]),
     ("--stage", ["diff", "explain", "inspect"]),
 ])
 def test_every_command_declares_the_option_alike(option, commands):

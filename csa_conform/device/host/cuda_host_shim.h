@@ -43,6 +43,7 @@ static inline unsigned int atomicAdd(unsigned int* at, unsigned int value)
     return old;
 }
 static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
 static inline unsigned int __float_as_uint(float x) { unsigned int u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float x; memcpy(&x, &u, 4); return x; }
 static inline int __float_as_int(float x) { int u; memcpy(&u, &x, 4); return u; }
