@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from csa_conform.check.results import load_results
+from csa_conform.check.archived import load_results
 from csa_conform.cli import main
 from csa_conform.device.host.emulation import GXX
 from csa_conform.device.kernels import KernelDirectory
