@@ -23,7 +23,7 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import DEVICE, StepPlan
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
 from csa_conform.device.tensors import StepTensors
-from csa_conform.errors import ContractError, HostStageRejected
+from csa_conform.errors import ContractError, HostStageRejected, KernelFault
 from csa_conform.oracle import StepResult
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
@@ -52,13 +52,16 @@ class Launcher:
     """What every step of one run launches with: the same backend, kernels, provenance and repeat count.
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
-    ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism).
+    ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism). ``herald`` is told
+    the launch in flight before it starts and None when it ended (a worker's note to the runner's parent,
+    which judges a launch that kills or outlives the worker by it).
     """
 
     backend: Callable[[], object]
     kernels: KernelDirectory
     provenance: RunProvenance
     repeat: int = 1
+    herald: Callable[[LaunchRecord | None], None] | None = None
 
 
 class StepRun:
@@ -80,6 +83,7 @@ class StepRun:
         self.case = case
         self.step = step
         self.repeat = launcher.repeat
+        self.herald = launcher.herald
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
@@ -144,15 +148,26 @@ class StepRun:
         function = backend.function(source)
         declared = backend.builds[launch.module].block
         grid3, block3 = (int(grid), 1, 1), (int(declared or block), 1, 1)
+        record = LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256, grid3, block3,
+                              scratch, self.case, self.step)
+
+        def run(arguments: tuple) -> None:
+            if self.herald is not None:
+                self.herald(record)
+            try:
+                backend.launch(source.entry, function, grid3, block3, arguments)
+            except KernelFault as fault:
+                fault.launch = fault.launch or record
+                raise
+            if self.herald is not None:
+                self.herald(None)
+
         if self.repeat > 1:
-            self.findings += repeat_launch(
-                backend, lambda arguments: backend.launch(source.entry, function, grid3, block3, arguments), args,
-                self.repeat, entry=source.entry, module=launch.module, stages=launch.stages,
-                parameters=source.parameters)
+            self.findings += repeat_launch(backend, run, args, self.repeat, entry=source.entry, module=launch.module,
+                                           stages=launch.stages, parameters=source.parameters)
         else:
-            backend.launch(source.entry, function, grid3, block3, args)
-        self.record(LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256,
-                                 grid3, block3, scratch))
+            run(args)
+        self.record(record)
 
     def record(self, launch: LaunchRecord) -> None:
         launch = LaunchRecord(**{**launch.__dict__, "case": self.case, "step": self.step})
