@@ -17,7 +17,6 @@ once whatever the worker is doing.
 
 from __future__ import annotations
 
-import atexit
 import faulthandler
 import multiprocessing
 import os
@@ -132,6 +131,36 @@ class WorkerLost(Exception):
 Serve = Callable[[Any, Callable[[Any], None]], Any]
 
 
+class _Child:
+    """A worker's process and the parent's end of its pipe (apart from the Worker, so that a Worker that is
+    collected still kills it)."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.connection: Connection | None = None
+
+    def reap(self) -> int | None:
+        """Wait for the process; its wait status (None when there was none)."""
+        pid, self.pid = self.pid, None
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+        if pid is None:
+            return None
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return None
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.reap()
+
+
 class Worker:
     """``serve`` in one forked process, started on the first request and again after it was lost.
 
@@ -146,25 +175,32 @@ class Worker:
     def __init__(self, serve: Serve, timeout: float | None = None):
         self.serve = serve
         self.timeout = timeout
-        self.pid: int | None = None
-        self.connection: Connection | None = None
-        self.starts = 0
+        self.child = _Child()
+        weakref.finalize(self, self.child.stop)
         _WORKERS.add(self)
+
+    @property
+    def running(self) -> bool:
+        return self.child.pid is not None
 
     def call(self, request: Any) -> Any:
         """``serve(request)`` in the worker; raises what it raised, or WorkerLost."""
-        if self.pid is None:
+        if not self.running:
             self._start()
+        connection = self.child.connection
         note, deadline = None, None
         try:
-            self.connection.send(request)
+            try:
+                connection.send(request)
+            except OSError:  # it died since its last answer
+                raise self._lost(None) from None
             while True:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not self.connection.poll(wait):
+                if not connection.poll(wait):
                     self.stop()
                     raise WorkerLost(note, hung=True)
                 try:
-                    kind, payload = self.connection.recv()
+                    kind, payload = connection.recv()
                 except (EOFError, OSError):
                     raise self._lost(note) from None
                 if kind == "note":
@@ -174,7 +210,7 @@ class Worker:
                     return payload
                 else:
                     if getattr(payload, "ends_worker", False):
-                        self._reap(block=True)
+                        self.child.reap()
                     raise payload
         except (KeyboardInterrupt, SystemExit):
             self.stop()
@@ -191,35 +227,17 @@ class Worker:
             theirs.close()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        self.pid, self.connection = pid, ours
-        self.starts += 1
+        self.child.pid, self.child.connection = pid, ours
 
     def _lost(self, note: Any) -> WorkerLost:
-        status = self._reap(block=True)
+        status = self.child.reap()
         if status is not None and os.WIFSIGNALED(status):
             return WorkerLost(note, signal_name=signal.Signals(os.WTERMSIG(status)).name)
         return WorkerLost(note, status=None if status is None else os.waitstatus_to_exitcode(status))
 
-    def _reap(self, block: bool) -> int | None:
-        pid, self.pid = self.pid, None
-        if self.connection is not None:
-            self.connection.close()
-            self.connection = None
-        if pid is None:
-            return None
-        try:
-            return os.waitpid(pid, 0 if block else os.WNOHANG)[1]
-        except ChildProcessError:
-            return None
-
     def stop(self) -> None:
         """Kill the worker (whatever it is doing) and reap it."""
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._reap(block=True)
+        self.child.stop()
 
 
 def _serve_forever(serve: Serve, connection: Connection) -> None:
@@ -228,6 +246,10 @@ def _serve_forever(serve: Serve, connection: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
+    for other in list(_WORKERS):  # the parent's ends of its other workers' pipes: theirs to close, not ours
+        if other.child.connection is not None:
+            other.child.connection.close()
+        other.child.pid = other.child.connection = None
     faulthandler.disable()
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
@@ -268,9 +290,3 @@ def _crossing(error: BaseException) -> BaseException:
             crossed.exit_code = error.exit_code
             return crossed
         return InternalError.of(error)
-
-
-@atexit.register
-def _stop_all() -> None:
-    for worker in list(_WORKERS):
-        worker.stop()

@@ -128,12 +128,12 @@ class DeviceRunner:
 
     def _isolated(self, *request) -> DeviceStepResult:
         """The step in the worker; its launches recorded here as they are there."""
-        if self.worker.pid is None:
+        if not self.worker.running:
             prepare = getattr(self._backend_factory, "prepare", None)
             if prepare is not None:
                 prepare()  # what every worker shares (the host backend's build folder), made once, here
         try:
-            result, device, builds, replay = self.worker.call(request)
+            result, device, builds, replay = self.worker.call(("step", request))
         except WorkerLost as lost:
             if lost.note is None:
                 raise WorkerCrashed(f"the worker process that runs the kernels died outside any launch ({lost})") from None
@@ -148,9 +148,34 @@ class DeviceRunner:
             self.provenance.record(launch)
         return result
 
-    def _serve(self, request: tuple, herald: Callable) -> tuple:
-        """In the worker: one step, its device outputs kept here and handed out as Held handles."""
-        attrs, inputs, output_names, reference, past, case, step, capacity = request
+    def offers(self, name: str) -> bool:
+        """Whether the backend has the optional operation ``name`` (``capture``, ``evaluate_libm``)."""
+        if self.worker is None:
+            return callable(getattr(self.backend(), name, None))
+        return self._backend_request(("offers", name))
+
+    def backend_call(self, name: str, *args):
+        """The backend's operation ``name`` where the backend lives (an isolated runner's worker)."""
+        if self.worker is None:
+            return getattr(self.backend(), name)(*args)
+        return self._backend_request(("call", (name, args)))
+
+    def _backend_request(self, request: tuple):
+        try:
+            return self.worker.call(request)
+        except WorkerLost as lost:
+            raise WorkerCrashed(f"the worker process that runs the kernels died ({lost})") from None
+
+    def _serve(self, request: tuple, herald: Callable):
+        """In the worker: a step (its device outputs kept here and handed out as Held handles), or a backend
+        request."""
+        kind, payload = request
+        if kind == "offers":
+            return callable(getattr(self.backend(), payload, None))
+        if kind == "call":
+            name, args = payload
+            return getattr(self.backend(), name)(*args)
+        attrs, inputs, output_names, reference, past, case, step, capacity = payload
         past = {name: self._held[value] if isinstance(value, Held) else value for name, value in (past or {}).items()}
         self._herald = herald
         result = self._run(attrs, inputs, output_names, reference, past, case, step, capacity)
