@@ -176,6 +176,7 @@ class Worker:
         self.serve = serve
         self.timeout = timeout
         self.child = _Child()
+        self.note: Any = None  # the last note of the last request
         weakref.finalize(self, self.child.stop)
         _WORKERS.add(self)
 
@@ -188,7 +189,7 @@ class Worker:
         if not self.running:
             self._start()
         connection = self.child.connection
-        note, deadline = None, None
+        self.note, deadline = None, None
         try:
             try:
                 connection.send(request)
@@ -198,13 +199,13 @@ class Worker:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not connection.poll(wait):
                     self.stop()
-                    raise WorkerLost(note, hung=True)
+                    raise WorkerLost(self.note, hung=True)
                 try:
                     kind, payload = connection.recv()
                 except (EOFError, OSError):
-                    raise self._lost(note) from None
+                    raise self._lost(self.note) from None
                 if kind == "note":
-                    note = payload
+                    self.note = payload
                     deadline = None if payload is None or self.timeout is None else time.monotonic() + self.timeout
                 elif kind == "return":
                     return payload

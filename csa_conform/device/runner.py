@@ -134,12 +134,17 @@ class DeviceRunner:
                 prepare()  # what every worker shares (the host backend's build folder), made once, here
         try:
             result, device, builds, replay = self.worker.call(("step", request))
+        except KernelFault:
+            self._device_of(self.worker.note)
+            raise
         except WorkerLost as lost:
+            self._device_of(lost.note)
             if lost.note is None:
                 raise WorkerCrashed(f"the worker process that runs the kernels died outside any launch ({lost})") from None
             if lost.hung:
-                raise KernelFault(HANG, f"no end after {self.launch_timeout:g} s (--launch-timeout)", lost.note) from None
-            raise KernelFault(FAULT, lost.signal or str(lost), lost.note) from None
+                raise KernelFault(HANG, f"no end after {self.launch_timeout:g} s (--launch-timeout)",
+                                  lost.note[0]) from None
+            raise KernelFault(FAULT, lost.signal or str(lost), lost.note[0]) from None
         self.provenance.device = self.provenance.device or device
         self.provenance.compiled.update(builds)
         if replay is not None:
@@ -147,6 +152,11 @@ class DeviceRunner:
         for launch in result.launches:
             self.provenance.record(launch)
         return result
+
+    def _device_of(self, note) -> None:
+        """The device a lost step's last launch note names, for a run none of whose steps came back."""
+        if note is not None and self.provenance.device is None:
+            self.provenance.device = note[1]
 
     def offers(self, name: str) -> bool:
         """Whether the backend has the optional operation ``name`` (``capture``, ``evaluate_libm``)."""
@@ -177,7 +187,7 @@ class DeviceRunner:
             return getattr(self.backend(), name)(*args)
         attrs, inputs, output_names, reference, past, case, step, capacity = payload
         past = {name: self._held[value] if isinstance(value, Held) else value for name, value in (past or {}).items()}
-        self._herald = herald
+        self._herald = lambda launch: herald(None if launch is None else (launch, self.provenance.device))
         result = self._run(attrs, inputs, output_names, reference, past, case, step, capacity)
         self._serial += 1
         self._held = {}
