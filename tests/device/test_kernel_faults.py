@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from csa_conform._base.pool import Worker, WorkerLost
 from csa_conform.cli import main
 from csa_conform.device.host import GXX
+from csa_conform.errors import KernelFault
 from csa_conform.exitcodes import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +154,37 @@ def test_an_illegal_address_on_cuda_is_a_fault_and_the_run_goes_on(tmp_path, cud
     failure = next(case for case in document["cases"] if case["case"] == FAULTING)["steps"][0]["failure"]
     assert "IllegalAddress" in failure["message"] or "ILLEGAL_ADDRESS" in failure["message"], failure
     assert failure["reproduce"].endswith("--sanitize memcheck")
+
+
+def _serve(request, note):
+    """A stand-in for a runner's step: crashes, spins, raises or answers as asked, noting what it runs."""
+    note(request)
+    if request == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if request == "spin":
+        while True:
+            pass
+    if request == "raise":
+        raise KernelFault("fault", "cudaErrorIllegalAddress", ends_worker=True)
+    note(None)
+    return os.getpid()
+
+
+def test_a_worker_lost_to_a_signal_or_a_deadline_is_replaced_and_says_why():
+    worker = Worker(_serve, timeout=0.5)
+    first = worker.call("answer")
+    assert worker.call("answer") == first  # one process serves until it is lost
+    with pytest.raises(WorkerLost) as lost:
+        worker.call("segfault")
+    assert (lost.value.signal, lost.value.note, lost.value.hung) == ("SIGSEGV", "segfault", False)
+    second = worker.call("answer")
+    assert second != first
+    with pytest.raises(WorkerLost) as lost:
+        worker.call("spin")
+    assert lost.value.hung and lost.value.note == "spin"
+    with pytest.raises(KernelFault) as fault:
+        worker.call("raise")
+    assert fault.value.cause == "cudaErrorIllegalAddress" and not worker.running  # its context is dead
+    assert worker.call("answer") not in (first, second)
+    worker.stop()
+    assert not worker.running
