@@ -62,6 +62,13 @@ def sticky_error(error: BaseException) -> str | None:
     return name if name in _STICKY_NAMES else None
 
 
+def _raise_sticky(error: BaseException) -> None:
+    """A sticky error as the kernel's KernelFault (or, the watchdog's, hang); this process's context is dead."""
+    name = sticky_error(error)
+    if name is not None:
+        raise KernelFault(HANG if _STICKY_NAMES[name] == "LAUNCH_TIMEOUT" else FAULT, name, ends_worker=True) from None
+
+
 def _import_cupy():
     try:
         import cupy
@@ -200,10 +207,7 @@ class CudaBackend:
             function(grid, block, args)
             self.cp.cuda.runtime.deviceSynchronize()
         except Exception as error:
-            name = sticky_error(error)
-            if name is not None:
-                kind = HANG if _STICKY_NAMES[name] == "LAUNCH_TIMEOUT" else FAULT
-                raise KernelFault(kind, name, ends_worker=True) from None
+            _raise_sticky(error)
             raise DeviceUnavailable(f"launch of {entry} (grid {grid}, block {block}) failed: {error}") from None
 
     def copy_into(self, target, source) -> None:
@@ -235,6 +239,7 @@ class CudaBackend:
                 graph.launch(stream)
                 stream.synchronize()
             except Exception as error:
+                _raise_sticky(error)
                 raise DeviceUnavailable(f"CUDA graph replay failed: {error}") from None
 
         return replay

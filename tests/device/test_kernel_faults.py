@@ -188,3 +188,17 @@ def test_a_worker_lost_to_a_signal_or_a_deadline_is_replaced_and_says_why():
     assert worker.call("answer") not in (first, second)
     worker.stop()
     assert not worker.running
+
+
+@pytest.mark.parametrize(("message", "name"), [
+    ("cudaErrorIllegalAddress: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
+    ("CUDA_ERROR_MISALIGNED_ADDRESS: misaligned address", "CUDA_ERROR_MISALIGNED_ADDRESS"),
+    ("cudaErrorLaunchFailure: unspecified launch failure", "cudaErrorLaunchFailure"),  # __trap()
+    ("cudaErrorAssert: device-side assert triggered", "cudaErrorAssert"),
+    ("cudaErrorInvalidValue: invalid argument", None),  # a launch configuration error: the environment's
+    ("CUDA_ERROR_OUT_OF_MEMORY: out of memory", None),
+])
+def test_the_cuda_errors_that_kill_a_context_are_the_kernels_faults(message, name):
+    from csa_conform.device.cuda import sticky_error
+
+    assert sticky_error(RuntimeError(message)) == name
