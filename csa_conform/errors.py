@@ -8,6 +8,8 @@ bisected.
 
 from __future__ import annotations
 
+from typing import Any
+
 from csa_conform.exitcodes import ExitCode
 
 # Every reference message starts with the operator name and a colon.
@@ -142,7 +144,7 @@ class KernelFault(CsaConformError):
 
     exit_code = ExitCode.DIVERGED
 
-    def __init__(self, kind: str, cause: str, launch=None, ends_worker: bool = False):
+    def __init__(self, kind: str, cause: str, launch: Any = None, ends_worker: bool = False):
         super().__init__(cause)
         self.kind, self.cause, self.launch, self.ends_worker = kind, cause, launch, ends_worker
 

@@ -140,7 +140,8 @@ class DeviceRunner:
         except WorkerLost as lost:
             self._device_of(lost.note)
             if lost.note is None:
-                raise WorkerCrashed(f"the worker process that runs the kernels died outside any launch ({lost})") from None
+                raise WorkerCrashed(f"the worker process that runs the kernels died outside any launch ({lost})"
+                                    ) from None
             if lost.hung:
                 raise KernelFault(HANG, f"no end after {self.launch_timeout:g} s (--launch-timeout)",
                                   lost.note[0]) from None
@@ -159,7 +160,7 @@ class DeviceRunner:
             self.provenance.device = note[1]
 
     def offers(self, name: str) -> bool:
-        """Whether the backend has the optional operation ``name`` (``capture``, ``evaluate_libm``)."""
+        """Whether the backend has the optional operation ``name`` (explain's ``evaluate_libm``)."""
         if self.worker is None:
             return callable(getattr(self.backend(), name, None))
         return self._backend_request(("offers", name))
@@ -186,7 +187,8 @@ class DeviceRunner:
             name, args = payload
             return getattr(self.backend(), name)(*args)
         attrs, inputs, output_names, reference, past, case, step, capacity = payload
-        past = {name: self._held[value] if isinstance(value, Held) else value for name, value in (past or {}).items()}
+        past = {name: self._held[value] if isinstance(value, Held) else value
+                for name, value in (past or {}).items()}
         self._herald = lambda launch: herald(None if launch is None else (launch, self.provenance.device))
         result = self._run(attrs, inputs, output_names, reference, past, case, step, capacity)
         self._serial += 1
