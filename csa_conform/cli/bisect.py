@@ -126,7 +126,7 @@ def _case(case: str, steps: int, found: StepVerdict | None, isolated: list[str],
     ).to_json()
 
 
-@exits("no divergence", "divergence found", bisect=True)
+@exits("no divergence", "divergence found (a kernel that faulted or hung too)", bisect=True)
 @click.command("bisect")
 @golden_file(DEFAULT_FILE)
 @case_selection(exact=True)

@@ -283,7 +283,7 @@ diff_checks = compose(
 )
 
 
-@exits("conformant", "divergence", bisect=True)
+@exits("conformant", "a divergence (or a kernel that faulted or hung)", bisect=True)
 @click.command("diff")
 @golden_file(DEFAULT_FILE)
 @stage_option

@@ -40,7 +40,7 @@ from csa_conform.golden import GoldenFile
 from csa_conform.spec import Mode
 
 
-@exits("no divergence", "divergences (explained or not)", bisect=True)
+@exits("no divergence", "divergences (explained or not; or a kernel that faulted or hung)", bisect=True)
 @click.command("explain")
 @golden_file(DEFAULT_FILE)
 @stage_option
