@@ -111,6 +111,21 @@ def test_a_kernel_that_never_ends_is_a_hang_after_the_launch_timeout(tmp_path):
     assert failure["type"] == "hang" and "--launch-timeout 1" in failure["reproduce"]
 
 
+def test_bisect_finds_a_fault_and_bench_refuses_to_time_it(tmp_path):
+    kernels = planted(tmp_path / "kernels", "SIGFPE")
+    found = CliRunner().invoke(main, ["bisect", str(CI), "--backend", "host", "--kernels", str(kernels),
+                                      "--case", FAULTING, "--json", "--git-bisect"])
+    assert found.exit_code == ExitCode.DIVERGED, found.output
+    failure = json.loads(found.stdout)["cases"][0]["steps"][0]["failure"]
+    assert failure["type"] == "fault" and "SIGFPE" in failure["message"]
+    timed = CliRunner().invoke(main, ["bench", str(CI), "--backend", "host", "--kernels", str(kernels),
+                                      "--case", FAULTING, "--json"])
+    assert timed.exit_code == ExitCode.DIVERGED, timed.output
+    (case,) = json.loads(timed.stdout)["cases"]
+    assert case["failure"]["type"] == "fault" and case["failure"]["message"].startswith("refused, not timed: ")
+    assert json.loads(timed.stdout)["bench"]["cases"][0]["rows"] == []
+
+
 def _worker_started(parent: int, deadline: float) -> bool:
     children = Path(f"/proc/{parent}/task/{parent}/children")
     while time.monotonic() < deadline:
