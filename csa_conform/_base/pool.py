@@ -17,12 +17,14 @@ once whatever the worker is doing.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import multiprocessing
 import os
 import pickle
 import resource
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -34,6 +36,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from csa_conform.errors import CsaConformError, InternalError, WorkerCrashed
 
 STOPPING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+PR_SET_PDEATHSIG = 1
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -218,12 +221,13 @@ class Worker:
             raise
 
     def _start(self) -> None:
-        ours, theirs = Pipe()
+        ours, theirs, parent = *Pipe(), os.getpid()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
         try:
             pid = os.fork()
             if pid == 0:
                 ours.close()
+                _die_with(parent)
                 _serve_forever(self.serve, theirs)
             theirs.close()
         finally:
@@ -239,6 +243,15 @@ class Worker:
     def stop(self) -> None:
         """Kill the worker (whatever it is doing) and reap it."""
         self.child.stop()
+
+
+def _die_with(parent: int) -> None:
+    """A worker never outlives the process it serves (a --devices worker stopped while its own worker spins in a
+    kernel): Linux kills it when its parent dies (PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(0)
 
 
 def _serve_forever(serve: Serve, connection: Connection) -> None:

@@ -126,29 +126,40 @@ def test_bisect_finds_a_fault_and_bench_refuses_to_time_it(tmp_path):
     assert json.loads(timed.stdout)["bench"]["cases"][0]["rows"] == []
 
 
-def _worker_started(parent: int, deadline: float) -> bool:
+def _worker_of(parent: int, deadline: float) -> int | None:
     children = Path(f"/proc/{parent}/task/{parent}/children")
     while time.monotonic() < deadline:
         if children.exists() and children.read_text().split():
-            return True
+            return int(children.read_text().split()[0])
         time.sleep(0.1)
-    return False
+    return None
+
+
+def _running(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rpartition(")")[2].split()[0] != "Z"
 
 
 @pytest.mark.parametrize(("number", "code"), [(signal.SIGTERM, ExitCode.TERMINATED),
-                                              (signal.SIGINT, ExitCode.INTERRUPTED)])
+                                              (signal.SIGINT, ExitCode.INTERRUPTED),
+                                              (signal.SIGKILL, -signal.SIGKILL)])
 def test_sigterm_and_ctrl_c_end_a_run_whose_kernel_never_ends_within_a_second(number, code, tmp_path):
+    """The worker spinning in the kernel ends with the run too, even with a run killed outright."""
     kernels = planted(tmp_path / "kernels", "loop", when="1")
     process = subprocess.Popen(command("diff", CI, "--backend", "host", "--kernels", kernels, "--case", FAULTING),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment())
     try:
-        assert _worker_started(process.pid, time.monotonic() + 120), "no worker process was started"
+        worker = _worker_of(process.pid, time.monotonic() + 120)
+        assert worker is not None, "no worker process was started"
         time.sleep(3)  # the worker builds the modules, then spins in the kernel
         assert process.poll() is None
         process.send_signal(number)
         sent = time.monotonic()
         _, stderr = process.communicate(timeout=30)
         assert time.monotonic() - sent < 1.0
+        while _running(worker) and time.monotonic() - sent < 1.0:
+            time.sleep(0.05)
+        assert not _running(worker)
     finally:
         process.kill()
     assert process.returncode == code, stderr
