@@ -8,6 +8,8 @@ bisected.
 
 from __future__ import annotations
 
+from typing import Any
+
 from csa_conform.exitcodes import ExitCode
 
 # Every reference message starts with the operator name and a colon.
@@ -132,6 +134,29 @@ class DeviceUnavailable(CsaConformError):
     """No CUDA device, no CuPy, or a kernel directory that does not compile."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+class KernelFault(CsaConformError):
+    """A kernel under test that faulted (``kind`` "fault": a signal on the host, a sticky CUDA error) or never
+    ended (``kind`` "hang"): the verdict of the case it ran for, never the run's error. ``cause`` names the
+    signal or the CUDA error, ``launch`` (a csa_conform.device.provenance.LaunchRecord) the launch;
+    ``ends_worker``: the process it ran in cannot launch again (a dead CUDA context)."""
+
+    exit_code = ExitCode.DIVERGED
+
+    def __init__(self, kind: str, cause: str, launch: Any = None, ends_worker: bool = False):
+        super().__init__(cause)
+        self.kind, self.cause, self.launch, self.ends_worker = kind, cause, launch, ends_worker
+
+    def __str__(self) -> str:
+        launch = self.launch
+        if launch is None:
+            return f"{self.kind}: {self.cause}"
+        return (f"{self.kind}: {self.cause} in {launch.module}:{launch.entry} (grid {list(launch.grid)}, "
+                f"block {list(launch.block)}), stage {'+'.join(launch.stages)}, step {launch.step}")
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return type(self), (self.kind, self.cause, self.launch, self.ends_worker)
 
 
 class MemoryShortage(CsaConformError):

@@ -13,10 +13,14 @@ from csa_conform.bench.measure import BenchOptions, CaseBench, Subject, bench_ca
 from csa_conform.bench.roofline import nominal_peaks
 from csa_conform.bench.samples import Samples
 from csa_conform.bench.timers import AUTO
+from csa_conform.check.conformance import check_case
+from csa_conform.check.model import CaseVerdict
 from csa_conform.device.backend import backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.provenance import RunProvenance
+from csa_conform.device.runner import DeviceRunner
 from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,10 @@ class DeviceRun:
 
 
 def run_device(job: BenchJob, wrap: Callable[[Iterator[CaseBench]], Iterable[CaseBench]] = list) -> DeviceRun:
-    """Every case of ``job`` benchmarked here; ``wrap`` sees the cases as they finish (a progress bar)."""
+    """Every case of ``job`` benchmarked here; ``wrap`` sees the cases as they finish (a progress bar). A case
+    whose new kernels fault or hang is refused, not timed: its verdict is the screening's."""
     factory = backend_named(job.backend)
+    faulted = _faulting(job, factory)
     subjects = [Subject(KernelDirectory(job.kernels, build=job.profile), factory, job.timer)]
     if job.baseline_kernels:
         subjects.append(Subject(KernelDirectory(job.baseline_kernels, build=job.profile), factory, job.timer))
@@ -64,9 +70,23 @@ def run_device(job: BenchJob, wrap: Callable[[Iterator[CaseBench]], Iterable[Cas
         return peaks_cache["peaks"]
 
     with GoldenFile(job.file) as golden:
-        benches = list(wrap(bench_case(golden, case, subjects, job.options, job.recorded, peaks)
+        benches = list(wrap(CaseBench(case, faulted[case], None) if case in faulted
+                            else bench_case(golden, case, subjects, job.options, job.recorded, peaks)
                             for case in job.cases))
     for subject in subjects:
         subject.close()
     return DeviceRun(benches, subjects[0].timer_name, peaks_cache.get("peaks", (None, None)),
                      subjects[0].runner.provenance, subjects[0].persisting_l2, subjects[0].timer_fallback)
+
+
+def _faulting(job: BenchJob, factory) -> dict[str, CaseVerdict]:
+    """The cases whose new kernels fault or hang, found by a conformance run in a worker process before this
+    one launches anything: bench times launches in its own process, where a fault would end the run (a signal)
+    or its CUDA context. The worker is gone before timing starts."""
+    runner = DeviceRunner(KernelDirectory(job.kernels, build=job.profile), backend_factory=factory, isolate=True)
+    try:
+        with GoldenFile(job.file) as golden:
+            reports = (check_case(golden, case, runner, STAGE_NAMES) for case in job.cases)
+            return {report.case: report for report in reports if report.fault is not None}
+    finally:
+        runner.worker.stop()

@@ -5,7 +5,9 @@ carries none, the oracle run on the golden inputs). In chained mode a step's
 past_* inputs are the previous step's present_* from this run wherever the
 golden stream itself threads them (bit-identical golden tensors), so device
 state flows through a stream exactly as in production. Steps the oracle
-rejects are not run: there is nothing to compare.
+rejects are not run: there is nothing to compare. A launch that faulted or
+hung (csa_conform.errors.KernelFault) ends the case there, as a refused step
+does: its stages' verdict is ``fault`` or ``hang``, and the run goes on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
+from csa_conform._base.statuses import DIVERGED, FAULT, HANG, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
 from csa_conform._base.terminal import one_line
 from csa_conform.check.findings import RunFinding
 from csa_conform.check.model import CaseVerdict, StageVerdict, StepVerdict
@@ -24,7 +26,7 @@ from csa_conform.compare.errorstats import Gap
 from csa_conform.device.launches import RECORD_CACHES
 from csa_conform.device.plan import DEVICE
 from csa_conform.device.runner import DeviceRunner, DeviceStepResult
-from csa_conform.errors import ContractError, CsaConformError, HostStageRejected, invalid_case
+from csa_conform.errors import ContractError, CsaConformError, HostStageRejected, KernelFault, invalid_case
 from csa_conform.golden import GoldenFile, GoldenStep
 from csa_conform.numerics.bits import same_bits
 from csa_conform.oracle import run_step
@@ -43,6 +45,12 @@ class StepOutcome:
     failure_stage: str | None = None
     failure: str | None = None
     inputs: dict[str, np.ndarray] | None = None
+    fault: KernelFault | None = None  # the launch that faulted or hung (failure_stage its first stage)
+
+    @property
+    def failure_type(self) -> str | None:
+        """The kind of the step's failure: ``fault``, ``hang`` or (a refused step) None."""
+        return self.fault.kind if self.fault is not None else None
 
 
 # (case info, the step's outcome, the stage) -> the structural findings of its first divergent step
@@ -97,6 +105,10 @@ def replay(golden: GoldenFile, case_id: str, runner: DeviceRunner, upto: int | N
         except HostStageRejected as error:
             yield StepOutcome(index, expected, failure_stage=error.stage, failure=str(error))
             return
+        except KernelFault as fault:
+            stage = fault.launch.stages[0] if fault.launch is not None else "all"
+            yield StepOutcome(index, expected, failure_stage=stage, failure=str(fault), fault=fault)
+            return
         except ContractError as error:
             yield StepOutcome(index, expected, failure_stage="validation",
                               failure=f"this oracle rejects a step the golden file accepted: {error}")
@@ -119,7 +131,8 @@ def first_divergence(outcomes: Iterable[StepOutcome], stages: Sequence[str], ulp
         if outcome.expected_error is not None:
             continue
         if outcome.failure is not None:
-            return StepVerdict(outcome.index, False, problem=outcome.failure, stage=outcome.failure_stage)
+            return StepVerdict(outcome.index, False, problem=outcome.failure, stage=outcome.failure_stage,
+                               **_fault_type(outcome))
         failing = [diff for diff in compare_step(outcome, stages, ulp) if not diff.passed]
         if failing:
             first = min(failing, key=lambda diff: stages.index(diff.stage))
@@ -176,8 +189,10 @@ def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Seq
             continue
         if outcome.failure is not None:
             report.steps.append(StepVerdict(outcome.index, False, problem=outcome.failure,
-                                            stage=outcome.failure_stage))
-            if outcome.failure_stage in verdicts:
+                                            stage=outcome.failure_stage, **_fault_type(outcome)))
+            if outcome.fault is not None:
+                _faulted(verdicts, outcome)
+            elif outcome.failure_stage in verdicts:
                 verdict = verdicts[outcome.failure_stage]
                 verdict.status, verdict.step, verdict.message = DIVERGED, outcome.index, outcome.failure
             break
@@ -209,3 +224,20 @@ def _checked(golden: GoldenFile, case_id: str, runner: DeviceRunner, stages: Seq
             elif verdict.status == NOT_COMPARED:
                 verdict.status = IDENTICAL
     return report
+
+
+def _fault_type(outcome: StepOutcome) -> dict:
+    """StepVerdict's ``problem_type`` for a step that faulted or hung (none for a refused step)."""
+    return {"problem_type": outcome.failure_type} if outcome.fault is not None else {}
+
+
+def _faulted(verdicts: dict[str, StageVerdict], outcome: StepOutcome) -> None:
+    """Every stage the faulting launch computes gets its verdict, ``fault`` or ``hang``, and the launch."""
+    fault = outcome.fault
+    launch = fault.launch
+    for stage in launch.stages if launch is not None else ():
+        if stage in verdicts:
+            verdict = verdicts[stage]
+            verdict.status = HANG if fault.kind == HANG else FAULT
+            verdict.step, verdict.message = outcome.index, outcome.failure
+            verdict.kernel = f"{launch.module}.cu:{launch.entry}"

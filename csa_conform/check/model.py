@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from csa_conform._base.statuses import DIVERGED, NOT_COMPARED
+from csa_conform._base.statuses import DIVERGED, FAULT, HANG, NOT_COMPARED
 from csa_conform._base.terminal import escaped, one_line
 from csa_conform.check.findings import RunFinding
 from csa_conform.check.results import (
@@ -98,10 +98,15 @@ class CaseVerdict:
     @property
     def passed(self) -> bool:
         return (self.invalid is None and self.problem is None and not self.findings
-                and all(step.passed for step in self.steps) and not self.diverged())
+                and all(step.passed for step in self.steps) and not self.diverged() and self.fault is None)
 
     def diverged(self) -> list[StageVerdict]:
         return [verdict for verdict in self.stages.values() if verdict.status == DIVERGED]
+
+    @property
+    def fault(self) -> StepVerdict | None:
+        """The step whose launch faulted or hung (its ``problem_type`` says which), where the case ended."""
+        return next((step for step in self.steps if step.problem_type in (FAULT, HANG)), None)
 
     @property
     def stopped(self) -> StepVerdict | None:
@@ -130,9 +135,11 @@ class CaseVerdict:
             lines += [f"FAIL {case} step {step.step} {diff.summary()}" for diff in step.diffs]
         return [one_line(f"{line} — reproduce: {self.reproduce}") for line in lines]
 
-    def entry(self, reproduce: Callable[[str], str] | None = None) -> CaseEntry:
+    def entry(self, reproduce: Callable[[str], str] | None = None,
+              reproduce_fault: Callable[[str], str] | None = None) -> CaseEntry:
         """The case's node of the results document; ``reproduce(stage)`` is the command of one stage (a device
-        replay's), else ``self.reproduce`` reproduces everything."""
+        replay's), else ``self.reproduce`` reproduces everything; ``reproduce_fault(stage)`` that of a launch that
+        faulted (under a memory checker), else ``reproduce``."""
         command = reproduce or (lambda stage: self.reproduce)
         failure = (Failure(INVALID_CASE, self.invalid, command("all")) if self.invalid else
                    Failure(CORRUPT_DATASET, self.problem, command("all")) if self.problem else None)
@@ -147,7 +154,7 @@ class CaseVerdict:
             rejected_steps=self.rejected_steps,
             verdicts={stage: verdict.status for stage, verdict in self.stages.items()} if self.stages else None,
             failure=failure,
-            steps=self._stage_steps(command) if self.stages else self._failing_steps(),
+            steps=self._stage_steps(command, reproduce_fault or command) if self.stages else self._failing_steps(),
         )
 
     def _failing_steps(self) -> list[StepEntry]:
@@ -157,15 +164,19 @@ class CaseVerdict:
                           stages=_by_stage(step.diffs, self.reproduce))
                 for step in self.steps if not step.passed]
 
-    def _stage_steps(self, reproduce: Callable[[str], str]) -> list[StepEntry]:
+    def _stage_steps(self, reproduce: Callable[[str], str], reproduce_fault: Callable[[str], str]) -> list[StepEntry]:
         """A device replay's steps that say something: where it stopped, what a depth mode found, and the first
         divergent step of each stage with that stage's tensors."""
         steps: dict[int, StepEntry] = {}
         stopped = self.stopped
         if stopped is not None:
             stage = stopped.stage if stopped.stage in self.stages else "all"
+            faulted = stopped.problem_type in (FAULT, HANG)
             steps[stopped.step] = StepEntry(stopped.step, failure=Failure(
-                STEP_REJECTED, stopped.problem, reproduce(stage), {"stage": stopped.stage}))
+                stopped.problem_type if faulted else STEP_REJECTED, stopped.problem,
+                (reproduce_fault if faulted else reproduce)(stage),
+                {"stage": stopped.stage, **({"kernel": self.stages[stage].kernel} if faulted and stage in self.stages
+                                             else {})}))
         for finding in self.findings:
             steps.setdefault(finding.step, StepEntry(finding.step)).findings.append(
                 finding.failure(reproduce(finding.stages[0])))

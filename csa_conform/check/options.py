@@ -16,7 +16,7 @@ from csa_conform._base.terminal import shell_join
 from csa_conform.device.backend import CUDA, backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.provider import is_provider, load_provider
-from csa_conform.device.runner import DeviceRunner
+from csa_conform.device.runner import LAUNCH_TIMEOUT, DeviceRunner
 from csa_conform.errors import UsageError
 from csa_conform.spec import STAGE_NAMES, Mode
 
@@ -82,6 +82,7 @@ class RunOptions:
     tolerance: str | None = None  # --tolerance FILE: also judge every stage against its calibrated envelope
     invariance: tuple[str, ...] = ()
     backend: str = CUDA
+    launch_timeout: float = LAUNCH_TIMEOUT
 
     def __post_init__(self) -> None:
         refusal = self.build.refusals()
@@ -109,6 +110,8 @@ class RunOptions:
             words += ["--backend", self.backend]
         if self.ulp:
             words += ["--ulp", str(self.ulp)]
+        if self.launch_timeout != LAUNCH_TIMEOUT:
+            words += ["--launch-timeout", f"{self.launch_timeout:g}"]
         return words
 
     def to_argv(self, case: str, stage: str, mode: Mode | None = None) -> list[str]:
@@ -129,12 +132,21 @@ class RunOptions:
         """``to_argv`` as one shell-quoted line."""
         return shell_join(self.to_argv(case, stage, mode))
 
+    def fault_command(self, case: str, stage: str, mode: Mode | None = None) -> str:
+        """The command that reproduces a launch that faulted or hung: on CUDA under compute-sanitizer's
+        memcheck, which names the faulting access (the host backend has no sanitizer: the plain command)."""
+        words = self.to_argv(case, stage, mode)
+        return shell_join(words + ["--sanitize", "memcheck"] if self.backend == CUDA else words)
+
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
+        """The runner of a command: isolated, so a kernel that faults or hangs is a case's verdict (a Python
+        provider runs in this process: it owns its device, and a CUDA context made before a fork is unusable)."""
         if self.build.kernels is not None and self.build.provider:
             return DeviceRunner(None, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat,
                                 provider=load_provider(self.build.kernels))
         return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
-                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay)
+                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay,
+                            isolate=True, launch_timeout=self.launch_timeout)
 
     def describe(self) -> dict[str, Any]:
         """The run's options as the results document records them."""

@@ -101,6 +101,9 @@ def _gate_failures(bench: CaseBench, strict: bool) -> list[tuple[str, str]]:
 def _case_entry(bench: CaseBench, reproduce: str, strict: bool) -> dict:
     """The case's conformance verdict, failed too by the gate: its first failure type names every one."""
     entry = bench.report.entry(lambda stage: reproduce)
+    fault = bench.report.fault
+    if fault is not None and entry.failure is None:
+        entry.failure = Failure(fault.problem_type, f"refused, not timed: {fault.problem}", reproduce)
     failures = _gate_failures(bench, strict)
     if failures and entry.failure is None:
         kind, _ = failures[0]

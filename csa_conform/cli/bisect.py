@@ -11,6 +11,7 @@ import time
 
 import click
 
+from csa_conform._base.statuses import FAULT, HANG
 from csa_conform._base.terminal import escaped
 from csa_conform.check.conformance import compare_step, first_divergence, replay
 from csa_conform.check.model import StepVerdict
@@ -99,7 +100,13 @@ def _describe(case: str, steps: int, found: StepVerdict, isolated: list[str], op
 
 def _reproduce(found: StepVerdict, isolated: list[str], options: RunOptions, case: str) -> str:
     origin = isolated[0] if isolated else None
-    return options.command(case, origin or found.stage, Mode.ISOLATED if origin else None)
+    command = options.fault_command if _faulted(found) else options.command
+    return command(case, origin or found.stage, Mode.ISOLATED if origin else None)
+
+
+def _faulted(found: StepVerdict) -> bool:
+    """Whether the first divergence is a launch that faulted or hung (a divergence bisect reports as such)."""
+    return found.problem_type in (FAULT, HANG)
 
 
 def _case(case: str, steps: int, found: StepVerdict | None, isolated: list[str], options: RunOptions,
@@ -109,7 +116,8 @@ def _case(case: str, steps: int, found: StepVerdict | None, isolated: list[str],
         reproduce = _reproduce(found, isolated, options, case)
         if found.problem is not None:
             failing.append(StepEntry(found.step, failure=Failure(
-                STEP_REJECTED, found.problem, reproduce, {"stage": found.stage})))
+                found.problem_type if _faulted(found) else STEP_REJECTED, found.problem, reproduce,
+                {"stage": found.stage})))
         else:
             failing.append(StepEntry(found.step, stages=[StageEntry(found.stage, reproduce, found.diffs)]))
     return CaseEntry(
@@ -118,7 +126,7 @@ def _case(case: str, steps: int, found: StepVerdict | None, isolated: list[str],
     ).to_json()
 
 
-@exits("no divergence", "divergence found", bisect=True)
+@exits("no divergence", "divergence found (a kernel that faulted or hung too)", bisect=True)
 @click.command("bisect")
 @golden_file(DEFAULT_FILE)
 @case_selection(exact=True)

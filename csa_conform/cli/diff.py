@@ -13,6 +13,8 @@ import click
 
 from csa_conform._base.statuses import (
     DIVERGED,
+    FAULT,
+    HANG,
     IDENTICAL,
     INVALID,
     NONDETERMINISTIC,
@@ -69,6 +71,8 @@ def _cell(report: CaseVerdict, stage: str) -> str:
         return "-"
     if verdict.status == DIVERGED:
         return "DIFF"
+    if verdict.status in (FAULT, HANG):
+        return verdict.status.upper()
     if verdict.status == NONDETERMINISTIC:
         return "NDET"
     if verdict.status == REPLAY_MISMATCH:
@@ -91,7 +95,11 @@ def _failure_lines(report: CaseVerdict, options: RunOptions) -> list[str]:
     if report.invalid is not None:
         lines += [f"{case}: invalid: {report.invalid}", f"  reproduce: {options.command(report.case, 'all')}"]
     stopped = report.stopped
-    if stopped is not None:
+    faulted = report.fault
+    if faulted is not None:
+        lines.append(f"{case} step {faulted.step}: {faulted.problem}")
+        lines.append(f"  reproduce: {options.fault_command(report.case, faulted.stage)}")
+    elif stopped is not None:
         lines.append(f"{case} step {stopped.step}: the run stopped at {stopped.stage}: {stopped.problem}")
     for finding in report.findings:
         lines.append(f"{case} step {finding.step}: {finding.message}")
@@ -121,7 +129,7 @@ def _failure_lines(report: CaseVerdict, options: RunOptions) -> list[str]:
                      f"it wrote: {stages}")
     for stage, origin in repeats.items() if options.mode is not Mode.CHAINED else ():
         lines.append(f"  {BY_NAME[stage].label} repeats {BY_NAME[origin].label}'s payload bit for bit")
-    if stopped is not None and not diverged:
+    if stopped is not None and faulted is None and not diverged:
         lines.append(f"  reproduce: {options.command(report.case, 'all')}")
     return [one_line(line) for line in lines]
 
@@ -220,7 +228,7 @@ def render_rich(reports: list[CaseVerdict], stages: tuple[str, ...], header: lis
     rows, rejected = table_reports(reports)
     # Case ids are what a user copies into --case: never cut, never folded.
     table.add_column("case", no_wrap=True, min_width=max(len(escaped(report.case)) for report in rows))
-    styles = {"DIFF": "bold red", "INVALID": "bold yellow", "NDET": "bold magenta", "GRAPH": "bold magenta", "VARY": "bold magenta", "ok": "green",
+    styles = {"DIFF": "bold red", "FAULT": "bold red reverse", "HANG": "bold red reverse", "INVALID": "bold yellow", "NDET": "bold magenta", "GRAPH": "bold magenta", "VARY": "bold magenta", "ok": "green",
               "ok(host)": "cyan", "-": "dim", ".": "dim"}
     for stage in stages:
         table.add_column(BY_NAME[stage].label, justify="center", no_wrap=True, min_width=_cell_width(stage))
@@ -239,11 +247,14 @@ def render_rich(reports: list[CaseVerdict], stages: tuple[str, ...], header: lis
 
 
 def _summary(reports: list[CaseVerdict]) -> str:
-    """Counts of cases; a case with a finding of --repeat or --replay counts under the first one's kind."""
+    """Counts of cases; a case with a finding of --repeat or --replay counts under the first one's kind, one whose
+    kernel faulted or hung as a fault or a hang."""
     failed = sum(not report.passed for report in reports)
     kinds: dict[str, int] = {}
     for report in reports:
-        if report.findings:
+        if report.fault is not None and report.invalid is None:
+            kinds[report.fault.problem_type] = kinds.get(report.fault.problem_type, 0) + 1
+        elif report.findings:
             kinds[report.findings[0].kind] = kinds.get(report.findings[0].kind, 0) + 1
     invalid = sum(report.invalid is not None for report in reports)
     compared = sum(report.compared_steps for report in reports)
@@ -277,7 +288,7 @@ diff_checks = compose(
 )
 
 
-@exits("conformant", "divergence", bisect=True)
+@exits("conformant", "a divergence (or a kernel that faulted or hung)", bisect=True)
 @click.command("diff")
 @golden_file(DEFAULT_FILE)
 @stage_option
@@ -344,7 +355,8 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
     if output.as_json:
         emit_json(results_document(
             "diff", argv(),
-            [report.entry(lambda stage, case=report.case: options.command(case, stage)).to_json()
+            [report.entry(lambda stage, case=report.case: options.command(case, stage),
+                          lambda stage, case=report.case: options.fault_command(case, stage)).to_json()
              for report in reports],
             exit_code=code, golden=golden_ref, kernels=kernel_provenance(provenance), control=control,
             options={**options.describe(), "stages": list(stages), "explain": checks.explain,

@@ -40,7 +40,7 @@ from csa_conform.golden import GoldenFile
 from csa_conform.spec import Mode
 
 
-@exits("no divergence", "divergences (explained or not)", bisect=True)
+@exits("no divergence", "divergences (explained or not; or a kernel that faulted or hung)", bisect=True)
 @click.command("explain")
 @golden_file(DEFAULT_FILE)
 @stage_option
@@ -74,10 +74,11 @@ def explain_command(file, stages, case_glob, device: DeviceOptions, output: Outp
             reports.append(report)
         for report in reports:
             started = time.perf_counter()
-            if not report.passed and report.invalid is None:
+            if not report.passed and report.invalid is None and (report.fault is None or report.diverged()):
                 explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
             report.time_s += time.perf_counter() - started
-            entries.append(report.entry(lambda stage, case=report.case: options.command(case, stage)).to_json())
+            entries.append(report.entry(lambda stage, case=report.case: options.command(case, stage),
+                                        lambda stage, case=report.case: options.fault_command(case, stage)).to_json())
     settle_across_steps(explanations)  # the run's other cases of the same kernel are evidence too
     code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
     if code == ExitCode.USAGE and device.git_bisect:
@@ -98,6 +99,10 @@ def explain_command(file, stages, case_glob, device: DeviceOptions, output: Outp
             click.echo(one_line(line))
     for entry in filter(invalid_entry, entries):
         click.echo(one_line(f"{entry['case']}: invalid: {entry['failure']['message']}"))
+    for report in reports:  # a fault or hang has no numeric cause to explain: it is said as it is
+        if report.fault is not None:
+            click.echo(one_line(f"{report.case} step {report.fault.step}: {report.fault.problem} — reproduce: "
+                                f"{options.fault_command(report.case, report.fault.stage)}"))
     for line in explanation_lines(explanations):
         click.echo(one_line(line))
     return code

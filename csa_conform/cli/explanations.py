@@ -37,8 +37,8 @@ def explain_reports(file: str, reports: list[CaseVerdict], options: RunOptions,
     explanations = []
     with GoldenFile(file) as golden:
         for report in reports:
-            if report.passed or report.invalid is not None:
-                continue
+            if report.passed or report.invalid is not None or (report.fault is not None and not report.diverged()):
+                continue  # a fault or hang has no numeric cause to find
             if chained is not None:
                 report = check_case(golden, report.case, chained, stages, options.ulp, diagnose=stage_findings)
             explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)

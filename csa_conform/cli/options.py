@@ -36,6 +36,7 @@ from csa_conform.device.devices import parse_devices
 from csa_conform.device.kernels import BUILDS, MANIFEST
 from csa_conform.device.plan import force_host_from_environment, parse_force_host
 from csa_conform.device.replay import REPLAY_MODES
+from csa_conform.device.runner import LAUNCH_TIMEOUT
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.oracle.engine import ENGINE_CHOICES
@@ -140,6 +141,7 @@ class DeviceOptions:
     backend: str
     ulp: int
     git_bisect: bool
+    launch_timeout: float = LAUNCH_TIMEOUT
 
     def run_options(self, file: str, *, mode: Mode = Mode.CHAINED, depth: DepthOptions | None = None,
                     tolerance: str | None = None, invariance: tuple[str, ...] = ()) -> RunOptions:
@@ -151,7 +153,8 @@ class DeviceOptions:
                              "kernel directory, not to a python: provider's process")
         return RunOptions(file=file, mode=mode, force_host=effective_force_host(self.force_host), ulp=self.ulp,
                           build=self.build, repeat=depth.repeat, replay=depth.replay, tolerance=tolerance,
-                          invariance=tuple(dict.fromkeys(invariance)), backend=self.backend)
+                          invariance=tuple(dict.fromkeys(invariance)), backend=self.backend,
+                          launch_timeout=self.launch_timeout)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,10 +180,10 @@ class OutputOptions:
 def _device_group(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapped(*args, kernels, build_name, nvrtc_options, strict_ptx, force_host, backend, ulp, git_bisect,
-                **kwargs):
+                launch_timeout, **kwargs):
         build = BuildChoice(kernels=kernels, name=build_name, nvrtc_options=tuple(nvrtc_options), strict_ptx=strict_ptx)
         return command(*args, device=DeviceOptions(force_host=force_host, build=build, backend=backend, ulp=ulp,
-                                                   git_bisect=git_bisect), **kwargs)
+                                                   git_bisect=git_bisect, launch_timeout=launch_timeout), **kwargs)
 
     return wrapped
 
@@ -224,6 +227,10 @@ device_options = compose(
     click.option("--git-bisect", is_flag=True,
                  help="Exit 125 (git bisect run: skip) when this commit cannot be judged: no device, kernels "
                  "that do not compile, goldens missing, unreadable or of another schema."),
+    click.option("--launch-timeout", "launch_timeout", type=click.FloatRange(min=0, min_open=True),
+                 default=LAUNCH_TIMEOUT, show_default=True, metavar="SECONDS",
+                 help="A kernel launch still running after this long is the case's verdict hang (the process "
+                 "that ran it is killed and the run goes on)."),
 )
 
 def effective_shard(option: str | None) -> Shard | None:

@@ -58,7 +58,9 @@ class Backend(Protocol):
 
 
 def backend_named(name: str) -> Callable[[], Backend]:
-    """The constructor of a backend by name (``--backend``); nothing is imported or started yet."""
+    """The constructor of a backend by name (``--backend``); nothing is imported or started yet. Its
+    ``prepare``, where it has one, makes in the parent what the worker processes of an isolated runner
+    (csa_conform.device.runner) share."""
     if name == CUDA:
         def cuda() -> Backend:
             from csa_conform.device.cuda import CudaBackend
@@ -70,5 +72,13 @@ def backend_named(name: str) -> Callable[[], Backend]:
             from csa_conform.device.host import HostEmulationBackend
 
             return HostEmulationBackend()
+
+        def prepare() -> None:
+            """The build folder, made by the process that outlives the workers and removes it at exit."""
+            from csa_conform.device.host.emulation import process_build_dir
+
+            process_build_dir()
+
+        host.prepare = prepare  # type: ignore[attr-defined]
         return host
     raise UsageError(f"backend {name!r} is not one of {', '.join(BACKENDS)}")

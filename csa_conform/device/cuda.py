@@ -23,7 +23,8 @@ from csa_conform.device.kernels import Build, ModuleSource
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
 from csa_conform.device.sanitizer import INITCHECK, MEMCHECK, SANITIZER_ENV
-from csa_conform.errors import DeviceUnavailable
+from csa_conform._base.statuses import FAULT, HANG
+from csa_conform.errors import DeviceUnavailable, KernelFault
 from csa_conform.spec import POISON
 
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
@@ -44,6 +45,29 @@ LIBM_CALLS = {"expf": "expf(x[i])", "exp2f": "exp2f(x[i])", "sinf": "sinf(x[i])"
               "expf-double": "(float)exp((double)x[i])", "sinf-double": "(float)sin((double)x[i])",
               "cosf-double": "(float)cos((double)x[i])", "log2f-double": "(float)log2((double)x[i])",
               "powf-double": "(float)pow((double)x[i], (double)y[i])"}
+
+
+# The errors a kernel leaves its context with ("sticky": every later call of the process fails too), in the
+# driver's and the runtime's spelling; a launch the watchdog stopped is a hang, the others are faults.
+STICKY = {"ILLEGAL_ADDRESS": "IllegalAddress", "MISALIGNED_ADDRESS": "MisalignedAddress",
+          "ILLEGAL_INSTRUCTION": "IllegalInstruction", "ASSERT": "Assert", "HARDWARE_STACK_ERROR": "HardwareStackError",
+          "INVALID_PC": "InvalidPc", "INVALID_ADDRESS_SPACE": "InvalidAddressSpace", "LAUNCH_FAILED": "LaunchFailure",
+          "LAUNCH_TIMEOUT": "LaunchTimeout"}
+_STICKY_NAMES = {name: driver for driver, runtime in STICKY.items()
+                 for name in (f"CUDA_ERROR_{driver}", f"cudaError{runtime}")}
+
+
+def sticky_error(error: BaseException) -> str | None:
+    """The CUDA error name when ``error`` is one that kills the context (CuPy puts it first in the message)."""
+    name = re.split(r"[:\s]", str(error).strip(), maxsplit=1)[0]
+    return name if name in _STICKY_NAMES else None
+
+
+def _raise_sticky(error: BaseException) -> None:
+    """A sticky error as the kernel's KernelFault (or, the watchdog's, hang); this process's context is dead."""
+    name = sticky_error(error)
+    if name is not None:
+        raise KernelFault(HANG if _STICKY_NAMES[name] == "LAUNCH_TIMEOUT" else FAULT, name, ends_worker=True) from None
 
 
 def _import_cupy():
@@ -178,11 +202,13 @@ class CudaBackend:
         return self.download(out).reshape(arrays[0].shape)
 
     def launch(self, entry: str, function, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple):
-        """Launch and wait, so a faulting kernel is reported at its own launch."""
+        """Launch and wait, so a faulting kernel is reported at its own launch: a sticky error is the kernel's
+        KernelFault (this process's context is dead: it ends the worker), any other the environment's."""
         try:
             function(grid, block, args)
             self.cp.cuda.runtime.deviceSynchronize()
         except Exception as error:
+            _raise_sticky(error)
             raise DeviceUnavailable(f"launch of {entry} (grid {grid}, block {block}) failed: {error}") from None
 
     def copy_into(self, target, source) -> None:
@@ -214,6 +240,7 @@ class CudaBackend:
                 graph.launch(stream)
                 stream.synchronize()
             except Exception as error:
+                _raise_sticky(error)
                 raise DeviceUnavailable(f"CUDA graph replay failed: {error}") from None
 
         return replay

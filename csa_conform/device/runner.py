@@ -10,14 +10,23 @@ kernel directory, the mode and force-host set, the backend (csa_conform.device.b
 CUDA, or the host emulation) and the run's provenance. A Python provider
 (csa_conform.device.provider) takes the kernel directory's place: its calls
 replace the launches, the stages it lacks join the force-host set.
+
+An ``isolate``d runner runs its steps in a worker process (csa_conform._base.pool.Worker)
+and never launches, or holds a device context, itself: a kernel that kills the worker
+(a signal on the host), leaves it a dead CUDA context or outlives ``launch_timeout``
+is that step's KernelFault, and the next step gets a fresh worker. Device buffers a
+step leaves for the next (chained state) stay in the worker, named by handles.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from csa_conform._base.pool import Worker, WorkerLost
+from csa_conform._base.statuses import FAULT, HANG
 from csa_conform.contract import validate_step
 from csa_conform.device.backend import CUDA, Backend, backend_named
 from csa_conform.device.determinism import PoisonedScratch
@@ -30,10 +39,22 @@ from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
 from csa_conform.device.replay import Replayer
 from csa_conform.device.step import DeviceStepResult, Launcher, StepRun
 from csa_conform.device.tensors import StepTensors
-from csa_conform.errors import UsageError
+from csa_conform.errors import KernelFault, UsageError, WorkerCrashed
 from csa_conform.spec import Mode
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
+
+# --launch-timeout's default: far above any launch of the committed suites on the host backend (seconds).
+LAUNCH_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class Held:
+    """A device buffer a step left in the worker (a chained present_* tensor), as the parent names it."""
+
+    serial: int
+    name: str
+
 
 class DeviceRunner:
     """Runs steps on one kernel directory under one mode and force-host set; ``repeat`` > 1 runs
@@ -50,6 +71,8 @@ class DeviceRunner:
         repeat: int = 1,
         replay: str | None = None,
         provider: Provider | None = None,
+        isolate: bool = False,
+        launch_timeout: float = LAUNCH_TIMEOUT,
     ):
         self.provider = provider
         self.kernels = kernels if kernels is not None or provider is not None else KernelDirectory()
@@ -67,6 +90,11 @@ class DeviceRunner:
         self.repeat = repeat
         self.replayer = Replayer(self._launch_parameters, LAUNCH_STAGES) if replay else None
         self.provenance = RunProvenance(None, provider.describe() if provider else self.kernels.fingerprint())
+        self.launch_timeout = launch_timeout
+        self.worker = Worker(self._serve, launch_timeout) if isolate else None
+        self._held: dict[Held, object] = {}  # in the worker: the last step's present_* buffers
+        self._serial = 0
+        self._herald: Callable | None = None
 
     def backend(self) -> Backend:
         """The backend (CUDA unless told), created on the first device launch (never for an all-host run)."""
@@ -110,6 +138,85 @@ class DeviceRunner:
         replays graphs does: then every step of a stream passes the same
         extents, and one graph serves all its steps of one launch shape.
         """
+        if self.worker is not None:
+            return self._isolated(attrs, inputs, output_names, reference, past, case, step, capacity)
+        return self._run(attrs, inputs, output_names, reference, past, case, step, capacity)
+
+    def _isolated(self, *request) -> DeviceStepResult:
+        """The step in the worker; its launches recorded here as they are there."""
+        if not self.worker.running:
+            prepare = getattr(self._backend_factory, "prepare", None)
+            if prepare is not None:
+                prepare()  # what every worker shares (the host backend's build folder), made once, here
+        try:
+            result, device, builds, replay = self.worker.call(("step", request))
+        except KernelFault:
+            self._device_of(self.worker.note)
+            raise
+        except WorkerLost as lost:
+            self._device_of(lost.note)
+            if lost.note is None:
+                raise WorkerCrashed(f"the worker process that runs the kernels died outside any launch ({lost})"
+                                    ) from None
+            if lost.hung:
+                raise KernelFault(HANG, f"no end after {self.launch_timeout:g} s (--launch-timeout)",
+                                  lost.note[0]) from None
+            raise KernelFault(FAULT, lost.signal or str(lost), lost.note[0]) from None
+        self.provenance.device = self.provenance.device or device
+        self.provenance.compiled.update(builds)
+        if replay is not None:
+            self.provenance.replay = replay
+        for launch in result.launches:
+            self.provenance.record(launch)
+        return result
+
+    def _device_of(self, note) -> None:
+        """The device a lost step's last launch note names, for a run none of whose steps came back."""
+        if note is not None and self.provenance.device is None:
+            self.provenance.device = note[1]
+
+    def offers(self, name: str) -> bool:
+        """Whether the backend has the optional operation ``name`` (explain's ``evaluate_libm``)."""
+        if self.worker is None:
+            return callable(getattr(self.backend(), name, None))
+        return self._backend_request(("offers", name))
+
+    def backend_call(self, name: str, *args):
+        """The backend's operation ``name`` where the backend lives (an isolated runner's worker)."""
+        if self.worker is None:
+            return getattr(self.backend(), name)(*args)
+        return self._backend_request(("call", (name, args)))
+
+    def _backend_request(self, request: tuple):
+        try:
+            return self.worker.call(request)
+        except WorkerLost as lost:
+            raise WorkerCrashed(f"the worker process that runs the kernels died ({lost})") from None
+
+    def _serve(self, request: tuple, herald: Callable):
+        """In the worker: a step (its device outputs kept here and handed out as Held handles), or a backend
+        request."""
+        kind, payload = request
+        if kind == "offers":
+            return callable(getattr(self.backend(), payload, None))
+        if kind == "call":
+            name, args = payload
+            return getattr(self.backend(), name)(*args)
+        attrs, inputs, output_names, reference, past, case, step, capacity = payload
+        past = {name: self._held[value] if isinstance(value, Held) else value
+                for name, value in (past or {}).items()}
+        self._herald = lambda launch: herald(None if launch is None else (launch, self.provenance.device))
+        result = self._run(attrs, inputs, output_names, reference, past, case, step, capacity)
+        self._serial += 1
+        self._held = {}
+        for name, value in result.present.items():
+            if not isinstance(value, np.ndarray):
+                result.present[name] = Held(self._serial, name)
+                self._held[result.present[name]] = value
+        self.provenance.launches.clear()
+        return result, self.provenance.device, dict(self.provenance.compiled), self.provenance.replay
+
+    def _run(self, attrs, inputs, output_names, reference, past, case, step, capacity) -> DeviceStepResult:
         geometry = validate_step(attrs, inputs, output_names)
         plan = self.plan(geometry.ratio)
         if plan.mode is Mode.ISOLATED and reference is None:
@@ -123,7 +230,7 @@ class DeviceRunner:
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
-        launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider)
+        launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider, self._herald)
         result = StepRun(launcher, geometry, plan, tensors, reference or {}, case, step, records).execute()
         if self.replayer is not None and self._backend is not None:
             result.findings += self.replayer.step(self._backend, case, step)

@@ -181,7 +181,9 @@ def run_sanitized(tool: str, diff_arguments: Sequence[str], sanitizer: str | Non
     sanitizer = sanitizer or find_sanitizer()
     with tempfile.TemporaryDirectory(prefix="csa-conform-sanitizer-") as scratch:
         log = Path(scratch) / "report.txt"
-        command = [sanitizer, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--log-file", str(log),
+        # --target-processes all: the kernels launch in diff's worker process (csa_conform._base.pool.Worker)
+        command = [sanitizer, "--tool", tool, "--target-processes", "all", "--print-limit", str(PRINT_LIMIT),
+                   "--log-file", str(log),
                    sys.executable, "-m", "csa_conform", "diff", *diff_arguments, "--json", "-q"]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, SANITIZER_ENV: tool})
         report = log.read_text(errors="replace") if log.exists() else ""

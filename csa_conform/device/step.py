@@ -26,7 +26,7 @@ from csa_conform.device.plan import DEVICE, StepPlan, reads_own
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
 from csa_conform.device.provider import Provider
 from csa_conform.device.tensors import StepTensors
-from csa_conform.errors import ContractError, HostStageRejected
+from csa_conform.errors import ContractError, HostStageRejected, KernelFault
 from csa_conform.oracle import StepResult
 from csa_conform.oracle.engine import Engine, resolve_engine
 from csa_conform.oracle.rows import RowFailure
@@ -56,6 +56,8 @@ class Launcher:
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
     ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism), or every provider call.
+    ``herald`` is told the launch in flight before it starts and None when it ended (a worker's note to the
+    runner's parent, which judges a launch that kills or outlives the worker by it).
     """
 
     backend: Callable[[], object]
@@ -63,6 +65,7 @@ class Launcher:
     provenance: RunProvenance
     repeat: int = 1
     provider: Provider | None = None  # a Python provider's calls instead of kernel launches
+    herald: Callable[[LaunchRecord | None], None] | None = None
 
 
 class StepRun:
@@ -86,6 +89,7 @@ class StepRun:
         self.step = step
         self.repeat = launcher.repeat
         self.provider = launcher.provider
+        self.herald = launcher.herald
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
@@ -158,17 +162,28 @@ class StepRun:
         function = backend.function(source)
         declared = backend.builds[launch.module].block
         grid3, block3 = (int(grid), 1, 1), (int(declared or block), 1, 1)
+        record = LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256, grid3, block3,
+                              scratch, self.case, self.step)
+
+        def run(arguments: tuple) -> None:
+            if self.herald is not None:
+                self.herald(record)
+            try:
+                backend.launch(source.entry, function, grid3, block3, arguments)
+            except KernelFault as fault:
+                fault.launch = fault.launch or record
+                raise
+            if self.herald is not None:
+                self.herald(None)
+
         if self.repeat > 1:
-            self.findings += repeat_launch(
-                backend, lambda arguments: backend.launch(source.entry, function, grid3, block3, arguments), args,
-                self.repeat, entry=source.entry, module=launch.module, stages=launch.stages,
-                parameters=source.parameters)
+            self.findings += repeat_launch(backend, run, args, self.repeat, entry=source.entry, module=launch.module,
+                                           stages=launch.stages, parameters=source.parameters)
         else:
-            backend.launch(source.entry, function, grid3, block3, args)
+            run(args)
         self.findings += backend.check(args, entry=source.entry, module=launch.module, stages=launch.stages,
                                        parameters=source.parameters)
-        self.record(LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256,
-                                 grid3, block3, scratch))
+        self.record(record)
 
     def record(self, launch: LaunchRecord) -> None:
         launch = LaunchRecord(**{**launch.__dict__, "case": self.case, "step": self.step})

@@ -72,15 +72,18 @@ def device_libm(runner: DeviceRunner) -> tuple[Callable[[str], Callable] | None,
         return None, (f"{runner.provider.name} is a python: provider; the device libm is measured by a module "
                       "built with the kernel directory's options, which a provider has none of")
     try:
-        backend = runner.backend()
+        device, offered = runner.backend_call("info").name, runner.offers("evaluate_libm")
     except DeviceUnavailable as error:
         return None, f"no CUDA device: {error}"
-    probe = getattr(backend, "evaluate_libm", None)
-    if probe is None:
-        return None, (f"{backend.info().name} has no CUDA libm to evaluate; its stand-in for the platform libm "
+    if not offered:
+        return None, (f"{device} has no CUDA libm to evaluate; its stand-in for the platform libm "
                       "is correctly rounded, which the correctly-rounded hypotheses cover")
+
+    def probe(name: str, args: tuple, build) -> np.ndarray:
+        return runner.backend_call("evaluate_libm", name, args, build)
+
     build = runner.kernels.build
-    where = f"{backend.info().name}, {runner.kernels.path}, build {build.name}"
+    where = f"{device}, {runner.kernels.path}, build {build.name}"
     measured = _MEASURED.setdefault((where, repr(build)), DeviceLibm(probe, build, where))
     return measured.function, None
 

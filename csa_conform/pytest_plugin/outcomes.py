@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from csa_conform._base.statuses import DIVERGED, IDENTICAL
+from csa_conform._base.statuses import DIVERGED, FAULT, HANG, IDENTICAL
 from csa_conform.check.conformance import check_case
 from csa_conform.check.model import CaseVerdict, StageVerdict, StepVerdict
 from csa_conform.check.verify import reproduce_command, verify_case
@@ -163,9 +163,11 @@ def _corrupt_outcomes(result: CaseVerdict, owners: set[str], case: CaseItems) ->
 
 
 def device_outcomes(
-    path: str, case: CaseItems, runner: DeviceRunner, reproduce: Callable[[str, str], str]
+    path: str, case: CaseItems, runner: DeviceRunner, reproduce: Callable[[str, str], str],
+    reproduce_fault: Callable[[str, str], str] | None = None,
 ) -> dict[str, Outcome]:
-    """``reproduce(case, stage)`` is the diff command line that re-runs one stage of the case."""
+    """``reproduce(case, stage)`` is the diff command line that re-runs one stage of the case,
+    ``reproduce_fault`` the one that re-runs a launch that faulted (under a memory checker)."""
     try:
         with GoldenFile(path) as golden:
             report = check_case(golden, case.case_id, runner, case.stages, diagnose=stage_findings)
@@ -187,13 +189,18 @@ def device_outcomes(
     if report.invalid:
         reason = f"not compared: the golden case is invalid ({report.invalid}); its oracle items fail with it"
         return {stage: skipped(reason) for stage in case.stages}
-    return {stage: _device_outcome(report, report.stages[stage], runner.mode, reproduce) for stage in case.stages}
+    return {stage: _device_outcome(report, report.stages[stage], runner.mode, reproduce, reproduce_fault or reproduce)
+            for stage in case.stages}
 
 
 def _device_outcome(
-    report: CaseVerdict, verdict: StageVerdict, mode: Mode, reproduce: Callable[[str, str], str]
+    report: CaseVerdict, verdict: StageVerdict, mode: Mode, reproduce: Callable[[str, str], str],
+    reproduce_fault: Callable[[str, str], str],
 ) -> Outcome:
     stopped = report.stopped
+    if verdict.status in (FAULT, HANG):
+        return failed([f"{report.case} / {verdict.stage} (step {verdict.step}, [{verdict.kernel}]): {verdict.message}",
+                       f"  reproduce: {reproduce_fault(report.case, verdict.stage)}"])
     if verdict.status == DIVERGED:
         lines = [f"{report.case} / {verdict.stage} (step {verdict.step}, {verdict.placement}):"]
         if verdict.message:

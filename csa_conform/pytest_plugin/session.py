@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from csa_conform.check.options import BuildChoice, RunOptions
+from csa_conform.device import cuda
 from csa_conform.device.backend import CUDA, Backend, backend_named
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import stages_for_ratio
@@ -58,9 +59,12 @@ class Settings:
 
 
 def device_runner(settings: Settings, backend) -> DeviceRunner:
-    """The device runner of the device items: the one place ``--csa-build`` reaches the runner."""
+    """The device runner of the device items: the one place ``--csa-build`` reaches the runner. It launches in a
+    worker process (a kernel that faults or hangs fails its items, not the pytest session) unless this process
+    holds a CUDA context already, which a forked worker could not use: then a sticky CUDA error still fails
+    the case's items as a fault, but the context is lost for the session's later cases."""
     kernels = KernelDirectory(settings.kernels, build=settings.build)
-    return DeviceRunner(kernels, mode=settings.mode, backend_factory=lambda: backend)
+    return DeviceRunner(kernels, mode=settings.mode, backend_factory=lambda: backend, isolate=not cuda.initialised)
 
 
 class NoDevice(Exception):
@@ -177,7 +181,7 @@ class GoldenSession:
         build = BuildChoice(kernels=self.settings.kernels, name=None if self.provider else self.settings.build)
         options = RunOptions(file=self.settings.file, mode=self.settings.mode, force_host=frozenset(), ulp=0,
                              build=build, backend=CUDA if self.provider else self.settings.backend)
-        return device_outcomes(self.settings.file, case, runner, options.command)
+        return device_outcomes(self.settings.file, case, runner, options.command, options.fault_command)
 
     def _bench_case(self, case: str, baseline: BenchBaseline) -> Outcome:
         if self.provider:

@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass, field
 from html import escape
 
-from csa_conform._base.statuses import DIVERGED, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
+from csa_conform._base.statuses import DIVERGED, FAULT, HANG, IDENTICAL, INVALID, NOT_APPLICABLE, NOT_COMPARED
 from csa_conform.check.gap import COLUMNS, table_rows
 from csa_conform.explain import structural_note
 from csa_conform.report.bench_plots import bench_html
@@ -37,7 +37,7 @@ MAX_MATRIX_ROWS = 400
 INHERITED = "inherited"
 STATUS_COLOURS = {
     IDENTICAL: "#2ca02c", DIVERGED: "#d62728", NOT_APPLICABLE: "#d9d9d9", NOT_COMPARED: "#f2f2f2",
-    INHERITED: "#f4a582", INVALID: "#e6ab02", "failed": "#8c1c13",
+    INHERITED: "#f4a582", INVALID: "#e6ab02", "failed": "#8c1c13", FAULT: "#000000", HANG: "#4d4d4d",
 }
 ODD_COLOUR = "#9467bd"  # non-deterministic, replay-mismatch and other findings of one mode
 CELL = 14
@@ -132,6 +132,12 @@ class Block:
 def rejected_case(case: dict) -> bool:
     """A case every step of which the oracle rejects, as stored: nothing to compare, nothing to show."""
     return case["passed"] and not case["steps_compared"] and bool(case.get("rejected_steps"))
+
+
+def _fault(case: dict) -> dict | None:
+    """The failure of the step whose kernel faulted or hung, if one did."""
+    return next((step["failure"] for step in case.get("steps", [])
+                 if (step.get("failure") or {}).get("type") in (FAULT, HANG)), None)
 
 
 def _invalid(case: dict) -> str | None:
@@ -293,6 +299,11 @@ def _summary(number: int, document: dict, failing: list[dict], found: dict[str, 
         reason = _invalid(case)
         if reason is not None:
             modules.setdefault("invalid cases (not judged)", []).append((index, case, None))
+            continue
+        fault = _fault(case)
+        if fault is not None and not found[case["case"]]:
+            module = (fault.get("kernel") or "no kernel named").split(".cu:")[0]
+            modules.setdefault(module, []).append((index, case, None))
             continue
         made = found[case["case"]] or [None]
         for block in made[:1] if _chained(document) else made:

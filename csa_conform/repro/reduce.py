@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from csa_conform._base.statuses import FAULT, HANG
 from csa_conform.check.conformance import first_divergence, replay
 from csa_conform.check.model import StepVerdict
 from csa_conform.device.runner import DeviceRunner
@@ -193,12 +194,19 @@ class Probe:
 
 
 def signature(found: StepVerdict | None) -> tuple[str, str | None] | None:
-    return None if found is None else (found.stage, found.tensor)
+    """What a smaller case must keep: the stage and tensor of the first divergence, or the stage of the launch
+    that faulted or hung and which of the two (a fault is a divergence to keep, whatever its signal)."""
+    return None if found is None else (found.stage, found.tensor or _fault_kind(found))
 
 
 def describe(found: StepVerdict) -> str:
-    """'stage/tensor', or the stage alone when the device run refused the step."""
-    return found.stage + (f"/{found.tensor}" if found.tensor else "")
+    """'stage/tensor', 'stage (fault)', or the stage alone when the device run refused the step."""
+    kind = _fault_kind(found)
+    return found.stage + (f"/{found.tensor}" if found.tensor else f" ({kind})" if kind else "")
+
+
+def _fault_kind(found: StepVerdict) -> str | None:
+    return found.problem_type if found.problem_type in (FAULT, HANG) else None
 
 
 @dataclass

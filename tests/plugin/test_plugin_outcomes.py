@@ -327,3 +327,23 @@ def test_an_invalid_case_is_one_failing_item_and_the_other_cases_run(inner, monk
     assert text.endswith(f" — reproduce: csa-conform verify goldens.h5 --case {R4_ID}")
     others = [node for node in ORACLE_IDS if R4_ID not in node]
     assert others and {found[node][0] for node in others} == {"passed"}
+
+
+def test_a_kernel_that_segfaults_fails_its_launchs_items_as_a_fault_and_the_session_goes_on(
+        inner, emulation_backend, tmp_path):
+    kernels = tmp_path / "kernels"
+    shutil.copytree(KERNELS, kernels)
+    module = kernels / "csa_ratio128_attention.cu"
+    entry = "    if ((int)blockIdx.x >= batch * sequence * heads) return;\n"
+    module.write_text(module.read_text().replace(entry, entry + "    output[1LL << 40] = 1.0f;\n"))
+    inner.emulate_device(emulation_backend)
+    result = inner.run(f"--csa-kernels={kernels}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    found = outcomes(result)
+    launch = {f"goldens.h5::{R128_ID}::{stage}[device]" for stage in ("candidate_assembly",
+                                                                      "sparse_sink_softmax_attention")}
+    assert {node for node, (outcome, _) in found.items() if outcome == "failed"} == launch
+    assert all(found[node][0] == "passed" for node in ORACLE_IDS)
+    text = found[f"goldens.h5::{R128_ID}::candidate_assembly[device]"][1]
+    assert "fault: SIGSEGV in csa_ratio128_attention:csa_ratio128_sink_attention" in text
+    assert "[csa_ratio128_attention.cu:csa_ratio128_sink_attention]" in text.splitlines()[0]
