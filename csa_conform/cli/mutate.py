@@ -29,6 +29,7 @@ from csa_conform.cli.options import (
 )
 from csa_conform.device.backend import CUDA
 from csa_conform.device.devices import resolve_devices, visible_device
+from csa_conform.device.runner import LAUNCH_TIMEOUT
 from csa_conform.device.sanitizer import TOOLS as SANITIZER_TOOLS
 from csa_conform.errors import UsageError
 from csa_conform.exitcodes import ExitCode
@@ -176,6 +177,9 @@ def mutate_command(file, case_glob, device: DeviceOptions, operators, files, sam
     """
     if device.force_host:
         raise UsageError("mutate judges the kernels: --force-host would run their stages on the host oracle")
+    if device.launch_timeout != LAUNCH_TIMEOUT:
+        raise UsageError("mutate bounds a mutant's whole judgement, every launch included, with --timeout; "
+                         "--launch-timeout is for diff and the commands that replay cases")
     if sanitize and device.backend != CUDA:
         raise UsageError(f"--sanitize needs GPUs: leave out --backend {device.backend}")
     if augment_path is not None and augment_path.exists() and not force:
