@@ -52,6 +52,8 @@ def _build(document: dict) -> None:
     kernels = document.get("kernels")
     if not isinstance(kernels, dict) or not isinstance(kernels.get("kernels"), dict):
         return
+    if "provider" in kernels["kernels"]:  # a Python provider (since 2026-12-06) has no NVRTC build
+        return
     options = kernels.pop("nvrtc_options", [])
     kernels["kernels"].setdefault("build", {"profile": "strict", "options": list(options), "origin": UNRECORDED_ORIGIN,
                                             "include_paths": [], "strict_ptx": False})

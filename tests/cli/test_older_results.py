@@ -102,8 +102,8 @@ def test_an_older_shard_merges_with_a_shard_this_csa_conform_writes(tmp_path, mo
     """Runners that upgrade at different times: 4903ba8's shard 1/2 and today's 2/2 of the same run."""
     monkeypatch.chdir(ROOT)
     today = tmp_path / "shard-2.json"
-    run = invoke("diff", "goldens/ci.h5", "--backend", "host", "--case", "random.r128-f32-b2n2*", "--shard", "2/2",
-                 "--json")
+    run = invoke("diff", "tests/cli/older_results/r128-f32-b2n2.h5", "--backend", "host", "--case",
+                 "random.r128-f32-b2n2*", "--shard", "2/2", "--json")
     assert run.exit_code == ExitCode.OK, run.output
     today.write_text(run.stdout)
     merged, html = tmp_path / "merged.json", tmp_path / "report.html"
