@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from csa_conform.contract import StepGeometry
+from csa_conform.explain.claims import FIT, OBSERVATION, RERUN, TRANSFORM, confidence_of
 
 # The vocabulary, strongest first: the kinds before RESTRICTED say what the bug is; RESTRICTED says
 # where it is (and is what remains when nothing more specific fits).
@@ -29,17 +30,15 @@ STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, LAYOUT, ROW_ALIASING, PERMUTATION,
                         ROUNDING_CONVENTION})
 # A finding accounts for its tensor when it covers at least this share of the differing elements.
 DECISIVE = 0.9
-# A pattern (a permutation, an index shift, row aliasing, a constant factor of no simple form) is claimed
-# only on at least this many differing elements it matches: on fewer, a coincidence is too likely.
+# A pattern (a permutation, an index shift, row aliasing, a stale copy, a scale exponent, a constant factor of
+# no simple form) is claimed only on at least this many differing elements it matches: on fewer, a
+# coincidence is too likely, and what remains is an observation of where the differences sit.
 MIN_SUPPORT = 8
-# The confidence word of a claim from its support: independent elements (or changed arguments) matched.
-STRONG = 8  # at least this many: "strong"
-MODERATE = 2  # at least this many: "moderate"; fewer: "weak"
-
-
-def confidence_of(support: int) -> str:
-    """The documented word for a claim resting on ``support`` independent arguments or elements."""
-    return "strong" if support >= STRONG else "moderate" if support >= MODERATE else "weak"
+# What established each kind when a detector claims it (csa_conform.explain.claims): the reference's payload
+# under the kind's transform is the device's bit for bit, a fit within bounds, or a fact about the bytes.
+SOURCE = {NEVER_WRITTEN: TRANSFORM, STALE: TRANSFORM, LAYOUT: TRANSFORM, PERMUTATION: TRANSFORM,
+          INDEX_SHIFT: TRANSFORM, ROW_ALIASING: TRANSFORM, SCALE_EXPONENT: TRANSFORM, SUB_STEP: FIT,
+          ROUNDING_CONVENTION: RERUN, CONSTANT_FACTOR: FIT, RESTRICTED: OBSERVATION}
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,11 @@ class Finding:
     covered: int
     differing: int
     evidence: dict = field(default_factory=dict)
+    source: str = ""  # csa_conform.explain.claims: what established it; empty: the kind's usual SOURCE
+
+    @property
+    def established_by(self) -> str:
+        return self.source or SOURCE[self.kind]
 
     @property
     def decisive(self) -> bool:
@@ -65,12 +69,12 @@ class Finding:
 
     @property
     def confidence(self) -> str:
-        return confidence_of(self.support)
+        return confidence_of(self.support, self.established_by)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "stage": self.stage, "tensor": self.tensor, "headline": self.headline,
                 "covered": self.covered, "differing": self.differing, "support": self.support,
-                "confidence": self.confidence, "evidence": self.evidence}
+                "confidence": self.confidence, "source": self.established_by, "evidence": self.evidence}
 
 
 @dataclass
