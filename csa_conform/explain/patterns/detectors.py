@@ -61,4 +61,18 @@ def _stage_findings(info, outcome, stage: str) -> list[Finding]:
         geometry = None
     axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
             for tensor, array in expected.items()}
-    return diagnose(stage, expected, actual, axes, Context(stage, geometry, outcome.inputs or {}, outcome.expected))
+
+    def tracer() -> dict:  # the oracle's intermediates of the stage, re-run only when a detector asks
+        from csa_conform.explain.stages import run_stage
+        from csa_conform.numerics.variant import Numerics
+
+        trace: dict = {}
+        if geometry is not None:
+            try:
+                run_stage(stage, geometry, outcome.inputs or {}, outcome.expected, Numerics(trace=trace))
+            except (ContractError, KeyError):
+                return {}
+        return trace
+
+    return diagnose(stage, expected, actual, axes,
+                    Context(stage, geometry, outcome.inputs or {}, outcome.expected, tracer))

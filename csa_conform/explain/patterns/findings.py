@@ -96,6 +96,39 @@ class Context:
         return self._trace
 
 
+# A pattern beats chance when the elements it fits exceed the coincidences expected of its values by at least
+# MIN_SUPPORT and by this factor (csa_conform.explain.patterns.findings.beats_chance).
+OVER_CHANCE = 4
+CHANCE_CHUNK = 1 << 22  # elements compared at once when counting coincidences
+
+
+def chance(reference: np.ndarray, device: np.ndarray, mask: np.ndarray, axis: int = -1) -> float:
+    """The coincidences expected among the elements ``mask`` selects: for each, the share of the reference's
+    elements along ``axis`` (the same other coordinates) that hold the device's value there bit for bit. A
+    transform that moves values along that axis fits about this many elements by chance alone."""
+    if not mask.any():
+        return 0.0
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[reference.dtype.itemsize]
+    rows = np.moveaxis(np.ascontiguousarray(reference).view(width), axis, -1)
+    picked = np.moveaxis(mask, axis, -1)
+    values = np.moveaxis(np.ascontiguousarray(device).view(width), axis, -1)[picked]
+    lines = rows[picked.any(axis=-1)] if rows.ndim > 1 else rows[None]
+    index = np.cumsum(picked.any(axis=-1).reshape(-1)) - 1
+    owner = np.broadcast_to(index.reshape(picked.shape[:-1] + (1,)), picked.shape)[picked] if rows.ndim > 1 else \
+        np.zeros(values.size, dtype=np.int64)
+    step = max(1, CHANCE_CHUNK // max(1, rows.shape[-1]))
+    total = 0.0
+    for start in range(0, values.size, step):
+        chunk = slice(start, start + step)
+        total += float((lines[owner[chunk]] == values[chunk, None]).mean(axis=-1).sum())
+    return total
+
+
+def beats_chance(fits: int, expected: float) -> bool:
+    """``fits`` elements matching a pattern are more than the ``expected`` coincidences can make."""
+    return fits - expected >= MIN_SUPPORT and fits >= OVER_CHANCE * expected
+
+
 def coordinates(flat: int, shape: tuple, axes: tuple[str, ...]) -> str:
     index = np.unravel_index(flat, shape) if shape else ()
     return " ".join(f"{name}={int(i)}" for name, i in zip(axes, index))
