@@ -29,6 +29,7 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, InternalError
+from csa_conform.explain.claims import RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
@@ -133,6 +134,26 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
             _settle(explanation, explanations, structural)
         except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this explanation's verdict says so
             explanation.verdict, explanation.note = FAILED, failure_note(error)
+    for explanation in explanations:
+        if explanation.verdict == EXPLAINED and explanation.cause is not None:
+            _unreproduced_elsewhere(explanation, explanations)
+
+
+def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation]) -> None:
+    """A cause that reproduces this step but whose same re-run leaves other divergent steps of the kernel and
+    stage unlike the device: said in the headline (it accounts for this step, not for every divergence there),
+    so that a reading which fits one step by coincidence is not read as the kernel's bug."""
+    key = explanation.cause.key
+    there = [trial for other in explanations if other is not explanation and other.verdict != INHERITED
+             and (other.kernel, other.stage) == (explanation.kernel, explanation.stage)
+             for trial in other.trials if trial.key == key and trial.rejected is None]
+    missed = sum(not trial.reproduces for trial in there)
+    explanation.claims = [claim for claim in explanation.claims if claim.detail.get("unreproduced") is None]
+    if missed:
+        explanation.claims.append(Claim(
+            f"the same re-run leaves {missed} of {len(there)} other divergent step{'s' if len(there) != 1 else ''} "
+            "of this kernel and stage unlike the device: it accounts for this step, not for every divergence there",
+            RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": key}))
 
 
 def _settle(explanation: Explanation, explanations: Sequence[Explanation], structural: set[str]) -> None:
@@ -241,6 +262,8 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
         if not explanation.diagnosis and explanation.baseline < MIN_SUPPORT:
             explanation.note += (f"; {explanation.baseline} differing element{'s' if explanation.baseline != 1 else ''}"
                                  f": fewer than the {MIN_SUPPORT} a pattern is claimed on")
+        elif not explanation.diagnosis:
+            explanation.note += f"; no pattern beats chance on its {explanation.baseline:,} differing elements"
     return explanation
 
 

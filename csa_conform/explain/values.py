@@ -5,8 +5,10 @@ device value get a class (−inf, ±0, subnormal, NaN, the format's saturated
 maximum, index −1; per code format the E4M3 zero and subnormal codes, the
 E2M1 zero, the E8M0 scale byte) and the pair a relation when one holds
 (the sign flipped, a power-of-two ratio, the device's value equal to another
-element of the reference's row, and which one). Packed records are split
-into their parts (scale bytes, codes or nibbles, the bf16 RoPE tail) first.
+element of the reference's row, and which one: stated on at least
+MIN_SUPPORT elements, since a few values repeat by coincidence). Packed
+records are split into their parts (scale bytes, codes or nibbles, the bf16
+RoPE tail) first.
 These are observations: always true, often the bug's name ("the device holds
 code 0x00 where the reference holds a subnormal E4M3 code, 14 of 14"). A
 statement is made when one pair of classes, or one relation, covers every
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from csa_conform.explain.claims import OBSERVATION, Claim
+from csa_conform.explain.patterns.findings import MIN_SUPPORT
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 
@@ -98,8 +101,7 @@ def classes(values: np.ndarray, form: str) -> np.ndarray:
         out[(magnitude >> 3) == 0] = "a subnormal E4M3 code"
         out[magnitude == 0x7E] = "the saturated E4M3 maximum (±448)"
         out[magnitude == 0x7F] = "an E4M3 NaN code"
-        out[values == 0] = "code 0x00"
-        out[values == 0x80] = "code 0x80 (-0)"
+        out[magnitude == 0] = "a zero E4M3 code (0x00 or 0x80)"
     elif form == "e2m1":
         magnitude = values & 0x7
         out[:] = "an E2M1 code"
@@ -159,8 +161,9 @@ def _found_at(rows: np.ndarray, values: np.ndarray, own: np.ndarray, form: str) 
         rows, values = rows.view(np.uint32), values.view(np.uint32)
     match = rows == values[:, None]
     match[np.arange(len(own)), own] = False
-    if form in ("int", "e4m3", "e2m1"):  # fillers and zero codes prove nothing
-        match &= ~np.isin(values, (0, -1) if form == "int" else (0,))[:, None]
+    fillers = {"int": (0, -1), "e4m3": (0, 0x80), "e2m1": (0, 8), "f32": (0, 0x80000000, 0xFF800000)}
+    if form in fillers:  # zeros, -1 and -inf fill rows: their repeating proves nothing
+        match &= ~np.isin(values, np.array(fillers[form]).astype(values.dtype))[:, None]
     distance = np.abs(np.arange(rows.shape[1])[None, :] - own[:, None]).astype(np.float64)
     distance[~match] = np.inf
     nearest = np.argmin(distance, axis=1)
@@ -170,15 +173,21 @@ def _found_at(rows: np.ndarray, values: np.ndarray, own: np.ndarray, form: str) 
 def _named(values: np.ndarray, labels: np.ndarray, form: str) -> str:
     """The class of a group of values, or the value itself when they are all one."""
     label = labels[0]
-    if label in ("0", "-0", "inf", "-inf", "NaN", "-1") or label.startswith("code 0x"):
+    if label in ("0", "-0", "inf", "-inf", "NaN", "-1"):
         return label
     if np.unique(values.view(np.uint32) if form == "f32" else values).size == 1:
         value = values[0]
         shown = f"{np.float32(value)!r}".replace("np.float32(", "").rstrip(")") if form == "f32" else (
             f"code 0x{int(value):02X}" if form in ("e4m3", "e8m0") else f"code {int(value)}" if form == "e2m1"
             else str(int(value)))
-        return f"{shown} ({label})" if form in ("e4m3", "e2m1", "e8m0") else shown
+        return f"{shown} ({label})" if form in ("e4m3", "e2m1", "e8m0") and not label.startswith("a zero") else shown
     return label
+
+
+def _trivial(reference: str, device: str) -> bool:
+    """A pair that says nothing: an ordinary value where the reference holds one of the same class."""
+    return reference == device and reference in (NORMAL, "a normal E4M3 code", "an E2M1 code", "a scale byte",
+                                                 "an index", "a value")
 
 
 def _relation(related: np.ndarray) -> str:
@@ -216,18 +225,16 @@ def part_claims(part: Part) -> tuple[list[Claim], list[str]]:
         pairs[pair] = pairs.get(pair, 0) + 1
     if len(pairs) == 1:
         (reference, device), = pairs
-        trivial = reference == device and reference in (NORMAL, "a normal E4M3 code", "an E2M1 code", "a scale byte",
-                                                        "an index", "a value")
-        if not trivial:
+        if not _trivial(reference, device):
             claims.append(Claim(f"{part.name}: the device holds {_named(d, cd, part.form)} where the reference holds "
                                 f"{_named(e, ce, part.form)}, {n:,} of {n:,}", OBSERVATION, n,
                                 {"part": part.name, "reference": reference, "device": device, "elements": n}))
     relation = _relation(related)
-    if relation:
+    if relation and (n >= MIN_SUPPORT or not related[0].startswith(ELSEWHERE)):  # a few repeats are coincidence
         claims.append(Claim(f"{part.name}: {relation}, {n:,} of {n:,}", OBSERVATION, n,
                             {"part": part.name, "relation": relation, "elements": n}))
     lines = []
-    if not claims:
+    if not claims and not all(_trivial(*pair) for pair in pairs):
         ranked = sorted(pairs.items(), key=lambda item: -item[1])[:MOST_PAIRS]
         lines.append(f"{part.name}: " + "; ".join(f"{count:,} of {n:,} hold {device} where the reference holds "
                                                   f"{reference}" for (reference, device), count in ranked))

@@ -33,8 +33,9 @@ def _holds(finding, evidence: dict) -> None:
             found["where"].get("b") == "1"
     if evidence.get("axis") == "d":
         assert any(predicate.startswith("the RoPE tail") for predicate in found["predicates"])
-    if "predicate" in evidence:
-        assert any("sink > row max" in predicate for predicate in found["predicates"])
+    if "predicate" in evidence:  # one such row is a place, not a predicate: then it is where the rows differ
+        assert any("sink > row max" in predicate for predicate in found["predicates"]) or (
+            found["predicates"] == [] and {"b", "s", "h"} & set(found["where"]))
     if "pattern" in evidence:
         assert found["pattern"] == evidence["pattern"]
     if "steps" in evidence:
@@ -67,13 +68,31 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path, ci_golden):
         if not explanation.diagnosis and explanation.baseline < MIN_SUPPORT:  # too few elements for any pattern
             assert explanation.verdict != EXPLAINED and "fewer than the 8 a pattern is claimed on" in explanation.note
             continue
+        if not explanation.diagnosis and explanation.baseline < 2 * MIN_SUPPORT:  # a few rows of two slots: a
+            # reversal fits them as often as chance does (issue 38); the values are still observed
+            assert explanation.verdict != EXPLAINED and "no pattern beats chance" in explanation.note
+            assert explanation.values or explanation.claims
+            continue
+        cause = bug.evidence.get("trial")
+        if not explanation.diagnosis and cause is not None and bug.kind == "constant-factor":
+            # one row scaled by one constant is no pattern (issue 38): the re-run alone names the cause
+            assert explanation.verdict == EXPLAINED and explanation.cause.key == cause, explanation.headline()
+            continue
         assert explanation.diagnosis, explanation.headline()
         finding = explanation.diagnosis[0]
-        cause = bug.evidence.get("trial")
         if cause is not None and bug.kind not in ("rounding-convention", "sub-step"):
             # the pattern says where the bug is; the re-run that reproduces the device bit for bit says why
             assert explanation.verdict == EXPLAINED and explanation.cause.key == cause, explanation.headline()
-            _holds(next(found for found in explanation.diagnosis if found.kind == bug.kind), bug.evidence)
+            found = next((found for found in explanation.diagnosis if found.kind == bug.kind), None)
+            if found is None:  # a constant over one row is what any changed normalizer does: not claimed, the
+                assert bug.kind == "constant-factor", explanation.headline()  # re-run above names the cause
+                continue
+            _holds(found, bug.evidence)
+            continue
+        if bug.kind == "permutation" and finding.kind == "restricted" and finding.differing < 2 * MIN_SUPPORT:
+            # a few rows of two slots reordered: a reversal fits them as often as chance does, so only where
+            # they sit is said (issue 38)
+            assert not finding.evidence["predicates"] and explanation.verdict != EXPLAINED, explanation.headline()
             continue
         assert finding.kind == bug.kind, explanation.headline()
         if finding.evidence.get("method") == "intermediates":  # localized by matching every intermediate

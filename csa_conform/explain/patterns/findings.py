@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -96,9 +97,11 @@ class Context:
         return self._trace
 
 
-# A pattern beats chance when the elements it fits exceed the coincidences expected of its values by at least
-# MIN_SUPPORT and by this factor (csa_conform.explain.patterns.findings.beats_chance).
-OVER_CHANCE = 4
+# A pattern beats chance when it fits at least MIN_SUPPORT elements, at least OVER_CHANCE times the
+# coincidences expected of its values, and so many that coincidences alone make that many with a probability
+# below CHANCE (a binomial tail at the mean coincidence rate).
+OVER_CHANCE = 2
+CHANCE = 1e-3
 CHANCE_CHUNK = 1 << 22  # elements compared at once when counting coincidences
 
 
@@ -124,9 +127,24 @@ def chance(reference: np.ndarray, device: np.ndarray, mask: np.ndarray, axis: in
     return total
 
 
-def beats_chance(fits: int, expected: float) -> bool:
-    """``fits`` elements matching a pattern are more than the ``expected`` coincidences can make."""
-    return fits - expected >= MIN_SUPPORT and fits >= OVER_CHANCE * expected
+def beats_chance(fits: int, expected: float, considered: int) -> bool:
+    """``fits`` of ``considered`` elements matching a pattern are more than the ``expected`` coincidences make."""
+    if fits < MIN_SUPPORT or fits < OVER_CHANCE * expected:
+        return False
+    rate = min(max(expected / max(considered, 1), 0.0), 1.0)
+    return _binomial_tail(considered, fits, rate) < CHANCE
+
+
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in logs (n is at most a tensor's element count)."""
+    if p <= 0.0:
+        return 0.0 if k > 0 else 1.0
+    if p >= 1.0:
+        return 1.0
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+             + (n - i) * math.log1p(-p) for i in range(k, min(n, k + 2000) + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def coordinates(flat: int, shape: tuple, axes: tuple[str, ...]) -> str:

@@ -23,6 +23,7 @@ from csa_conform.numerics.records import FP8_RECORD_BYTES
 
 ROW_AXES = ("b", "s", "h", "i")
 LARGEST_POWER = 30
+MOST_RANGES = 6  # an axis's differing indices in more ranges than this are counted, not listed, in a headline
 
 
 def _hit(differ: np.ndarray, axis: int) -> np.ndarray:
@@ -83,7 +84,7 @@ def _last_causal_record(differ: np.ndarray, axes: tuple[str, ...], context: Cont
     at_last = np.zeros(differ.shape, bool)
     rows = np.flatnonzero((last >= 0) & (last < differ.shape[2]))
     at_last[:, rows, last[rows]] = True
-    if differ.any() and not (differ & ~at_last).any():
+    if differ.any(axis=-1).sum() >= 2 and not (differ & ~at_last).any():  # one row is a place, not a rule
         return [f"the row's last causal record (c = (position+1)/{g.ratio} - 1)"]
     return []
 
@@ -103,7 +104,7 @@ def _row_predicates(tensor: str, differ: np.ndarray, axes: tuple[str, ...], cont
     maximum = np.max(np.asarray(scores), axis=-1)
     above = (np.asarray(sink, np.float32)[None, None, :] > maximum) & np.isfinite(maximum)
     found = []
-    if rows.any() and np.array_equal(rows, above):
+    if rows.sum() >= 2 and np.array_equal(rows, above):  # one row is a place, not a rule
         found.append(f"the sink logit is above every candidate's score (the {int(above.sum()):,} rows where "
                      "sink > row max, and no other)")
     return found
@@ -124,7 +125,10 @@ def restricted(stage: str, tensor: str, expected, actual, differ, axes, context:
         if hit.size > 1 and not hit.all():
             where[name] = spans(np.flatnonzero(hit))
             if not predicates:
-                unnamed.append(f"{name} = {where[name]}")
+                listed = where[name]
+                if listed.count(",") >= MOST_RANGES:  # a scatter: how many, not which
+                    listed = f"{int(hit.sum()):,} of {hit.size:,} indices"
+                unnamed.append(f"{name} = {listed}" if "indices" not in listed else f"{name}: {listed}")
         named += predicates
     rows = _row_predicates(tensor, differ, axes, context) if enough else []
     named += rows

@@ -78,7 +78,7 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
         return None
     count, axis, d, fits = best
     coincidences = chance(expected, actual, identifying, axis)
-    if not beats_chance(count, coincidences):
+    if not beats_chance(count, coincidences, considered):
         return None
     name = axes[axis] if axis < len(axes) else f"a{axis}"
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1

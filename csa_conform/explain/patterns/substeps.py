@@ -350,7 +350,7 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
     possible = list(consistent(stage, rule, factor))
     unit = "query rows" if stage == "index_query_finalize" else "records"
     order = " → ".join(steps)
-    reason = REASONS[rule]
+    reason = REASONS[rule].replace("per record", f"per record (× {factor:.4g})") if rule == "scale" else REASONS[rule]
     if rule == "none":
         headline = (f"no sub-step's output could be matched ({order}): in {int(chosen.sum()):,} of {len(rules):,} "
                     f"differing {unit} {reason}")
@@ -365,7 +365,6 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
                 "verdicts": tally, "first": list(where[int(np.argmax(chosen))]), "support": int(chosen.sum())}
     if rule == "scale":
         evidence["factor"] = factor
-        headline += f" (× {factor:.4g})"
     # every differing attention record kept the reference's bf16 RoPE tail: nothing acting in RoPE differs
     evidence["rope_exact"] = stage == "compression_update" and bool((rules == "quantizer").all())
     # no libm, FMA or flush-to-zero variant makes another orthogonal transform or a constant factor far from 1
