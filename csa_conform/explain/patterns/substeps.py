@@ -234,10 +234,12 @@ def consistent(stage: str, rule: str, factor: float = 1.0) -> tuple[str, ...]:
     steps = SUB_STEPS[stage]
     if rule == "none":
         return ()
-    if rule == "rope":  # the head within the roundings, the tail's energy kept: anything up to RoPE
-        return steps[:steps.index("RoPE") + 1]
-    if rule == "orthogonal":  # the row's energy kept, its direction not: a rotation, the Hadamard or a reordering
-        return steps[steps.index("RoPE"):]
+    if rule == "rope":  # the head within the roundings, the tail's energy kept: anything up to RoPE (FP4: a
+        # butterfly that touched only the tail would look the same through the inverse Hadamard)
+        return steps[:steps.index("RoPE" if stage == "compression_update" else "Hadamard") + 1]
+    if rule == "orthogonal":  # the row's energy kept, its direction not: a rotation, the Hadamard, a reordering,
+        # or norm weights applied to the wrong elements (near-uniform weights keep the energy too)
+        return steps[steps.index("RMSNorm"):] if "RMSNorm" in steps else steps
     if rule == "normalized":  # still RMS 1: anything that keeps the norm, before the quantization
         return steps[:-1]
     if rule == "scale" and abs(factor - 1) > FAR_FROM_ONE:
