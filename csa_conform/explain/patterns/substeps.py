@@ -358,8 +358,9 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
                     f"differing {unit} {reason}")
     else:
         listed = _listing(possible)
-        what = (f"a difference at {listed}" if len(possible) == 1 else
-                f"differences within one rounding step of the {listed} output")
+        within = rule in ("quantizer", "hadamard-inverse", "rope") or (rule == "scale" and len(possible) == len(steps))
+        what = (f"differences within one rounding step of the {listed} output" if within else
+                f"a difference at {listed}")
         headline = (f"in {int(chosen.sum()):,} of {len(rules):,} differing {unit} {reason}: consistent with {what} "
                     f"({order}); not separable from this stage's payload, no sub-step observed")
     evidence = {"sub_step": None, "sub_steps": list(steps), "consistent": possible, "shared": shared,
