@@ -322,3 +322,24 @@ def test_an_unexplained_divergence_a_structural_finding_names_is_counted_as_such
     assert named.headline().startswith("a step 0 compression_update: never-written: never written (structural")
     assert tally_line([located]).endswith("1 unexplained")
     assert "1 unexplained (1 of them named by a structural finding), 0 failed" in explain_summary(tally([named]))
+
+
+def test_strong_only_from_an_experiment_and_every_headline_sentence_a_claim_with_its_source():
+    """A fit of many elements is at most moderate, an observation is observed, an experiment of 8 is strong;
+    the headline is the lead claim followed by the others (probes and ablations append theirs the same way)."""
+    from csa_conform.explain.claims import ABLATION, FIT, OBSERVATION, PROBE, RERUN, TRANSFORM, Claim
+    from csa_conform.explain.patterns import Finding
+
+    assert [Claim("x", source, 10_000).confidence for source in (FIT, OBSERVATION)] == ["moderate", "observed"]
+    assert {Claim("x", source, 8).confidence for source in (TRANSFORM, RERUN, PROBE, ABLATION)} == {"strong"}
+    with pytest.raises(ValueError):
+        Claim("x", "inference")
+    fit = Finding("sub-step", "compression_update", "present_compressed_kv", "consistent with ...", 50, 50,
+                  {"support": 50})
+    assert fit.confidence == "moderate" and fit.to_dict()["source"] == "fit"
+    explanation = Explanation("case", 0, "compression_update", "unexplained", diagnosis=[fit],
+                              claims=[Claim("the probe RMSNorm output differs first", PROBE, 12, {"probe": "rms"})])
+    document = explanation.to_dict()
+    assert [claim["source"] for claim in document["claims"]] == ["fit", "probe"]
+    assert document["claims"][1]["confidence"] == "strong" and document["confidence"] == "moderate"
+    assert explanation.headline().endswith("; the probe RMSNorm output differs first")
