@@ -34,6 +34,7 @@ POWER = "scale exponent "
 RATIO = "ratio 2^"
 SIGN = "sign flipped"
 ELSEWHERE = "elsewhere in the row "
+DISTINCT = 0.9  # rows whose values are at least this share distinct say something by holding a value elsewhere
 CHUNK = 1 << 22  # row elements compared at once when looking for the device's value elsewhere in the row
 
 
@@ -138,9 +139,10 @@ def relations(part: Part, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     elif part.form in ("e4m3", "e2m1"):
         sign = 0x80 if part.form == "e4m3" else 0x8
         out[(d == (e ^ sign)) & ((e & (sign - 1)) != 0)] = SIGN
-    # the device's value is another element of the reference's row (which one, when one offset covers all)
-    left = out == ""
-    if left.any():
+    # the device's value is another element of the reference's row (which one, when one offset covers all): only
+    # where the rows' values are distinct, since a row of codes or of quantized values holds every common value
+    left = (out == "") & (part.form in ("f32", "int"))
+    if left.any() and _distinct(part.expected[np.unique(rows[left])]) >= DISTINCT:
         row_values = part.expected[rows[left]]
         where = _found_at(row_values, d[left], cols[left], part.form)
         labels = np.full(where.shape, "", dtype=object)
@@ -149,6 +151,15 @@ def relations(part: Part, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         labels[hit] = [f"{ELSEWHERE}{int(k):+d}" for k in offsets]
         out[left] = labels
     return out
+
+
+def _distinct(rows: np.ndarray) -> float:
+    """The mean share of distinct values in the rows."""
+    if not rows.size:
+        return 0.0
+    ordered = np.sort(rows.view(np.uint32) if rows.dtype == np.float32 else rows, axis=-1)
+    distinct = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(axis=-1)
+    return float((distinct / rows.shape[-1]).mean())
 
 
 def _found_at(rows: np.ndarray, values: np.ndarray, own: np.ndarray, form: str) -> np.ndarray:

@@ -101,7 +101,7 @@ def test_records_pooled_from_another_vector_fit_every_norm_keeping_sub_step_and_
     device = run_stage(stage, g, dict(inputs, compressor_gate=gate * np.float32(0.5)), expected)
     found = localize(stage, g, inputs, expected[stage], device)
     assert found is not None and found.evidence["rule"] == "normalized" and found.evidence["sub_step"] is None
-    assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE"]
+    assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
     scrambled = {key: np.array(value, copy=True) for key, value in expected[stage].items()}
     records = scrambled["present_compressed_kv"]
     records[:, -1] = np.random.default_rng(3).integers(0, 255, records[:, -1].shape, dtype=np.uint8)

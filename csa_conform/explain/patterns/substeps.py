@@ -240,8 +240,8 @@ def consistent(stage: str, rule: str, factor: float = 1.0) -> tuple[str, ...]:
     if rule == "orthogonal":  # the row's energy kept, its direction not: a rotation, the Hadamard, a reordering,
         # or norm weights applied to the wrong elements (near-uniform weights keep the energy too)
         return steps[steps.index("RMSNorm"):] if "RMSNorm" in steps else steps
-    if rule == "normalized":  # still RMS 1: anything that keeps the norm, before the quantization
-        return steps[:-1]
+    if rule == "normalized":  # still RMS 1 within the quantization error: a few values moved anywhere keep it
+        return steps
     if rule == "scale" and abs(factor - 1) > FAR_FROM_ONE:
         # the tail scales with the head: the normalization, or (FP4) a scale after it
         return ("RMSNorm",) + (() if stage == "compression_update" else steps[steps.index("Hadamard"):])
