@@ -5,8 +5,9 @@ A folded or missing scale (1/sqrt(I) left out, 1/sqrt(a·b) for
 the same constant, up to the roundings after it. One row scaled by a constant
 is no evidence of a scale (a softmax denominator or a norm that changed does
 that to its row), so the constant must hold across at least two rows; it is
-a fit within SPREAD, never more than moderate evidence, and called "a folded
-or missing scale" only when it has a simple form.
+a fit within SPREAD, never more than moderate evidence: its simple form is
+stated, the cause (a folded or missing scale, a changed normalizer) is left to
+the re-runs that reproduce it.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def constant_factor(stage: str, tensor: str, expected, actual, differ, axes, con
     if rows < 2:
         return None
     spread = float(np.max(np.abs(ratios / c - 1)))
-    named = f" ({form}): a folded or missing scale" if form else ""
+    named = f" (c = {form}, a simple form)" if form else ""
     headline = (f"{tensor} is the reference's times a constant: device = reference × {c:.9g} in {count:,} "
                 f"of {differing:,} differing elements across {rows:,} rows (spread {spread:.1e}){named}")
     return Finding(CONSTANT_FACTOR, stage, tensor, headline, count, differing,
