@@ -343,3 +343,23 @@ def test_strong_only_from_an_experiment_and_every_headline_sentence_a_claim_with
     assert [claim["source"] for claim in document["claims"]] == ["fit", "probe"]
     assert document["claims"][1]["confidence"] == "strong" and document["confidence"] == "moderate"
     assert explanation.headline().endswith("; the probe RMSNorm output differs first")
+
+
+def test_a_cause_whose_re_run_leaves_other_steps_of_its_kernel_unlike_the_device_says_so():
+    """A reading that fits one step by coincidence (an input row read from index 0 where a wrong phase happened
+    to read row 0) keeps its verdict, but the headline says the same re-run misses the kernel's other steps."""
+    from csa_conform.explain import settle_across_steps
+
+    cause = Trial("offset:compressor_ape:0", "compressor_ape read without its offset along axis 0", 0, 100,
+                  reproduced=40)
+    missed = Trial("offset:compressor_ape:0", "compressor_ape read without its offset along axis 0", 7, 100)
+    explained = Explanation("case", 3, "compression_update", EXPLAINED, ["present_compressed_kv: 40 differ"],
+                            cause=cause, rivals=[cause], trials=[cause], kernel="k.cu:k")
+    others = [Explanation("case", step, "compression_update", "unexplained", trials=[missed], kernel="k.cu:k")
+              for step in (0, 1)]
+    settle_across_steps([explained, *others])
+    settle_across_steps([explained, *others])  # once per case and once over the run: said once
+    assert explained.verdict == EXPLAINED
+    assert explained.headline().count("the same re-run leaves 2 of 2 other divergent steps") == 1
+    assert explained.to_dict()["claims"][-1]["detail"] == {"unreproduced": 2, "tried": 2,
+                                                           "trial": "offset:compressor_ape:0"}
