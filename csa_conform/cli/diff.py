@@ -35,7 +35,7 @@ from csa_conform.check.results import (
 )
 from csa_conform.cli.common import argv, boundary, emit_json, print_table, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section, failed_code
+from csa_conform.cli.explanations import explain_reports, explanation_lines, explanations_section, say_failed
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     DepthOptions,
@@ -348,7 +348,7 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
         code = verdicts_code(not (judged["within"] and sound), invalid)
     if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
-    code = failed_code(explanations, code, device.git_bisect)
+    say_failed(explanations)
     control = control_run(provenance)
     if control and reports:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)

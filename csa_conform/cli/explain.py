@@ -21,7 +21,7 @@ from csa_conform.check.results import (
 )
 from csa_conform.cli.common import argv, boundary, emit_json, progress
 from csa_conform.cli.exit_status import exits
-from csa_conform.cli.explanations import explanation_lines, explanations_section, failed_code
+from csa_conform.cli.explanations import explanation_lines, explanations_section, say_failed
 from csa_conform.cli.options import (
     DEFAULT_FILE,
     DeviceOptions,
@@ -83,7 +83,7 @@ def explain_command(file, stages, case_glob, device: DeviceOptions, output: Outp
     code = verdicts_code(not all(entry["passed"] for entry in entries), any(map(invalid_entry, entries)))
     if code == ExitCode.USAGE and device.git_bisect:
         code = ExitCode.BISECT_SKIP  # an invalid golden case says nothing about the kernels at this commit
-    code = failed_code(explanations, code, device.git_bisect)
+    say_failed(explanations)
     control = control_run(chained.provenance)
     if control:
         click.secho(control_banner(options), err=True, fg="yellow", bold=True)

@@ -6,7 +6,6 @@ from csa_conform.check.conformance import check_case
 from csa_conform.check.model import CaseVerdict
 from csa_conform.check.options import RunOptions
 from csa_conform.cli.output import say_error
-from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import (
     AMBIGUOUS,
     EXPLAINED,
@@ -60,16 +59,14 @@ def tally_line(explanations: list[Explanation]) -> str:
     return line + (f", {counts[FAILED]} whose explanation failed" if counts[FAILED] else "")
 
 
-def failed_code(explanations: list[Explanation] | None, code: ExitCode, git_bisect: bool) -> ExitCode:
-    """The run's exit code once its explanations are in: an explanation that failed is csa-conform's own
-    internal error (exit 70; 125 with --git-bisect), said on stderr, whatever the divergences were."""
-    failed = [explanation for explanation in explanations or () if explanation.verdict == FAILED]
-    for explanation in failed:
-        say_error(f"csa-conform: error: explaining {explanation.case} step {explanation.step} "
-                  f"{explanation.stage}: {explanation.note}")
-    if not failed:
-        return code
-    return ExitCode.BISECT_SKIP if git_bisect else ExitCode.INTERNAL
+def say_failed(explanations: list[Explanation] | None) -> None:
+    """One stderr line per explanation that failed inside csa-conform. A failure to explain is never the run's
+    verdict: the exit code stays the diff's (1 for a divergence), the failed explanation says why in its own
+    verdict, and every other explanation is kept."""
+    for explanation in explanations or ():
+        if explanation.verdict == FAILED:
+            say_error(f"csa-conform: warning: explaining {explanation.case} step {explanation.step} "
+                      f"{explanation.stage} failed: {explanation.note}")
 
 
 def explanations_section(explanations: list[Explanation]) -> dict:

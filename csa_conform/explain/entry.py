@@ -29,6 +29,7 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, InternalError
+from csa_conform.explain.claims import RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
@@ -48,6 +49,7 @@ from csa_conform.explain.structural import (
     sub_step_trials,
     unwritten_state,
 )
+from csa_conform.explain.values import value_classes
 from csa_conform.explain.verdict import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, Explanation
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
@@ -128,26 +130,54 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
     for explanation in explanations:
         if explanation.verdict not in (AMBIGUOUS, EXPLAINED) or len(explanation.rivals) < 2:
             continue
-        keys = [trial.key for trial in explanation.rivals]
-        for other in explanations:
-            if other is explanation or (other.kernel, other.stage) != (explanation.kernel, explanation.stage):
-                continue
-            there = {trial.key: trial for trial in other.trials if trial.key in keys and trial.rejected is None}
-            if not any(trial.reproduces for trial in there.values()):
-                continue
-            for key, trial in there.items():
-                if not trial.reproduces and key not in explanation.refuted:
-                    explanation.refuted[key] = {"case": other.case, "step": other.step, "predicted_differing": {},
-                                                "device_differing": other.baseline,
-                                                "unlike_device": {key: trial.mismatches}}
-                    explanation.experiments.append(explanation.refuted[key])
-        left = [trial for trial in explanation.rivals if trial.key not in explanation.refuted]
-        if explanation.verdict == EXPLAINED:
-            explanation.rivals = left
-            if explanation.cause not in left:
-                explanation.cause = min(left, key=_simplest)
-        elif len(left) == 1 and left[0].key not in structural:
-            explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, left[0], left
+        try:
+            _settle(explanation, explanations, structural)
+        except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this explanation's verdict says so
+            explanation.verdict, explanation.note = FAILED, failure_note(error)
+    for explanation in explanations:
+        if explanation.verdict == EXPLAINED and explanation.cause is not None:
+            _unreproduced_elsewhere(explanation, explanations)
+
+
+def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation]) -> None:
+    """A cause that reproduces this step but whose same re-run leaves other divergent steps of the kernel and
+    stage unlike the device: said in the headline (it accounts for this step, not for every divergence there),
+    so that a reading which fits one step by coincidence is not read as the kernel's bug."""
+    key = explanation.cause.key
+    there = [trial for other in explanations if other is not explanation and other.verdict != INHERITED
+             and (other.kernel, other.stage) == (explanation.kernel, explanation.stage)
+             for trial in other.trials if trial.key == key and trial.rejected is None]
+    missed = sum(not trial.reproduces for trial in there)
+    explanation.claims = [claim for claim in explanation.claims if claim.detail.get("unreproduced") is None]
+    if missed:
+        explanation.claims.append(Claim(
+            f"the same re-run leaves {missed} of {len(there)} other divergent step{'s' if len(there) != 1 else ''} "
+            "of this kernel and stage unlike the device: it accounts for this step, not for every divergence there",
+            RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": key}))
+
+
+def _settle(explanation: Explanation, explanations: Sequence[Explanation], structural: set[str]) -> None:
+    """One explanation's rivals decided by the other divergent steps of the same kernel and stage."""
+    keys = [trial.key for trial in explanation.rivals]
+    for other in explanations:
+        if other is explanation or (other.kernel, other.stage) != (explanation.kernel, explanation.stage):
+            continue
+        there = {trial.key: trial for trial in other.trials if trial.key in keys and trial.rejected is None}
+        if not any(trial.reproduces for trial in there.values()):
+            continue
+        for key, trial in there.items():
+            if not trial.reproduces and key not in explanation.refuted:
+                explanation.refuted[key] = {"case": other.case, "step": other.step, "predicted_differing": {},
+                                            "device_differing": other.baseline,
+                                            "unlike_device": {key: trial.mismatches}}
+                explanation.experiments.append(explanation.refuted[key])
+    left = [trial for trial in explanation.rivals if trial.key not in explanation.refuted]
+    if explanation.verdict == EXPLAINED:
+        explanation.rivals = left
+        if explanation.cause not in left:
+            explanation.cause = min(left, key=_simplest)
+    elif len(left) == 1 and left[0].key not in structural:
+        explanation.verdict, explanation.cause, explanation.rivals = EXPLAINED, left[0], left
 
 
 @dataclass(frozen=True)
@@ -187,6 +217,7 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
             explanation.trials = [inherited]
             return explanation
     explanation.baseline = mismatches(expected[stage], target)[0]
+    explanation.claims, explanation.values = value_classes(expected[stage], target)
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL and finding.evidence.get("structural", True)
@@ -202,7 +233,7 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
         explanation.diagnosis.insert(0, localized)
         if localized.decisive and localized.evidence["structural"]:
             # the values moved too far for a numeric ingredient; that sub-step ported another way still may
-            others = tuple(step for step in SUB_STEPS.get(stage, ()) if step != localized.evidence.get("sub_step"))
+            others = tuple(step for step in SUB_STEPS.get(stage, ()) if step not in localized.evidence["consistent"])
             reruns = sub_step_trials(stage, g, inputs, upstream, target, skip=others)
             explanation.trials = [trial for _, trial in reruns]
             _decide(explanation, [pair for pair in reruns if pair[1].reproduces], localized, witnesses, g.ratio)
@@ -231,6 +262,8 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
         if not explanation.diagnosis and explanation.baseline < MIN_SUPPORT:
             explanation.note += (f"; {explanation.baseline} differing element{'s' if explanation.baseline != 1 else ''}"
                                  f": fewer than the {MIN_SUPPORT} a pattern is claimed on")
+        elif not explanation.diagnosis:
+            explanation.note += f"; no pattern beats chance on its {explanation.baseline:,} differing elements"
     return explanation
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from csa_conform.compare.bitwise import default_axes
 from csa_conform.errors import ContractError
+from csa_conform.explain.claims import RERUN
 from csa_conform.explain.hypotheses import SUB_STEPS, Hypothesis, structural_hypotheses
 from csa_conform.explain.patterns import (
     LAYOUT,
@@ -64,7 +65,7 @@ def unwritten_state(stage: str, tensors: str, baseline: int, g, inputs, upstream
                 f"poison in place of {carry} reproduces the device bit for bit (records pooled from "
                 "uninitialised memory)")
     return Finding(NEVER_WRITTEN, stage, tensors, headline, baseline, baseline,
-                   {"pattern": f"0x{POISON:02X}", "source": carry, "trial": hypothesis.key})
+                   {"pattern": f"0x{POISON:02X}", "source": carry, "trial": hypothesis.key}, RERUN)
 
 
 def sub_step_trials(stage: str, g, inputs, upstream, target,
@@ -91,13 +92,13 @@ def sub_step_finding(stage: str, tensors: str, baseline: int, hypothesis: Hypoth
         kind, headline = SUB_STEP, (f"the first sub-step that differs is {hypothesis.sub_step} ({order}): "
                                     f"the device's bytes are the reference's with {hypothesis.name}, every "
                                     "other sub-step as the reference does it")
-    located = localized.evidence.get("sub_step") if localized is not None else None
-    if located is not None:
+    located = localized.evidence.get("consistent") if localized is not None else None
+    if located:
         evidence["localized"] = located
-        if located != hypothesis.sub_step and not hypothesis.bf16:
-            headline += (f"; the sub-step localization names {located} instead (it matches intermediates within "
-                         "rounding bounds, the re-run is bit for bit)")
-    return Finding(kind, stage, tensors, headline, baseline, baseline, evidence)
+        if hypothesis.sub_step not in located and not hypothesis.bf16:
+            headline += (f"; the intermediates fit only {', '.join(located)} within rounding bounds (a fit, the "
+                         "re-run is bit for bit)")
+    return Finding(kind, stage, tensors, headline, baseline, baseline, evidence, RERUN)
 
 
 def read_as(array: np.ndarray, first: int, second: int) -> np.ndarray:
@@ -181,7 +182,7 @@ def offset_finding(stage: str, tensors: str, baseline: int, trial: Trial, eviden
                 f"axis {evidence['axis']}: every index there reads index 0's data, and the stage re-run from that "
                 "reading reproduces the device bit for bit")
     return Finding(ROW_ALIASING, stage, tensors, headline, baseline, baseline,
-                   dict(evidence, trial=trial.key, support=trial.support, read=True))
+                   dict(evidence, trial=trial.key, support=trial.support, read=True), RERUN)
 
 
 def layout_finding(stage: str, tensors: str, baseline: int, trial: Trial, evidence: dict) -> Finding:
@@ -190,4 +191,4 @@ def layout_finding(stage: str, tensors: str, baseline: int, trial: Trial, eviden
     headline = (f"the kernel reads {evidence['input']} (shape {tuple(evidence['shape'])}) with axes {first} and "
                 f"{second} exchanged: the stage re-run from that reading reproduces the device bit for bit")
     return Finding(LAYOUT, stage, tensors, headline, baseline, baseline,
-                   dict(evidence, trial=trial.key, support=trial.support))
+                   dict(evidence, trial=trial.key, support=trial.support), RERUN)

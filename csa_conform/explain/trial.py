@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from csa_conform.explain.patterns.findings import confidence_of
+from csa_conform.explain.claims import confidence_of
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from csa_conform.explain.claims import RERUN, Claim
 from csa_conform.explain.patterns import STRUCTURAL, Finding
 from csa_conform.explain.trial import Trial
 
@@ -47,6 +48,9 @@ class Explanation:
     rivals: list[Trial] = field(default_factory=list)  # every reproducing hypothesis (explained: the cause's variants)
     experiments: list[dict] = field(default_factory=list)  # conformant cases the rivals were re-run on
     refuted: dict[str, dict] = field(default_factory=dict)  # hypothesis key -> the experiment that refuted it
+    # what else the headline states: observations (value classes) and, later, probe and ablation results
+    claims: list[Claim] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)  # value classes no one pair covers, as counts (detail lines)
 
     @property
     def confidence(self) -> str | None:
@@ -59,6 +63,23 @@ class Explanation:
         return finding.confidence if finding is not None else None
 
     def headline(self) -> str:
+        """The lead claim, then every other claim (observations of the values, probes, ablations)."""
+        lead = self._lead()
+        if self.verdict in (FAILED, INHERITED) or not self.claims:
+            return lead
+        return lead + "; " + "; ".join(claim.text for claim in self.claims)
+
+    def lead_claim(self) -> Claim | None:
+        """The headline's first claim with its source: a re-run's cause, a finding, or None (no claim made)."""
+        if self.verdict in (EXPLAINED, AMBIGUOUS) and (self.cause or self.rivals):
+            trial = self.cause or min(self.rivals, key=lambda rival: rival.support)
+            return Claim(self._lead().split(": ", 1)[1], RERUN, trial.support, {"trial": trial.key})
+        finding = self.diagnosis[0] if self.diagnosis else None
+        if self.verdict == UNEXPLAINED and finding is not None:
+            return Claim(finding.headline, finding.established_by, finding.support, {"kind": finding.kind})
+        return None
+
+    def _lead(self) -> str:
         where = f"{self.case} step {self.step} {self.stage}"
         if self.kernel:
             where += f" [{self.kernel}]"
@@ -135,6 +156,7 @@ class Explanation:
         lines.extend(f"  {line}" for line in self.summary)
         for finding in self.diagnosis[1:]:
             lines.append(f"  also {finding.kind}: {finding.headline}")
+        lines.extend(f"  values: {line}" for line in self.values)
         for key, reason in self.skipped.items():
             lines.append(f"  skipped {key}: {reason}")
         if self.search and self.search["capped"]:
@@ -153,7 +175,9 @@ class Explanation:
                 "experiments": self.experiments, "refuted": sorted(self.refuted),
                 "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
                 "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
-                "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
+                "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis],
+                "claims": [claim.to_dict() for claim in filter(None, [self.lead_claim(), *self.claims])],
+                "values": self.values}
 
 
 def _value(value) -> str:

@@ -1,6 +1,7 @@
 """A diagnosis you can trust (issue 28): thin patterns are not claimed, permutations are checked where they
 predict a change, layouts and aliased rows are named, rival hypotheses make a verdict ambiguous, a sub-step
-is named only on positive evidence, and an explanation that fails is a failed verdict (exit 70)."""
+is named only on positive evidence, and an explanation that fails is a failed verdict (the run's exit code stays
+the diff's)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from csa_conform.exitcodes import ExitCode
 from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, Explanation, Trial
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.patterns import Context, diagnose
-from csa_conform.explain.patterns.findings import MIN_SUPPORT, confidence_of
+from csa_conform.explain.claims import confidence_of
+from csa_conform.explain.patterns.findings import MIN_SUPPORT
 from csa_conform.explain.patterns.layout import written_as
 from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
@@ -87,9 +89,10 @@ def test_rival_ingredients_that_both_reproduce_make_the_verdict_ambiguous(monkey
     assert both.to_dict()["rivals"][0]["support"] >= 1
 
 
-def test_records_pooled_from_another_vector_name_the_pool_and_unmatched_ones_name_nothing():
-    """Pooled with other weights, a record is still RMS-normalized: positive evidence that RMSNorm and what
-    follows ran on another pooled vector. Scrambled bytes match nothing and name no sub-step."""
+def test_records_pooled_from_another_vector_fit_every_norm_keeping_sub_step_and_unmatched_ones_nothing():
+    """Pooled with other weights, a record is still RMS-normalized: consistent with another pooled vector, but
+    as much with anything before the quantization that keeps the norm (an element read from elsewhere in
+    RMSNorm, a rotation at another angle), so no sub-step is named. Scrambled bytes match nothing."""
     from csa_conform.explain.patterns.substeps import localize
 
     g, inputs, expected = first_step("boundaries.r4-prefill-8")
@@ -97,7 +100,8 @@ def test_records_pooled_from_another_vector_name_the_pool_and_unmatched_ones_nam
     gate = np.asarray(inputs["compressor_gate"], dtype=np.float32)
     device = run_stage(stage, g, dict(inputs, compressor_gate=gate * np.float32(0.5)), expected)
     found = localize(stage, g, inputs, expected[stage], device)
-    assert found is not None and found.evidence["sub_step"] == "pool" and found.evidence["rule"] == "normalized"
+    assert found is not None and found.evidence["rule"] == "normalized" and found.evidence["sub_step"] is None
+    assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
     scrambled = {key: np.array(value, copy=True) for key, value in expected[stage].items()}
     records = scrambled["present_compressed_kv"]
     records[:, -1] = np.random.default_rng(3).integers(0, 255, records[:, -1].shape, dtype=np.uint8)
@@ -107,7 +111,7 @@ def test_records_pooled_from_another_vector_name_the_pool_and_unmatched_ones_nam
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_an_explanation_that_crashes_is_a_failed_verdict_and_exit_70_with_every_other_verdict_kept(
+def test_an_explanation_that_crashes_is_a_failed_verdict_and_the_diffs_exit_1_with_every_other_verdict_kept(
         monkeypatch, tmp_path):
     sys.path.insert(0, str(ROOT / "tests" / "kernels_mutants"))
     from diagnosis_mutants import DIAGNOSED
@@ -126,9 +130,9 @@ def test_an_explanation_that_crashes_is_a_failed_verdict_and_exit_70_with_every_
     monkeypatch.setattr(entry, "diagnose_stage", crashing)
     result = CliRunner().invoke(explain_command, [str(CI_GOLDENS), "--case", "boundaries.r128-resumed-247-to-257",
                                                   "--kernels", str(kernels), "--json"])
-    assert result.exit_code == ExitCode.INTERNAL == 70, result.output
+    assert result.exit_code == ExitCode.DIVERGED == 1, result.output
     document = json.loads(result.stdout)
-    assert document["exit_code"] == 70 and document["explain"]["summary"]["failed"] >= 1
+    assert document["exit_code"] == 1 and document["explain"]["summary"]["failed"] >= 1
     verdicts = {(e["stage"], e["verdict"]) for e in document["explain"]["explanations"]}
     assert ("candidate_assembly", FAILED) in verdicts
     assert any(verdict != FAILED for _, verdict in verdicts), "the other verdicts are kept"
@@ -136,6 +140,32 @@ def test_an_explanation_that_crashes_is_a_failed_verdict_and_exit_70_with_every_
     assert failed["divergence"] and "explanation failed: internal error in csa-conform: IndexError: index 13" in \
         failed["headline"] and failed["headline"].endswith("please report it")
     assert "internal error in csa-conform" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_a_detector_that_crashes_in_diff_explain_under_git_bisect_leaves_the_diffs_exit_1(monkeypatch, tmp_path):
+    """The gate's diagnosis line and explain both run the detectors: one that raises costs the line and fails
+    that explanation, never the verdict (a bisect must not skip the commit that introduced the bug)."""
+    sys.path.insert(0, str(ROOT / "tests" / "kernels_mutants"))
+    from diagnosis_mutants import DIAGNOSED
+
+    import csa_conform.explain.patterns.shift as shift
+    from csa_conform.cli.diff import diff
+
+    bug = next(bug for bug in DIAGNOSED if bug.name == "window_starts_one_early")
+    kernels = bug.mutant.apply(ROOT / "kernels", tmp_path / "kernels")
+
+    def crashing(*args):
+        raise ValueError("cannot reshape array of size 0 into shape (1,0,newaxis)")
+
+    monkeypatch.setattr(shift, "index_shift", crashing)
+    result = CliRunner().invoke(diff, [str(CI_GOLDENS), "--case", "boundaries.r128-resumed-247-to-257", "--kernels",
+                                       str(kernels), "--explain", "--git-bisect", "--json"])
+    assert result.exit_code == ExitCode.DIVERGED, result.output
+    document = json.loads(result.stdout)
+    failed = [e for e in document["explain"]["explanations"] if e["verdict"] == FAILED]
+    assert failed and all("ValueError: cannot reshape" in e["headline"] for e in failed)
+    assert "warning: explaining" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_an_unexpected_exception_in_any_command_is_exit_70_naming_the_tool(monkeypatch):
@@ -294,3 +324,44 @@ def test_an_unexplained_divergence_a_structural_finding_names_is_counted_as_such
     assert named.headline().startswith("a step 0 compression_update: never-written: never written (structural")
     assert tally_line([located]).endswith("1 unexplained")
     assert "1 unexplained (1 of them named by a structural finding), 0 failed" in explain_summary(tally([named]))
+
+
+def test_strong_only_from_an_experiment_and_every_headline_sentence_a_claim_with_its_source():
+    """A fit of many elements is at most moderate, an observation is observed, an experiment of 8 is strong;
+    the headline is the lead claim followed by the others (probes and ablations append theirs the same way)."""
+    from csa_conform.explain.claims import ABLATION, FIT, OBSERVATION, PROBE, RERUN, TRANSFORM, Claim
+    from csa_conform.explain.patterns import Finding
+
+    assert [Claim("x", source, 10_000).confidence for source in (FIT, OBSERVATION)] == ["moderate", "observed"]
+    assert {Claim("x", source, 8).confidence for source in (TRANSFORM, RERUN, PROBE, ABLATION)} == {"strong"}
+    with pytest.raises(ValueError):
+        Claim("x", "inference")
+    fit = Finding("sub-step", "compression_update", "present_compressed_kv", "consistent with ...", 50, 50,
+                  {"support": 50})
+    assert fit.confidence == "moderate" and fit.to_dict()["source"] == "fit"
+    explanation = Explanation("case", 0, "compression_update", "unexplained", diagnosis=[fit],
+                              claims=[Claim("the probe RMSNorm output differs first", PROBE, 12, {"probe": "rms"})])
+    document = explanation.to_dict()
+    assert [claim["source"] for claim in document["claims"]] == ["fit", "probe"]
+    assert document["claims"][1]["confidence"] == "strong" and document["confidence"] == "moderate"
+    assert explanation.headline().endswith("; the probe RMSNorm output differs first")
+
+
+def test_a_cause_whose_re_run_leaves_other_steps_of_its_kernel_unlike_the_device_says_so():
+    """A reading that fits one step by coincidence (an input row read from index 0 where a wrong phase happened
+    to read row 0) keeps its verdict, but the headline says the same re-run misses the kernel's other steps."""
+    from csa_conform.explain import settle_across_steps
+
+    cause = Trial("offset:compressor_ape:0", "compressor_ape read without its offset along axis 0", 0, 100,
+                  reproduced=40)
+    missed = Trial("offset:compressor_ape:0", "compressor_ape read without its offset along axis 0", 7, 100)
+    explained = Explanation("case", 3, "compression_update", EXPLAINED, ["present_compressed_kv: 40 differ"],
+                            cause=cause, rivals=[cause], trials=[cause], kernel="k.cu:k")
+    others = [Explanation("case", step, "compression_update", "unexplained", trials=[missed], kernel="k.cu:k")
+              for step in (0, 1)]
+    settle_across_steps([explained, *others])
+    settle_across_steps([explained, *others])  # once per case and once over the run: said once
+    assert explained.verdict == EXPLAINED
+    assert explained.headline().count("the same re-run leaves 2 of 2 other divergent steps") == 1
+    assert explained.to_dict()["claims"][-1]["detail"] == {"unreproduced": 2, "tried": 2,
+                                                           "trial": "offset:compressor_ape:0"}

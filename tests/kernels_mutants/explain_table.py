@@ -98,9 +98,20 @@ def _judge(bug: Bug, explanation: dict) -> str:
                              else "")
     if label in bug.claims or first["kind"] in bug.claims:
         return "claim"
+    consistent = first["evidence"].get("consistent")
+    if label == "sub-step:none" and consistent is not None:  # a fit listing sub-steps, none named: true when the
+        return "claim" if _listed(named, consistent) else "false"
     if first["kind"] in STRUCTURAL_CLAIMS:
         return "false"
     return "unexplained"
+
+
+def _listed(named: dict, consistent: list[str]) -> bool:
+    """The bug's sub-step is among those a fit lists (a quantization bug's, where the expectation names none)."""
+    if "sub_step" in named:
+        return named["sub_step"] in consistent
+    return named.get("kind") in ("scale-exponent", "permutation", "rounding-convention") and any(
+        "quantization" in step or "round trip" in step for step in consistent)
 
 
 def _no_cause(explanation: dict) -> bool:

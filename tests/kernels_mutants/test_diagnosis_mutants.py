@@ -28,12 +28,14 @@ def _holds(finding, evidence: dict) -> None:
         assert found["shift"] == evidence["shift"] and found["matched"] >= 0.9 * found["considered"]
     if "value" in evidence:
         assert found["value"] == evidence["value"]
-    if evidence.get("axis") == "b":
-        assert any(predicate.startswith("batch rows b >= 1") for predicate in found["predicates"])
+    if evidence.get("axis") == "b":  # with B = 2 one batch index is a place, not a predicate
+        assert any(predicate.startswith("batch rows b >= 1") for predicate in found["predicates"]) or \
+            found["where"].get("b") == "1"
     if evidence.get("axis") == "d":
         assert any(predicate.startswith("the RoPE tail") for predicate in found["predicates"])
-    if "predicate" in evidence:
-        assert any("sink > row max" in predicate for predicate in found["predicates"])
+    if "predicate" in evidence:  # one such row is a place, not a predicate: then it is where the rows differ
+        assert any("sink > row max" in predicate for predicate in found["predicates"]) or (
+            found["predicates"] == [] and {"b", "s", "h"} & set(found["where"]))
     if "pattern" in evidence:
         assert found["pattern"] == evidence["pattern"]
     if "steps" in evidence:
@@ -66,21 +68,38 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path, ci_golden):
         if not explanation.diagnosis and explanation.baseline < MIN_SUPPORT:  # too few elements for any pattern
             assert explanation.verdict != EXPLAINED and "fewer than the 8 a pattern is claimed on" in explanation.note
             continue
+        if not explanation.diagnosis and explanation.baseline < 2 * MIN_SUPPORT:  # a few rows of two slots: a
+            # reversal fits them as often as chance does (issue 38); the values are still observed
+            assert explanation.verdict != EXPLAINED and "no pattern beats chance" in explanation.note
+            assert explanation.values or explanation.claims
+            continue
+        cause = bug.evidence.get("trial")
+        if not explanation.diagnosis and cause is not None and bug.kind == "constant-factor":
+            # one row scaled by one constant is no pattern (issue 38): the re-run alone names the cause
+            assert explanation.verdict == EXPLAINED and explanation.cause.key == cause, explanation.headline()
+            continue
         assert explanation.diagnosis, explanation.headline()
         finding = explanation.diagnosis[0]
-        cause = bug.evidence.get("trial")
         if cause is not None and bug.kind not in ("rounding-convention", "sub-step"):
             # the pattern says where the bug is; the re-run that reproduces the device bit for bit says why
             assert explanation.verdict == EXPLAINED and explanation.cause.key == cause, explanation.headline()
-            _holds(next(found for found in explanation.diagnosis if found.kind == bug.kind), bug.evidence)
+            found = next((found for found in explanation.diagnosis if found.kind == bug.kind), None)
+            if found is None:  # a constant over one row is what any changed normalizer does: not claimed, the
+                assert bug.kind == "constant-factor", explanation.headline()  # re-run above names the cause
+                continue
+            _holds(found, bug.evidence)
+            continue
+        if bug.kind == "permutation" and finding.kind == "restricted" and finding.differing < 2 * MIN_SUPPORT:
+            # a few rows of two slots reordered: a reversal fits them as often as chance does, so only where
+            # they sit is said (issue 38)
+            assert not finding.evidence["predicates"] and explanation.verdict != EXPLAINED, explanation.headline()
             continue
         assert finding.kind == bug.kind, explanation.headline()
-        if finding.evidence.get("method") == "intermediates":  # localized by matching every intermediate
-            assert all(finding.evidence[key] == value for key, value in bug.evidence.items()), finding.evidence
+        if finding.evidence.get("method") == "intermediates":  # a fit: every sub-step the bytes are consistent
+            assert finding.evidence["sub_step"] is None  # with is listed, the bug's among them, none named
+            assert bug.evidence["sub_step"] in finding.evidence["consistent"], finding.evidence
             assert finding.decisive and finding.headline in explanation.headline()
             assert explanation.verdict != EXPLAINED, "a porting bug must not get a numeric cause"
-            assert finding.evidence["matched"] == finding.evidence["sub_steps"][
-                :finding.evidence["sub_steps"].index(bug.evidence["sub_step"])]
             continue
         if finding.kind in ("rounding-convention", "sub-step"):
             assert explanation.verdict == EXPLAINED and explanation.cause.key == finding.evidence["trial"]
@@ -141,20 +160,22 @@ def test_records_pooled_from_a_carry_never_copied_are_never_written_without_nume
 
 
 @pytest.mark.usefixtures("emulated_cuda")
-def test_the_query_finalize_of_a_reversed_hadamard_is_localized_at_the_hadamard(tmp_path, ci_golden):
+def test_the_query_finalize_of_a_reversed_hadamard_is_named_by_its_re_run(tmp_path, ci_golden):
     """The index select launch runs the same butterfly on every query: its rows keep the RoPE output's
-    energy but are no inverse Hadamard of it, and the re-run with the butterfly's difference reversed
-    reproduces them."""
+    energy but are no inverse Hadamard of it (a fit that lists the Hadamard among others), and the re-run with
+    the butterfly's difference reversed reproduces them."""
     bug = next(bug for bug in DIAGNOSED if bug.name == "hadamard_difference_reversed")
     kernels = KernelDirectory(bug.mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
     explanations = explain_case(ci_golden, "boundaries.r4-prefill-8", kernels)
     query = next(e for e in explanations if e.stage == "index_query_finalize" and e.verdict != INHERITED)
     finding = query.diagnosis[0]
-    assert finding.kind == "sub-step" and finding.evidence["sub_step"] == "Hadamard"
-    if finding.evidence.get("method") == "intermediates":  # localized, a structural finding that ends it
-        assert finding.evidence["rule"] == "orthogonal" and finding.evidence["matched"] == ["bf16", "RoPE"]
-        assert finding.evidence["query_rows"] == sum(finding.evidence["verdicts"].values()) and finding.decisive
+    assert finding.kind == "sub-step"
+    if finding.evidence.get("method") == "intermediates":  # a fit, a structural finding that ends the search
+        assert finding.evidence["rule"] == "orthogonal" and "Hadamard" in finding.evidence["consistent"]
+        assert finding.evidence["sub_step"] is None and finding.decisive
+        assert finding.evidence["query_rows"] == sum(finding.evidence["verdicts"].values())
     else:  # the butterfly re-run with b - a reproduces the device bit for bit
+        assert finding.evidence["sub_step"] == "Hadamard"
         assert query.verdict == EXPLAINED
         assert query.cause.key == finding.evidence["trial"] == "hadamard:difference-reversed"
         assert finding.evidence.get("localized") in ("Hadamard", None)

@@ -45,7 +45,15 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
 
 def stage_findings(info, outcome, stage: str) -> list[Finding]:
     """The structural findings on a stage's first divergent step (without the oracle's trace): the
-    ``diagnose`` that csa_conform.check.conformance.check_case takes."""
+    ``diagnose`` that csa_conform.check.conformance.check_case takes. A detector that raises costs the gate
+    its diagnosis line, never its verdict: explain re-diagnoses the stage and reports the failure there."""
+    try:
+        return _stage_findings(info, outcome, stage)
+    except Exception:  # noqa: BLE001 - a bug of csa-conform's diagnosis must not become the gate's verdict
+        return []
+
+
+def _stage_findings(info, outcome, stage: str) -> list[Finding]:
     expected, actual = outcome.expected.get(stage, {}), outcome.actual.stages.get(stage, {})
     try:
         geometry = validate_step(info.attrs, outcome.inputs or {}, info.output_names)
@@ -53,4 +61,18 @@ def stage_findings(info, outcome, stage: str) -> list[Finding]:
         geometry = None
     axes = {tensor: default_axes(stage, tensor, np.shape(array), np.asarray(array).dtype)
             for tensor, array in expected.items()}
-    return diagnose(stage, expected, actual, axes, Context(stage, geometry, outcome.inputs or {}, outcome.expected))
+
+    def tracer() -> dict:  # the oracle's intermediates of the stage, re-run only when a detector asks
+        from csa_conform.explain.stages import run_stage
+        from csa_conform.numerics.variant import Numerics
+
+        trace: dict = {}
+        if geometry is not None:
+            try:
+                run_stage(stage, geometry, outcome.inputs or {}, outcome.expected, Numerics(trace=trace))
+            except (ContractError, KeyError):
+                return {}
+        return trace
+
+    return diagnose(stage, expected, actual, axes,
+                    Context(stage, geometry, outcome.inputs or {}, outcome.expected, tracer))

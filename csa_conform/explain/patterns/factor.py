@@ -2,7 +2,12 @@
 
 A folded or missing scale (1/sqrt(I) left out, 1/sqrt(a·b) for
 1/sqrt(a)/sqrt(b), a doubled normaliser) multiplies every affected value by
-the same constant, up to the roundings after it.
+the same constant, up to the roundings after it. One row scaled by a constant
+is no evidence of a scale (a softmax denominator or a norm that changed does
+that to its row), so the constant must hold across at least two rows; it is
+a fit within SPREAD, never more than moderate evidence: its simple form is
+stated, the cause (a folded or missing scale, a changed normalizer) is left to
+the re-runs that reproduce it.
 """
 
 from __future__ import annotations
@@ -54,9 +59,19 @@ def constant_factor(stage: str, tensor: str, expected, actual, differ, axes, con
     # a few elements are a constant only in a simple form
     if form is None and (abs(c - 1) <= NOISE or count < MIN_SUPPORT):
         return None
+    # one row scaled by one constant is what any change of a normalizer does (a softmax denominator, a norm):
+    # a constant is evidence of a scale only across rows
+    rows = _rows(use)
+    if rows < 2:
+        return None
     spread = float(np.max(np.abs(ratios / c - 1)))
-    named = f" ({form})" if form else ""
-    headline = (f"{tensor} is the reference's times a constant: device = reference × {c:.9g}{named} in {count:,} "
-                f"of {differing:,} differing elements (spread {spread:.1e}): a folded or missing scale")
+    named = f" (c = {form}, a simple form)" if form else ""
+    headline = (f"{tensor} is the reference's times a constant: device = reference × {c:.9g} in {count:,} "
+                f"of {differing:,} differing elements across {rows:,} rows (spread {spread:.1e}){named}")
     return Finding(CONSTANT_FACTOR, stage, tensor, headline, count, differing,
-                   {"factor": c, "form": form, "spread": spread, "elements": count})
+                   {"factor": c, "form": form, "spread": spread, "elements": count, "rows": rows})
+
+
+def _rows(use: np.ndarray) -> int:
+    """The rows (all axes but the last) that hold a used element."""
+    return int(np.count_nonzero(use.reshape(-1, use.shape[-1]).any(axis=-1))) if use.ndim > 1 else int(use.any())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import numpy as np
 
 from csa_conform.contract import StepGeometry
+from csa_conform.explain.claims import FIT, OBSERVATION, RERUN, TRANSFORM, confidence_of
 
 # The vocabulary, strongest first: the kinds before RESTRICTED say what the bug is; RESTRICTED says
 # where it is (and is what remains when nothing more specific fits).
@@ -29,17 +31,15 @@ STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, LAYOUT, ROW_ALIASING, PERMUTATION,
                         ROUNDING_CONVENTION})
 # A finding accounts for its tensor when it covers at least this share of the differing elements.
 DECISIVE = 0.9
-# A pattern (a permutation, an index shift, row aliasing, a constant factor of no simple form) is claimed
-# only on at least this many differing elements it matches: on fewer, a coincidence is too likely.
+# A pattern (a permutation, an index shift, row aliasing, a stale copy, a scale exponent, a constant factor of
+# no simple form) is claimed only on at least this many differing elements it matches: on fewer, a
+# coincidence is too likely, and what remains is an observation of where the differences sit.
 MIN_SUPPORT = 8
-# The confidence word of a claim from its support: independent elements (or changed arguments) matched.
-STRONG = 8  # at least this many: "strong"
-MODERATE = 2  # at least this many: "moderate"; fewer: "weak"
-
-
-def confidence_of(support: int) -> str:
-    """The documented word for a claim resting on ``support`` independent arguments or elements."""
-    return "strong" if support >= STRONG else "moderate" if support >= MODERATE else "weak"
+# What established each kind when a detector claims it (csa_conform.explain.claims): the reference's payload
+# under the kind's transform is the device's bit for bit, a fit within bounds, or a fact about the bytes.
+SOURCE = {NEVER_WRITTEN: TRANSFORM, STALE: TRANSFORM, LAYOUT: TRANSFORM, PERMUTATION: TRANSFORM,
+          INDEX_SHIFT: TRANSFORM, ROW_ALIASING: TRANSFORM, SCALE_EXPONENT: TRANSFORM, SUB_STEP: FIT,
+          ROUNDING_CONVENTION: RERUN, CONSTANT_FACTOR: FIT, RESTRICTED: OBSERVATION}
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,11 @@ class Finding:
     covered: int
     differing: int
     evidence: dict = field(default_factory=dict)
+    source: str = ""  # csa_conform.explain.claims: what established it; empty: the kind's usual SOURCE
+
+    @property
+    def established_by(self) -> str:
+        return self.source or SOURCE[self.kind]
 
     @property
     def decisive(self) -> bool:
@@ -65,12 +70,12 @@ class Finding:
 
     @property
     def confidence(self) -> str:
-        return confidence_of(self.support)
+        return confidence_of(self.support, self.established_by)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "stage": self.stage, "tensor": self.tensor, "headline": self.headline,
                 "covered": self.covered, "differing": self.differing, "support": self.support,
-                "confidence": self.confidence, "evidence": self.evidence}
+                "confidence": self.confidence, "source": self.established_by, "evidence": self.evidence}
 
 
 @dataclass
@@ -90,6 +95,56 @@ class Context:
         if self._trace is None:
             self._trace = self.tracer() if self.tracer is not None else {}
         return self._trace
+
+
+# A pattern beats chance when it fits at least MIN_SUPPORT elements, at least OVER_CHANCE times the
+# coincidences expected of its values, and so many that coincidences alone make that many with a probability
+# below CHANCE (a binomial tail at the mean coincidence rate).
+OVER_CHANCE = 2
+CHANCE = 1e-3
+CHANCE_CHUNK = 1 << 22  # elements compared at once when counting coincidences
+
+
+def chance(reference: np.ndarray, device: np.ndarray, mask: np.ndarray, axis: int = -1) -> float:
+    """The coincidences expected among the elements ``mask`` selects: for each, the share of the reference's
+    elements along ``axis`` (the same other coordinates) that hold the device's value there bit for bit. A
+    transform that moves values along that axis fits about this many elements by chance alone."""
+    if not mask.any():
+        return 0.0
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[reference.dtype.itemsize]
+    rows = np.moveaxis(np.ascontiguousarray(reference).view(width), axis, -1)
+    picked = np.moveaxis(mask, axis, -1)
+    values = np.moveaxis(np.ascontiguousarray(device).view(width), axis, -1)[picked]
+    lines = rows[picked.any(axis=-1)] if rows.ndim > 1 else rows[None]
+    index = np.cumsum(picked.any(axis=-1).reshape(-1)) - 1
+    owner = np.broadcast_to(index.reshape(picked.shape[:-1] + (1,)), picked.shape)[picked] if rows.ndim > 1 else \
+        np.zeros(values.size, dtype=np.int64)
+    step = max(1, CHANCE_CHUNK // max(1, rows.shape[-1]))
+    total = 0.0
+    for start in range(0, values.size, step):
+        chunk = slice(start, start + step)
+        total += float((lines[owner[chunk]] == values[chunk, None]).mean(axis=-1).sum())
+    return total
+
+
+def beats_chance(fits: int, expected: float, considered: int) -> bool:
+    """``fits`` of ``considered`` elements matching a pattern are more than the ``expected`` coincidences make."""
+    if fits < MIN_SUPPORT or fits < OVER_CHANCE * expected:
+        return False
+    rate = min(max(expected / max(considered, 1), 0.0), 1.0)
+    return _binomial_tail(considered, fits, rate) < CHANCE
+
+
+def _binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in logs (n is at most a tensor's element count)."""
+    if p <= 0.0:
+        return 0.0 if k > 0 else 1.0
+    if p >= 1.0:
+        return 1.0
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+             + (n - i) * math.log1p(-p) for i in range(k, min(n, k + 2000) + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def coordinates(flat: int, shape: tuple, axes: tuple[str, ...]) -> str:

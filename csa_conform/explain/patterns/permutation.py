@@ -10,14 +10,25 @@ identifying differing elements fit it, and in the rows that differ the
 device holds the pattern's value in most places where the pattern moves a
 value (PREDICTED), not only where the device happened to change: a reversed
 row that fits one changed slot but none of the 127 others it would move is
-a coincidence.
+a coincidence. And it must beat chance (findings.beats_chance): fit twice
+the coincidences expected of the values alone (for each differing element,
+the share of its reference row holding the device's value: FP4 bytes and
+small ids repeat often), and more than they make with probability 10^-3.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import MIN_SUPPORT, PERMUTATION, Context, Finding, coordinates
+from csa_conform.explain.patterns.findings import (
+    MIN_SUPPORT,
+    PERMUTATION,
+    Context,
+    Finding,
+    beats_chance,
+    chance,
+    coordinates,
+)
 from csa_conform.explain.patterns.shift import meaningful
 from csa_conform.numerics.bits import equal_bits
 
@@ -66,6 +77,10 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     rows = _rows(differ).any(axis=1)
     identifying = differ & meaningful(actual)
     considered = int(np.count_nonzero(identifying))
+    if considered < MIN_SUPPORT:
+        return None
+    # a reordering of the row fits about this many identifying elements by coincidence of their values alone
+    coincidences = chance(expected, actual, identifying)
     for pattern, what, moved in _candidates(expected):
         fits = equal_bits(moved, actual) & differ
         covered = int(np.count_nonzero(fits))
@@ -75,14 +90,15 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
         moves = ~equal_bits(moved, expected) & in_rows
         predicted = int(np.count_nonzero(equal_bits(moved, actual) & moves))
         if (covered >= 0.9 * differing and identified >= max(MIN_SUPPORT, considered // 2)
-                and predicted >= PREDICTED * int(np.count_nonzero(moves))):
+                and predicted >= PREDICTED * int(np.count_nonzero(moves)) and beats_chance(identified, coincidences, considered)):
             fitting_rows = int(np.count_nonzero(_rows(fits).any(axis=1)))
             first = int(np.flatnonzero(fits)[0])
             headline = (f"{tensor} is the reference's with {what}: {covered:,} of {differing:,} differing elements "
                         f"match, in {fitting_rows:,} rows; first at {coordinates(first, actual.shape, axes)}")
             return Finding(PERMUTATION, stage, tensor, headline, covered, differing,
                            {"pattern": pattern, "rows": fitting_rows, "first": coordinates(first, actual.shape, axes),
-                            "support": identified, "predicted": predicted, "moved": int(np.count_nonzero(moves))})
+                            "support": identified, "predicted": predicted, "moved": int(np.count_nonzero(moves)),
+                            "chance": round(coincidences, 2)})
     if expected.ndim == 0 or expected.shape[-1] < 2:
         return None
     expected_rows, actual_rows = _rows(expected)[rows], _rows(actual)[rows]
@@ -92,7 +108,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     if expected.dtype.kind == "f":
         same_values &= np.isfinite(expected_rows).all(axis=1)
     same_values &= meaningful(actual_rows).any(axis=1)
-    if same_values.all() and considered >= MIN_SUPPORT:
+    if same_values.all() and beats_chance(considered, coincidences, considered):
         count = int(rows.sum())
         headline = (f"{tensor} holds the reference's values in another order: each of the {count:,} differing rows "
                     "is a reordering of the reference row")

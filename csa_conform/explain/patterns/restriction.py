@@ -5,21 +5,25 @@ A batch-offset bug is wrong only at b >= 1; a causal-count bug only where a
 block completes at the query's position; a RoPE bug only in the rope tail
 of a record; a sink taken into the running max only in the rows whose sink
 logit is above every candidate's score. The detector lists, per axis, the
-indices that hold a difference when they are not all of them, names the ones
-that match a predicate of the step's geometry, and says when the device
-holds one value (-inf, 0, -1, NaN) in every differing element.
+indices that hold a difference when they are not all of them (an observation:
+"the 6 elements of Y that differ sit at b = 1, s = 7"), names the ones that
+match a predicate of the step's geometry when the predicate holds on at least
+two indices and at least MIN_SUPPORT elements differ (a few elements fit some
+predicate by coincidence), and says when the device holds one value (-inf, 0,
+-1, NaN) in every differing element.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import RESTRICTED, Context, Finding, spans
+from csa_conform.explain.patterns.findings import MIN_SUPPORT, RESTRICTED, Context, Finding, spans
 from csa_conform.numerics.bits import unsigned
 from csa_conform.numerics.records import FP8_RECORD_BYTES
 
 ROW_AXES = ("b", "s", "h", "i")
 LARGEST_POWER = 30
+MOST_RANGES = 6  # an axis's differing indices in more ranges than this are counted, not listed, in a headline
 
 
 def _hit(differ: np.ndarray, axis: int) -> np.ndarray:
@@ -80,7 +84,7 @@ def _last_causal_record(differ: np.ndarray, axes: tuple[str, ...], context: Cont
     at_last = np.zeros(differ.shape, bool)
     rows = np.flatnonzero((last >= 0) & (last < differ.shape[2]))
     at_last[:, rows, last[rows]] = True
-    if differ.any() and not (differ & ~at_last).any():
+    if differ.any(axis=-1).sum() >= 2 and not (differ & ~at_last).any():  # one row is a place, not a rule
         return [f"the row's last causal record (c = (position+1)/{g.ratio} - 1)"]
     return []
 
@@ -100,26 +104,33 @@ def _row_predicates(tensor: str, differ: np.ndarray, axes: tuple[str, ...], cont
     maximum = np.max(np.asarray(scores), axis=-1)
     above = (np.asarray(sink, np.float32)[None, None, :] > maximum) & np.isfinite(maximum)
     found = []
-    if rows.any() and np.array_equal(rows, above):
+    if rows.sum() >= 2 and np.array_equal(rows, above):  # one row is a place, not a rule
         found.append(f"the sink logit is above every candidate's score (the {int(above.sum()):,} rows where "
                      "sink > row max, and no other)")
     return found
 
 
 def restricted(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
+    """Where the differences sit: per axis the indices that hold one, as an observation; a named predicate
+    only when it holds on at least two indices of its axis (one index is a place, not a rule) and the tensor
+    has at least MIN_SUPPORT differing elements (on fewer any predicate fits by coincidence)."""
     differing = int(np.count_nonzero(differ))
     where: dict[str, str] = {}
     named: list[str] = []
     unnamed: list[str] = []
+    enough = differing >= MIN_SUPPORT
     for axis, name in enumerate(axes):
         hit = _hit(differ, axis)
-        predicates = _axis_predicates(name, hit, tensor, context)
+        predicates = _axis_predicates(name, hit, tensor, context) if enough and hit.sum() >= 2 else []
         if hit.size > 1 and not hit.all():
             where[name] = spans(np.flatnonzero(hit))
             if not predicates:
-                unnamed.append(f"{name} {where[name]}")
+                listed = where[name]
+                if listed.count(",") >= MOST_RANGES:  # a scatter: how many, not which
+                    listed = f"{int(hit.sum()):,} of {hit.size:,} indices"
+                unnamed.append(f"{name} = {listed}" if "indices" not in listed else f"{name}: {listed}")
         named += predicates
-    rows = _row_predicates(tensor, differ, axes, context)
+    rows = _row_predicates(tensor, differ, axes, context) if enough else []
     named += rows
     values = np.unique(unsigned(actual[differ]))
     value = None
@@ -128,9 +139,14 @@ def restricted(stage: str, tensor: str, expected, actual, differ, axes, context:
         value = ("nan" if np.isnan(value) else str(value)) if actual.dtype.kind == "f" else str(int(value))
     if not where and not named and value is None:
         return None
-    parts = named + ([] if rows else unnamed)
-    headline = f"{tensor} differs only where " + " and ".join(parts) if parts else f"{tensor} differs"
-    headline += f": {differing:,} element{'s' if differing != 1 else ''}"
+    count = f"{differing:,} element{'s' if differing != 1 else ''}"
+    if named:
+        parts = named + ([] if rows else unnamed)
+        headline = f"{tensor} differs only where " + " and ".join(parts) + f": {count}"
+    elif unnamed:
+        headline = f"the {count} of {tensor} that differ sit at {', '.join(unnamed)}"
+    else:
+        headline = f"{tensor} differs: {count}"
     if value is not None:
         headline += f", where the device holds {value} in every one"
     return Finding(RESTRICTED, stage, tensor, headline, differing, differing,

@@ -3,14 +3,15 @@
 Window starts, causal counts, record and byte offsets that are off by a few
 show as a shift along one axis: most differing elements equal the
 reference's neighbour d places before them on that axis. A shift is claimed
-only on at least MIN_SUPPORT identifying elements (not fillers) that fit it.
+only on at least MIN_SUPPORT identifying elements (not fillers) that fit it,
+beyond the coincidences its values alone would make (findings.beats_chance).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import INDEX_SHIFT, MIN_SUPPORT, Context, Finding
+from csa_conform.explain.patterns.findings import INDEX_SHIFT, MIN_SUPPORT, Context, Finding, beats_chance, chance
 from csa_conform.numerics.bits import equal_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
@@ -76,6 +77,9 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     if best[0] < max(0.75 * considered, MIN_SUPPORT):
         return None
     count, axis, d, fits = best
+    coincidences = chance(expected, actual, identifying, axis)
+    if not beats_chance(count, coincidences, considered):
+        return None
     name = axes[axis] if axis < len(axes) else f"a{axis}"
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
     sign = "-" if d > 0 else "+"
@@ -85,4 +89,4 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
                 f"{rows:,} row{'s' if rows != 1 else ''}")
     return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
                    {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows,
-                    "support": count})
+                    "support": count, "chance": round(coincidences, 2)})

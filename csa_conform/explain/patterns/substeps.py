@@ -1,5 +1,5 @@
-"""Sub-step localization: the first sub-step of a multi-step stage whose output the device's bytes cannot
-be matched to, from the reference's intermediates re-computed on the host.
+"""Sub-step consistency: which sub-steps of a multi-step stage the device's bytes are consistent with, from the
+reference's intermediates re-computed on the host. A fit within rounding bounds, never a sub-step named.
 
 A record is finalized as pool → bf16 → RMSNorm → RoPE → FP8 (attention) or
 → RoPE → Hadamard → FP4 (index keys); a query as bf16 → RoPE → Hadamard →
@@ -10,8 +10,7 @@ the device's output is still consistent with, latest first:
 
 - the quantizer's input: every block's codes are one of the two grid values
   bracketing the reference's input over a scale within one step of the
-  reference's (and the bf16 RoPE tail is the reference's, bit for bit), so
-  only the quantization differs;
+  reference's (and the bf16 RoPE tail is the reference's, bit for bit);
 - the Hadamard's input (FP4 rows): the inverse Hadamard of the device's
   values is the reference's RoPE output within the quantization error;
 - the RoPE's input: the dimensions RoPE leaves alone are the reference's
@@ -19,26 +18,26 @@ the device's output is still consistent with, latest first:
   tail keeps the reference's energy (a rotation at any angle, any pairing);
 - an orthogonal transform of the Hadamard's input (FP4 rows): the device's
   values keep the reference's RoPE output's energy, and no other differing
-  row's (so the energy identifies the row: a row read from elsewhere is no
-  evidence), but are no inverse Hadamard of it, so the Hadamard differs;
-- the RMSNorm's input (records): the device's values are the reference's
-  RoPE output times one constant per record, so only the normalization differs;
-- the pool (records): undone back to RMSNorm's output (inverse Hadamard, the
-  reference's rotation reversed, divided by the norm weight) the device's
-  values have RMS 1 within the quantization error but are not the reference's:
-  RMSNorm, RoPE and the quantizer ran on another pooled vector (a row whose
-  values also keep the Hadamard's energy is ambiguous and names nothing);
-- otherwise nothing: "no sub-step's output could be matched" (rule ``none``,
-  ``sub_step`` null). A sub-step is named only on positive evidence that its
-  output is what differs, never for want of a match.
+  row's, but are no inverse Hadamard of it;
+- a constant per record (records): the device's values are the reference's
+  RoPE output times one constant per record;
+- normalized (records): undone back to RMSNorm's output (inverse Hadamard,
+  the reference's rotation reversed, divided by the norm weight) the
+  device's values have RMS 1 within the quantization error but are not the
+  reference's (a row whose values also keep the Hadamard's energy is
+  ambiguous and matches nothing);
+- otherwise nothing: "no sub-step's output could be matched" (rule ``none``).
 
-The quantization error is bounded from the device's own codes (half the
-grid spacing around each code at its block's scale), the bf16 roundings by
-a relative 2^-6. A difference inside those bounds is indistinguishable
-from rounding and stays with the later sub-step. The rounding conventions
-and RoPE positions explain tries as re-runs (csa_conform.explain.hypotheses)
-name a sub-step exactly when they reproduce the device; this is the general
-fallback when none does.
+Each fit leaves several sub-steps possible (CONSISTENT): a difference at any
+earlier sub-step smaller than the later roundings, or a later one that keeps
+what the fit measures (a per-record constant is RMSNorm's or a block scale's,
+an orthogonal transform RoPE's or the Hadamard's), looks the same in the
+stage's payload. So the finding lists every sub-step the bytes are
+consistent with and names none (``sub_step`` null): only an experiment (a
+re-run that reproduces the device bit for bit, a probe of the device's
+intermediates) names one. The quantization error is bounded from the
+device's own codes (half the grid spacing around each code at its block's
+scale), the bf16 roundings by a relative 2^-6.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
+from csa_conform.explain.claims import FIT
 from csa_conform.explain.patterns.findings import SUB_STEP, Finding
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.bits import differing_bits
@@ -73,20 +73,17 @@ FAR_FROM_ONE = 1 / 16  # a per-record constant this far from 1 is no rounding di
 FP8 = (E4M3_TABLE, 448.0, 1.0e-4, FP8_BLOCK)
 FP4 = (E2M1_TABLE, 6.0, 6.0 * 2.0**-126, FP4_BLOCK)
 
-# why a row's first unmatched sub-step is the one named, per rule
+# what the bytes of the rows a rule covers show, per rule: facts within the stated bounds, no cause
 REASONS = {
-    "quantizer": "its codes bracket the reference's {previous} output (scale within one step): the {sub_step} "
-                 "differs, or an earlier difference smaller than one code",
-    "hadamard-inverse": "the inverse Hadamard of its values is the reference's {previous} output within the "
-                        "quantization error, but its codes do not bracket the reference's Hadamard output",
-    "rope": "the dimensions RoPE leaves alone are the reference's and the rotated tail keeps the reference's "
-            "energy, but the tail is not the reference's rotation",
-    "orthogonal": "its values keep the energy of the reference's {previous} output but are no inverse Hadamard of "
-                  "it: another orthogonal transform",
-    "scale": "its values are the reference's RoPE output times one constant per record: the normalization "
-             "differs",
-    "normalized": "undone back to RMSNorm's output its values have RMS 1 but are not the reference's "
-                  "normalization: RMSNorm and what follows ran on another pooled vector",
+    "quantizer": "every code is one of the two grid values around the reference's quantizer input (scale within "
+                 "one step)",
+    "hadamard-inverse": "the inverse Hadamard of the values is the reference's RoPE output within the quantization "
+                        "error, the codes do not bracket the reference's Hadamard output",
+    "rope": "the dimensions RoPE leaves alone are the reference's within the roundings and the rotated tail keeps "
+            "the reference's energy, but it is not the reference's rotation",
+    "orthogonal": "the values keep the energy of the reference's RoPE output but are no inverse Hadamard of it",
+    "scale": "the values are the reference's RoPE output times one constant per record, within the roundings",
+    "normalized": "undone back to RMSNorm's output the values have RMS 1 but are not the reference's",
     "none": "no later sub-step's input is the reference's, and no sub-step's output shows what differs",
 }
 
@@ -231,16 +228,24 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions
     return rule, c
 
 
-NAMED = {  # rule -> index of the sub-step it names, counted back from the stage's last sub-step (none: nothing)
-    "quantizer": -1, "hadamard-inverse": -2, "orthogonal": -2, "rope": "RoPE", "scale": "RMSNorm", "normalized": 0,
-    "none": None,
-}
-
-
-def _named(stage: str, rule: str) -> str | None:
+def consistent(stage: str, rule: str, factor: float = 1.0) -> tuple[str, ...]:
+    """The sub-steps whose difference the fit ``rule`` cannot tell apart, in the stage's order: a difference at
+    any of them (an earlier one smaller than the later roundings) gives bytes that fit so."""
     steps = SUB_STEPS[stage]
-    where = NAMED[rule]
-    return where if where is None or isinstance(where, str) else steps[where]
+    if rule == "none":
+        return ()
+    if rule == "rope":  # the head within the roundings, the tail's energy kept: anything up to RoPE (FP4: a
+        # butterfly that touched only the tail would look the same through the inverse Hadamard)
+        return steps[:steps.index("RoPE" if stage == "compression_update" else "Hadamard") + 1]
+    if rule == "orthogonal":  # the row's energy kept, its direction not: a rotation, the Hadamard, a reordering,
+        # or norm weights applied to the wrong elements (near-uniform weights keep the energy too)
+        return steps[steps.index("RMSNorm"):] if "RMSNorm" in steps else steps
+    if rule == "normalized":  # still RMS 1 within the quantization error: a few values moved anywhere keep it
+        return steps
+    if rule == "scale" and abs(factor - 1) > FAR_FROM_ONE:
+        # the tail scales with the head: the normalization, or (FP4) a scale after it
+        return ("RMSNorm",) + (() if stage == "compression_update" else steps[steps.index("Hadamard"):])
+    return steps  # within one rounding step of the quantizer's input: every sub-step
 
 
 def _record_chain(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray]):
@@ -269,7 +274,9 @@ def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Ma
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         return None
     differ = differing_bits(expected, actual)
-    new = differ[:, past:].reshape(differ.shape[0], differ.shape[1] - past, -1)
+    if expected.ndim != 3 or expected.shape[1] <= past or not expected.size:  # no record completed in this step
+        return None
+    new = differ[:, past:]
     rows = np.argwhere(new.any(axis=-1))
     if not rows.size:
         return None
@@ -319,7 +326,8 @@ def _queries(g: StepGeometry, inputs, reference: Mapping, device: Mapping):
 
 def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
              device: Mapping[str, np.ndarray]) -> Finding | None:
-    """The sub-step finding for a multi-step stage's differing records or query rows (None elsewhere)."""
+    """The sub-step consistency finding for a multi-step stage's differing records or query rows (None
+    elsewhere): the sub-steps its bytes are consistent with, none named."""
     if stage not in SUB_STEPS:
         return None
     try:
@@ -332,35 +340,41 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
         return None
     tensor, (rules, factors), counts, differing, where = found
     steps = SUB_STEPS[stage]
-    named = np.array([_named(stage, rule) for rule in rules], dtype=object)
-    tally = {step: int((named == step).sum()) for step in steps if (named == step).any()}
-    unmatched = int(sum(step is None for step in named))
-    best = max(tally, key=lambda step: (tally[step], -steps.index(step))) if tally else None
-    sub_step = best if best is not None and tally[best] >= unmatched else None
-    chosen = np.array([step == sub_step for step in named], dtype=bool)
-    rule = max({r for r, n in zip(rules, named) if n == sub_step}, key=lambda r: int(((rules == r) & chosen).sum()))
+    tally = {rule: int((rules == rule).sum()) for rule in REASONS if (rules == rule).any()}
+    matched = {rule: n for rule, n in tally.items() if rule != "none"}
+    rule = max(matched, key=lambda r: matched[r]) if matched and max(matched.values()) >= tally.get("none", 0) \
+        else "none"
+    chosen = rules == rule
+    factor = float(np.median(factors[chosen])) if rule == "scale" else 1.0
+    sets = {consistent(stage, r, float(np.median(factors[rules == r])) if r == "scale" else 1.0) for r in matched}
+    # every matched row's sub-steps: one bug behind every record leaves only the sub-steps they share
+    shared = [step for step in steps if all(step in found for found in sets)] if sets else []
+    possible = list(consistent(stage, rule, factor))
     unit = "query rows" if stage == "index_query_finalize" else "records"
     order = " → ".join(steps)
-    if sub_step is None:
-        matched: list[str] = []
+    reason = REASONS[rule].replace("per record", f"per record (× {factor:.4g})") if rule == "scale" else REASONS[rule]
+    if rule == "none":
         headline = (f"no sub-step's output could be matched ({order}): in {int(chosen.sum()):,} of {len(rules):,} "
-                    f"differing {unit} {REASONS[rule]}")
+                    f"differing {unit} {reason}")
     else:
-        position = steps.index(sub_step)
-        previous = steps[position - 1] if position else "input"
-        reason = REASONS[rule].format(previous=previous, sub_step=sub_step)
-        matched = list(steps[:position])
-        headline = (f"the first sub-step whose output the device's bytes cannot be matched to is {sub_step} "
-                    f"({order}): in {int(chosen.sum()):,} of {len(rules):,} differing {unit} {reason}")
-    evidence = {"sub_step": sub_step, "sub_steps": list(steps), "method": "intermediates", "rule": rule,
-                "matched": matched, unit.replace(" ", "_"): len(rules),
-                "verdicts": dict(tally, **({"none": unmatched} if unmatched else {})),
-                "first": list(where[int(np.argmax(chosen))]), "support": int(chosen.sum())}
+        listed = _listing(possible)
+        within = rule in ("quantizer", "hadamard-inverse", "rope") or (rule == "scale" and len(possible) == len(steps))
+        what = (f"differences within one rounding step of the {listed} output" if within else
+                f"a difference at {listed}")
+        headline = (f"in {int(chosen.sum()):,} of {len(rules):,} differing {unit} {reason}: consistent with {what} "
+                    f"({order}); not separable from this stage's payload, no sub-step observed")
+    evidence = {"sub_step": None, "sub_steps": list(steps), "consistent": possible, "shared": shared,
+                "method": "intermediates", "rule": rule, unit.replace(" ", "_"): len(rules),
+                "verdicts": tally, "first": list(where[int(np.argmax(chosen))]), "support": int(chosen.sum())}
     if rule == "scale":
-        evidence["factor"] = float(np.median(factors[chosen & (rules == "scale")]))
-        headline += f" (× {evidence['factor']:.4g})"
+        evidence["factor"] = factor
     # every differing attention record kept the reference's bf16 RoPE tail: nothing acting in RoPE differs
     evidence["rope_exact"] = stage == "compression_update" and bool((rules == "quantizer").all())
     # no libm, FMA or flush-to-zero variant makes another orthogonal transform or a constant factor far from 1
-    evidence["structural"] = rule == "orthogonal" or (rule == "scale" and abs(evidence["factor"] - 1) > FAR_FROM_ONE)
-    return Finding(SUB_STEP, stage, tensor, headline, int(counts[chosen].sum()), differing, evidence)
+    evidence["structural"] = rule == "orthogonal" or (rule == "scale" and abs(factor - 1) > FAR_FROM_ONE)
+    return Finding(SUB_STEP, stage, tensor, headline, int(counts[chosen].sum()), differing, evidence, FIT)
+
+
+def _listing(steps: list[str]) -> str:
+    """'RMSNorm', 'RMSNorm or RoPE', 'pool, bf16, RMSNorm or RoPE'."""
+    return steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + " or " + steps[-1]

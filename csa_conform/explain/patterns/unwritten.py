@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import NEVER_WRITTEN, STALE, Context, Finding, coordinates, spans
+from csa_conform.explain.patterns.findings import (
+    MIN_SUPPORT,
+    NEVER_WRITTEN,
+    STALE,
+    Context,
+    Finding,
+    coordinates,
+    spans,
+)
 from csa_conform.numerics.bits import equal_bits
 from csa_conform.spec import POISON, STATE_THREADING
 
@@ -69,26 +77,58 @@ def never_written(stage: str, tensor: str, expected, actual, differ, axes, conte
 
 
 def stale(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    """A present_* tensor whose differing elements equal its past_* input there (copied, not updated)."""
+    """A present_* tensor whose differing rows are, whole and bit for bit, its past_* input's (copied, not
+    updated): claimed only when the copy reproduces every element of those rows, rests on at least MIN_SUPPORT
+    elements, and the kept values are not ones the reference computes in that tensor too (a carry written from
+    the wrong slot holds past values by coincidence)."""
     past_name = STATE_THREADING.get(tensor)
     past = context.inputs.get(past_name) if past_name else None
     if past is None:
         return None
     past = np.asarray(past)
-    if past.dtype != actual.dtype or past.ndim != actual.ndim or past.shape[2:] != actual.shape[2:]:
+    if past.dtype != actual.dtype or past.ndim != actual.ndim or past.ndim < 2 or past.shape[2:] != actual.shape[2:] \
+            or past.shape[0] != actual.shape[0]:
         return None
     rows = min(past.shape[1], actual.shape[1])
     if rows == 0:
         return None
     window = differ[:, :rows]
-    kept = equal_bits(actual[:, :rows], past[:, :rows]) & window & ~equal_bits(expected[:, :rows], past[:, :rows])
+    same_as_past = equal_bits(actual[:, :rows], past[:, :rows])
+    kept = same_as_past & window & ~equal_bits(expected[:, :rows], past[:, :rows])
     count = int(np.count_nonzero(kept))
     differing = int(np.count_nonzero(differ))
-    if count < max(1, differing // 2):
+    if count < max(MIN_SUPPORT, differing // 2):
+        return None
+    # the copy reproduces its rows whole: every element of a (b, slot) row holding a kept value is past's
+    trailing = tuple(range(2, kept.ndim))
+    touched = kept.any(axis=trailing) if trailing else kept
+    whole = same_as_past.all(axis=trailing) if trailing else same_as_past
+    if not whole[touched].all():
+        return None
+    if _computed_elsewhere(expected, actual, kept) * 2 >= count:
         return None
     where = _where(np.pad(kept, [(0, 0), (0, actual.shape[1] - rows)] + [(0, 0)] * (actual.ndim - 2)), axes)
     places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
-    headline = (f"{tensor} is stale: {count:,} of {differing:,} differing elements still hold {past_name}'s values "
-                f"(copied through, never updated){', at ' + places if places else ''}")
+    headline = (f"{tensor} is stale: {count:,} of {differing:,} differing elements still hold {past_name}'s values, "
+                f"their rows whole and bit for bit (copied through, never updated){', at ' + places if places else ''}")
     return Finding(STALE, stage, tensor, headline, count, differing, {"source": past_name, "kept": count,
                                                                        "where": where})
+
+
+def _computed_elsewhere(expected: np.ndarray, actual: np.ndarray, kept: np.ndarray) -> int:
+    """Kept elements whose value the reference computes at another slot of the same batch row and trailing
+    place: a write from the wrong slot, as likely as no write at all."""
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[expected.dtype.itemsize]
+    columns = np.moveaxis(np.ascontiguousarray(expected).view(width), 1, -1)  # [b, ..., slot]
+    device = np.ascontiguousarray(actual[:, :kept.shape[1]]).view(width)
+    index = np.nonzero(kept)
+    values = device[index]
+    owner = (index[0],) + tuple(index[2:])
+    found = 0
+    for start in range(0, values.size, 4096):
+        chunk = slice(start, start + 4096)
+        lines = columns[tuple(axis[chunk] for axis in owner)]  # [n, slots]
+        same = lines == values[chunk, None]
+        same[np.arange(same.shape[0]), index[1][chunk]] = False
+        found += int(same.any(axis=-1).sum())
+    return found
