@@ -21,6 +21,7 @@ from csa_conform.device import launches
 from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import DEVICE, StepPlan
+from csa_conform.device.probes import ProbeLog, ProbeRecorder
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import ContractError, HostStageRejected
@@ -45,6 +46,7 @@ class DeviceStepResult(StepResult):
     present: dict[str, object] = field(default_factory=dict)
     launches: list[LaunchRecord] = field(default_factory=list)
     findings: list = field(default_factory=list)  # what a mode of diff found (.kind, .stages, .message)
+    probes: list[ProbeLog] = field(default_factory=list)  # a probed run's logs, one per launch
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,14 @@ class Launcher:
 
     ``backend`` is called on the first launch only, so an all-host step never touches CUDA.
     ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism).
+    ``probes``: a probed run's recorder, which gives every launch a log (csa_conform.device.probes).
     """
 
     backend: Callable[[], object]
     kernels: KernelDirectory
     provenance: RunProvenance
     repeat: int = 1
+    probes: ProbeRecorder | None = None
 
 
 class StepRun:
@@ -80,6 +84,7 @@ class StepRun:
         self.case = case
         self.step = step
         self.repeat = launcher.repeat
+        self.probes = launcher.probes
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
@@ -149,6 +154,10 @@ class StepRun:
                 backend, lambda arguments: backend.launch(source.entry, function, grid3, block3, arguments), args,
                 self.repeat, entry=source.entry, module=launch.module, stages=launch.stages,
                 parameters=source.parameters)
+        elif self.probes is not None:
+            log = self.probes.arm(backend, source, function)
+            backend.launch(source.entry, function, grid3, block3, args)
+            self.probes.collect(backend, source, function, log)
         else:
             backend.launch(source.entry, function, grid3, block3, args)
         self.record(LaunchRecord(NVRTC_PATH, launch.stages, launch.module, source.entry, source.sha256,
@@ -174,7 +183,7 @@ class StepRun:
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
         return DeviceStepResult(outputs=stages[WRITEBACK.name], stages=stages, present=present, launches=self.launches,
-                                findings=self.findings)
+                                findings=self.findings, probes=self.probes.logs if self.probes is not None else [])
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""

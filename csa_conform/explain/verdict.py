@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from csa_conform.explain.ablation import ablation_text
 from csa_conform.explain.patterns import STRUCTURAL, Finding
+from csa_conform.explain.probes import probe_text
 from csa_conform.explain.trial import Trial
 
 EXPLAINED = "explained"
@@ -47,6 +49,8 @@ class Explanation:
     rivals: list[Trial] = field(default_factory=list)  # every reproducing hypothesis (explained: the cause's variants)
     experiments: list[dict] = field(default_factory=list)  # conformant cases the rivals were re-run on
     refuted: dict[str, dict] = field(default_factory=dict)  # hypothesis key -> the experiment that refuted it
+    probe: dict | None = None  # the sub-step probes of a case's first divergent step (csa_conform.explain.probes)
+    ablations: list[dict] = field(default_factory=list)  # its input ablations (csa_conform.explain.ablation)
 
     @property
     def confidence(self) -> str | None:
@@ -133,6 +137,9 @@ class Explanation:
     def lines(self) -> list[str]:
         lines = [self.headline()]
         lines.extend(f"  {line}" for line in self.summary)
+        if self.probe is not None:
+            lines.append(f"  {probe_text(self.probe)}")
+        lines.extend(f"  {line}" for line in ablation_text(self.ablations))
         for finding in self.diagnosis[1:]:
             lines.append(f"  also {finding.kind}: {finding.headline}")
         for key, reason in self.skipped.items():
@@ -153,7 +160,8 @@ class Explanation:
                 "experiments": self.experiments, "refuted": sorted(self.refuted),
                 "trials": [trial.to_dict() for trial in self.trials], "skipped": self.skipped,
                 "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
-                "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis]}
+                "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis],
+                "probe": self.probe, "ablations": self.ablations}
 
 
 def _value(value) -> str:

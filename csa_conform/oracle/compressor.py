@@ -97,6 +97,7 @@ def pool_and_finalize(candidates, block_starts, finalize: Callable, prefix: str,
     """Pool every record, then finalize; raise the reference's first failure in (batch, record) order."""
     values, scores = candidates[:, :, :, 0], candidates[:, :, :, 1]
     pooled, no_finite, invalid = softmax_pool(values, scores, numerics)
+    numerics.probe("pooled", pooled)
     if not (no_finite | invalid).any():
         try:
             return finalize(pooled, block_starts[None, :])
