@@ -21,7 +21,7 @@ from csa_conform.check.conformance import StepOutcome, compare_step
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.golden.carries import omitted_carries
-from csa_conform.golden.edits import BIAS, Stream, heads, index_heads, restarted, rows
+from csa_conform.golden.edits import BIAS, Stream, fitted, heads, index_heads, restarted, rows
 from csa_conform.oracle import run_step
 from csa_conform.spec import STAGE_NAMES, launches_for_ratio
 
@@ -67,7 +67,7 @@ def _scale_one(stream: Stream, _: Mapping[str, int]) -> Stream | str:
 def _from_zero(stream: Stream, _: Mapping[str, int]) -> Stream | str:
     if stream.start == 0:
         return "the step starts at position 0 already"
-    return restarted(stream, 0, stream.tokens)
+    return fitted(restarted(stream, 0, stream.tokens))
 
 
 def _one_row(stream: Stream, where: Mapping[str, int]) -> Stream | str:
@@ -101,9 +101,9 @@ ABLATIONS = (
              _set("index_compressor_norm", 1.0, "1")),
     Ablation("index_weight=1", "index_weight = 1", ("index_scoring", "selection"), _set("index_weight", 1.0, "1")),
     Ablation("position-0", "the same tokens as a fresh prefill from position 0", STAGE_NAMES, _from_zero),
-    Ablation("one-row", "only the batch row of the first differing element", STAGE_NAMES, _one_row),
-    Ablation("one-head", "only the head of the first differing element", ATTENTION, _one_head),
-    Ablation("one-index-head", "only the index head of the first differing element",
+    Ablation("one-row", "only batch row b={b} (the first differing element's)", STAGE_NAMES, _one_row),
+    Ablation("one-head", "only head h={h} (the first differing element's)", ATTENTION, _one_head),
+    Ablation("one-index-head", "only index head i={i} (the first differing element's)",
              ("index_query_finalize", "index_scoring", "selection"), _one_index_head),
 )
 
@@ -133,7 +133,7 @@ def ablate(attrs: Mapping, output_names: Sequence[str], inputs: Mapping[str, np.
         if stage not in ablation.stages:
             continue
         edited = ablation.edit(stream, where)
-        result = {"key": ablation.key, "change": ablation.change}
+        result = {"key": ablation.key, "change": ablation.change.format(**{"b": 0, "h": 0, "i": 0, **where})}
         if isinstance(edited, str):
             results.append({**result, "outcome": NOT_RUN, "reason": edited})
             continue

@@ -263,12 +263,12 @@ def _read_layouts(explanation: Explanation, g, inputs, upstream, target, witness
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
-                 stages: Sequence[str] = STAGE_NAMES, ulp: int = 0) -> list[Explanation]:
+                 stages: Sequence[str] = STAGE_NAMES, ulp: int = 0, experiments: bool = True) -> list[Explanation]:
     """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
     chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp,
                          diagnose=stage_findings)
     return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
-                          stages, ulp)
+                          stages, ulp, experiments=experiments)
 
 
 def failure_note(error: BaseException) -> str:

@@ -167,7 +167,8 @@ def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed:
     """The probe observation of each of ``stages`` that has probes: one probed, isolated re-run of the step
     that keeps only their launches on the device (``runner.sibling``); ``unprobed`` is the isolated run's
     stage payloads, which the probed run's must equal bit for bit."""
-    stages = [stage for stage in stages if stage in PROBED]
+    launched = {stage for launch in launches_for_ratio(g.ratio) for stage in launch.stages}
+    stages = [stage for stage in stages if stage in PROBED and stage in launched]
     if not stages:
         return {}
     keep = probed_launches(g.ratio, stages)
