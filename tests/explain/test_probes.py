@@ -4,6 +4,7 @@ where it was planted (RMSNorm, the FP8 encoder), every probe before it equal."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -128,3 +129,21 @@ def test_the_log_is_parsed_in_each_threads_order_and_placed_on_the_units():
     assert "3 calls for 4 units" in placed(parsed.entries[:3], compressor_units(2), (2, 2), np.float32)
     log[0] += 3  # a torn entry at the end is not read
     assert len(parse("m", log).entries) == 4
+
+
+def test_the_abi_lists_every_probe_the_builtin_kernels_write_and_explain_compares():
+    text = (ROOT / "specs" / "kernel-abi.md").read_text().split("| probe | sub-step |", 1)[1].split("\n\n", 1)[0]
+    documented = {}
+    for row in text.splitlines()[2:]:
+        names, _, _, stages = (cell.strip() for cell in row.strip("|").split("|"))
+        for name in re.findall(r"`(\w+)`", names):
+            documented[name] = set(stages.split(", "))
+    compared = {}
+    for stage, names in PROBED.items():
+        for name in names:
+            compared.setdefault(name, set()).add(stage)
+    assert documented == compared
+    written = set()
+    for path in (ROOT / "kernels").iterdir():
+        written |= set(re.findall(r'CSA_PROBE\("(\w+)"', path.read_text()))
+    assert written == set(compared)
