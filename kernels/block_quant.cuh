@@ -650,6 +650,8 @@ __device__ void csa_compress_row(const float* kv, const float* gate, const float
         }
         if ((position + 1) % ratio != 0) continue;
 
+        for (int c = 0; c < slots; ++c)  // each candidate slot's gate + APE scores, as the pool reads them
+            CSA_PROBE("pool_scores", state + c * slot_stride + width + (overlap && c >= ratio ? dim : 0), dim);
         float pooled[512];
         for (int i = 0; i < dim; ++i) {
             float scores[128];

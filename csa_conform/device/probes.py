@@ -21,9 +21,9 @@ LOG_HEADER = 4  # words used, words of room, entries dropped, layout version
 ENTRY_HEADER = 11  # words, name (6 words), block, thread, count, element bytes
 NAME_BYTES = 24
 LAYOUT_VERSION = 0  # the log as the runner hands it out; the kernel never writes word 3
-# Words of room per element a step's launches could probe: every sub-step of a record or query head copies
-# its vector once or twice, and an entry's header is small beside a 64-element block.
-ROOM_PER_ELEMENT = 8
+# Words of room per element a step's launches could probe (the runner counts each record's and query head's
+# probed vectors): an entry's header is small beside its vector, or beside a 64-element block.
+ROOM_PER_ELEMENT = 2
 MIN_ROOM = 1 << 16
 
 

@@ -135,7 +135,9 @@ class DeviceRunner:
 
 
 def _probed_elements(g) -> int:
-    """About how many elements a step's probes copy: each record's compressor sub-steps and each index query
-    head's (every probe of the built-in prelude copies one of these vectors or its blocks)."""
+    """About how many elements a step's probes copy: each record's candidate scores and compressor sub-steps,
+    and each index query head's (every probe of the built-in prelude copies one of these vectors or its
+    blocks)."""
     records = g.batch * (g.emitted + 1)
-    return records * (g.dim + g.index_dim) * 8 + g.batch * g.sequence * g.index_heads * g.index_dim * 6
+    return (records * (g.carry_slots + 8) * (g.dim + g.index_dim)
+            + g.batch * g.sequence * g.index_heads * g.index_dim * 6)

@@ -125,6 +125,9 @@ def _device_stages(ratio: int, stages: Sequence[str]) -> frozenset[str]:
 def ablate(attrs: Mapping, output_names: Sequence[str], inputs: Mapping[str, np.ndarray], stage: str, diffs,
            runner: DeviceRunner, ulp: int = 0) -> list[dict]:
     """Each ablation that can move ``stage``: what it changed, and whether the stage still diverges there."""
+    ratio = int(attrs["compression_ratio"])
+    if not any(stage in launch.stages for launch in launches_for_ratio(ratio)):
+        return []  # no kernel computes it (writeback): with every stage on the host nothing could diverge
     stream = Stream(dict(attrs), tuple(output_names), ({**inputs, **omitted_carries(attrs, inputs)},),
                     (frozenset(),))
     where = _where(diffs)

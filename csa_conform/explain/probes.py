@@ -26,13 +26,14 @@ from csa_conform.spec import STAGE_NAMES, launches_for_ratio
 
 # The probes of each stage in pipeline order: the names the prelude's CSA_PROBE calls and the oracle use.
 PROBED = {
-    "compression_update": ("pooled", "bf16", "rmsnorm", "rope", "fp8_scale", "fp8_codes"),
-    "index_key_update": ("pooled", "bf16", "rmsnorm", "rope", "hadamard", "fp4_scale", "fp4_codes"),
+    "compression_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale", "fp8_codes"),
+    "index_key_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "hadamard", "fp4_scale", "fp4_codes"),
     "index_query_finalize": ("bf16", "rope", "hadamard", "fp4_scale", "fp4_codes"),
 }
-SUB_STEP = {"pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE", "hadamard": "Hadamard",
+SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE", "hadamard": "Hadamard",
             "fp8_scale": "FP8 block scale", "fp8_codes": "FP8 codes", "fp4_scale": "FP4 block scale",
             "fp4_codes": "FP4 codes"}
+CALLS = {"pool_scores": "slot"}  # what a unit's several calls of a probe are (else its quantization blocks)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 
 
@@ -80,7 +81,7 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
     if differ.any():
         flat = int(np.argmax(differ.reshape(-1)))
         index = np.unravel_index(flat, device.shape)
-        names = axes + (("block",) if per > 1 else ()) + ("d",)
+        names = axes + ((CALLS.get(name, "block"),) if per > 1 else ()) + ("d",)
         kept = index[: len(axes)] + ((index[-2],) if per > 1 else ()) + (index[-1],)
         result["first"] = {"coords": dict(zip(names, (int(i) for i in kept))),
                            "reference": _value(reference, flat), "device": _value(device, flat)}

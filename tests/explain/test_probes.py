@@ -80,7 +80,8 @@ def test_a_bug_planted_in_rmsnorm_is_observed_at_rmsnorm(tmp_path):
     statuses = {probe["name"]: probe["status"] for probe in observation["probes"]}
     assert observation["first_divergent"] == "RMSNorm" and observation["exact"] and observation["trusted"]
     assert statuses["pooled"] == statuses["bf16"] == "equal" and statuses["rmsnorm"] == "differs"
-    assert "the first divergent sub-step is RMSNorm — pool, bf16 equal; RMSNorm:" in probe_text(observation)
+    assert "the first divergent sub-step is RMSNorm — gate + APE scores, pool, bf16 equal; RMSNorm:" in probe_text(
+        observation)
 
 
 def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
@@ -89,7 +90,8 @@ def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
     observation = _observed(kernels, "boundaries.r4-prefill-8", 0)["compression_update"]
     statuses = {probe["name"]: probe["status"] for probe in observation["probes"]}
     assert observation["first_divergent"] == "FP8 codes" and observation["exact"]
-    assert [statuses[name] for name in ("pooled", "bf16", "rmsnorm", "rope", "fp8_scale")] == ["equal"] * 5
+    assert [statuses[name] for name in ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale")] == [
+        "equal"] * 6
     first = next(probe for probe in observation["probes"] if probe["name"] == "fp8_codes")["first"]
     assert first["device"]["value"] == first["reference"]["value"] - 1  # truncated: one code toward zero
 
