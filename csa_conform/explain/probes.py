@@ -145,8 +145,11 @@ def probe_text(observation: dict) -> str:
         return f"probes not trusted: the probe log had no room for {observation['dropped']:,} entries"
     seen = [probe for probe in observation["probes"] if probe["status"] != UNOBSERVED]
     if not seen:
-        return "probes: the kernel reached no probe of this stage (" + "; ".join(
-            f"{probe['sub_step']}: {probe['reason']}" for probe in observation["probes"]) + ")"
+        reasons: dict[str, list[str]] = {}
+        for probe in observation["probes"]:
+            reasons.setdefault(probe["reason"], []).append(probe["sub_step"])
+        return "probes: none observed (" + "; ".join(
+            f"{', '.join(steps)}: {reason}" for reason, steps in reasons.items()) + ")"
     first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
     equal = [probe["sub_step"] for probe in observation["probes"][: observation["probes"].index(first)]
              if probe["status"] == EQUAL] if first is not None else [probe["sub_step"] for probe in seen]

@@ -149,3 +149,20 @@ def test_the_abi_lists_every_probe_the_builtin_kernels_write_and_explain_compare
     for path in (ROOT / "kernels").iterdir():
         written |= set(re.findall(r'CSA_PROBE\("(\w+)"', path.read_text()))
     assert written == set(compared)
+
+
+def test_a_log_without_room_drops_entries_and_its_probes_are_not_trusted(monkeypatch):
+    import csa_conform.device.runner as runner
+
+    monkeypatch.setattr(runner, "room_for", lambda elements: 600)  # a few entries of the first record
+    observation = _observed(KernelDirectory(), "boundaries.r4-prefill-8", 0)["compression_update"]
+    assert observation["dropped"] > 0 and not observation["trusted"]
+    assert probe_text(observation) == (f"probes not trusted: the probe log had no room for {observation['dropped']:,} "
+                                       "entries")
+
+
+def test_probes_that_saw_nothing_say_why_once_per_reason():
+    unwritten = {"status": "unobserved", "reason": "the kernel wrote no such probe"}
+    observation = {"moved": [], "dropped": 0, "probes": [{"name": "pooled", "sub_step": "pool", **unwritten},
+                                                         {"name": "bf16", "sub_step": "bf16", **unwritten}]}
+    assert probe_text(observation) == "probes: none observed (pool, bf16: the kernel wrote no such probe)"
