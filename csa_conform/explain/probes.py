@@ -155,7 +155,7 @@ def probe_text(observation: dict) -> str:
              if probe["status"] == EQUAL] if first is not None else [probe["sub_step"] for probe in seen]
     if first is None:
         return (f"probes: every probed sub-step is the reference's bit for bit ({', '.join(equal)}): the divergence "
-                "comes after the last probe")
+                "is in what no probe covers (a record's packing or write, the carry, the past records' copy)")
     where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
     ref, dev = first["first"]["reference"], first["first"]["device"]
     exact = "" if observation["exact"] else (
