@@ -52,9 +52,14 @@ __device__ void csa_probe_write(const char* name, const void* data, unsigned int
 {
     unsigned int* log = csa_probe_log;
     if (log == 0) return;
-    const unsigned int words = CSA_PROBE_ENTRY_HEADER + (count * size + 3u) / 4u;
+    const unsigned long long bytes = (unsigned long long)count * size;
+    if (bytes > 4ull * log[1]) {  // larger than the whole log (a garbage count): dropped, the cursor untouched
+        atomicAdd(&log[2], 1u);
+        return;
+    }
+    const unsigned int words = CSA_PROBE_ENTRY_HEADER + (unsigned int)((bytes + 3u) / 4u);
     const unsigned int at = atomicAdd(&log[0], words);
-    if (at + words > log[1]) {
+    if ((unsigned long long)at + words > log[1]) {
         atomicAdd(&log[2], 1u);
         return;
     }
@@ -70,7 +75,7 @@ __device__ void csa_probe_write(const char* name, const void* data, unsigned int
     entry[10] = size;
     const unsigned char* from = (const unsigned char*)data;
     unsigned char* to = (unsigned char*)(entry + CSA_PROBE_ENTRY_HEADER);
-    for (unsigned int b = 0; b < count * size; ++b) to[b] = from[b];
+    for (unsigned long long b = 0; b < bytes; ++b) to[b] = from[b];
 }
 #define CSA_PROBE(name, pointer, count) \
     csa_probe_write(name, pointer, (unsigned int)(count), (unsigned int)sizeof(*(pointer)))
