@@ -15,7 +15,7 @@ from csa_conform.contract import validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.probes import ENTRY_HEADER, LOG_HEADER, compressor_units, empty_log, parse, placed
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.explain.probes import PROBED, probe_step, probe_text
+from csa_conform.explain.probes import PROBED, probe_step, probe_text, probed_launches
 from csa_conform.golden import GoldenFile
 from csa_conform.spec import STAGE_NAMES, Mode
 
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "goldens" / "ci.h5"
 # ratio 4 from position 0 (main and index records, index queries), ratio 128 resumed over two batch rows with
 # an f32 cache, ratio 4 resumed with two records a row
+COMPRESSION = ("compression_update",)
 CASES = (("boundaries.r4-prefill-8", 0), ("edges.r128-f32-ties-b2n3", 0), ("boundaries.r4-chunks-3-3-6-2", 2))
 
 
@@ -44,13 +45,15 @@ def _step(golden: GoldenFile, case: str, index: int):
     return info, step, validate_step(info.attrs, step.inputs, info.output_names)
 
 
-def _observed(kernels: KernelDirectory, case: str, index: int) -> dict:
+def _observed(kernels: KernelDirectory, case: str, index: int, stages=tuple(PROBED)) -> dict:
+    """The probe observations of ``stages`` (only their launches on the device, as explain runs them)."""
     with GoldenFile(CI) as golden:
         info, step, g = _step(golden, case, index)
-        unprobed = DeviceRunner(kernels, mode=Mode.ISOLATED).run_step(
+        host = frozenset(STAGE_NAMES) - probed_launches(g.ratio, stages)
+        unprobed = DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=host).run_step(
             info.attrs, step.inputs, info.output_names, reference=step.stages)
         return probe_step(DeviceRunner(kernels, mode=Mode.ISOLATED), info.attrs, info.output_names, step.inputs,
-                          step.stages, unprobed.stages, g, list(PROBED))
+                          step.stages, unprobed.stages, g, list(stages))
 
 
 @pytest.mark.parametrize(("case", "index"), CASES)
@@ -76,7 +79,7 @@ def test_a_probed_build_computes_the_unprobed_bytes_and_the_oracles_intermediate
 
 def test_a_bug_planted_in_rmsnorm_is_observed_at_rmsnorm(tmp_path):
     kernels = _plant(tmp_path, "squares / (float)dim + 1.0e-6f", "squares / (float)(dim - 1) + 1.0e-6f")
-    observation = _observed(kernels, "boundaries.r4-prefill-8", 0)["compression_update"]
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
     statuses = {probe["name"]: probe["status"] for probe in observation["probes"]}
     assert observation["first_divergent"] == "RMSNorm" and observation["exact"] and observation["trusted"]
     assert statuses["pooled"] == statuses["bf16"] == "equal" and statuses["rmsnorm"] == "differs"
@@ -87,7 +90,7 @@ def test_a_bug_planted_in_rmsnorm_is_observed_at_rmsnorm(tmp_path):
 def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
     kernels = _plant(tmp_path, "code = ((mbits + 0x7ffffu + ((mbits >> 20) & 1u)) >> 20) - (120u << 3);",
                      "code = (mbits >> 20) - (120u << 3);")
-    observation = _observed(kernels, "boundaries.r4-prefill-8", 0)["compression_update"]
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
     statuses = {probe["name"]: probe["status"] for probe in observation["probes"]}
     assert observation["first_divergent"] == "FP8 codes" and observation["exact"]
     assert [statuses[name] for name in ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale")] == [
@@ -99,7 +102,7 @@ def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
 def test_a_probe_that_moves_the_kernels_bytes_is_reported_not_trusted(tmp_path):
     kernels = _plant(tmp_path, '    CSA_PROBE("rmsnorm", record, dim);\n',
                      '    CSA_PROBE("rmsnorm", record, dim);\n#ifdef CSA_PROBES\n    record[0] = 0.0f;\n#endif\n')
-    observation = _observed(kernels, "boundaries.r4-prefill-8", 0)["compression_update"]
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
     assert not observation["trusted"] and "compression_update/present_compressed_kv" in observation["moved"]
     assert probe_text(observation).startswith("probes not trusted: the probed build changed the kernel's own bytes")
 
@@ -155,7 +158,7 @@ def test_a_log_without_room_drops_entries_and_its_probes_are_not_trusted(monkeyp
     import csa_conform.device.runner as runner
 
     monkeypatch.setattr(runner, "room_for", lambda elements: 600)  # a few entries of the first record
-    observation = _observed(KernelDirectory(), "boundaries.r4-prefill-8", 0)["compression_update"]
+    observation = _observed(KernelDirectory(), "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
     assert observation["dropped"] > 0 and not observation["trusted"]
     assert probe_text(observation) == (f"probes not trusted: the probe log had no room for {observation['dropped']:,} "
                                        "entries")
