@@ -127,6 +127,12 @@ def query_units(sequence: int, heads: int, threads: int) -> Units:
                                   for head in range(thread, heads, threads)]
 
 
+def attention_units(sequence: int, heads: int) -> Units:
+    """An attention launch: block (b·S + s)·N + h's thread 0 computes that row's softmax."""
+    return lambda block, thread: [(block // (sequence * heads), block // heads % sequence, block % heads)] \
+        if thread == 0 else []
+
+
 def placed(entries: Sequence[ProbeEntry], units: Units, unit_shape: tuple[int, ...], dtype) -> np.ndarray | str:
     """A name's entries on the units' axes: [*unit_shape, calls per unit, elements], or why they cannot be
     (entries the units do not account for, calls that copy different counts or element sizes)."""

@@ -136,8 +136,8 @@ class DeviceRunner:
 
 def _probed_elements(g) -> int:
     """About how many elements a step's probes copy: each record's candidate scores and compressor sub-steps,
-    and each index query head's (every probe of the built-in prelude copies one of these vectors or its
-    blocks)."""
+    each index query head's, and each attention row's softmax (entry headers counted there: one element
+    each)."""
     records = g.batch * (g.emitted + 1)
     return (records * (g.carry_slots + 8) * (g.dim + g.index_dim)
-            + g.batch * g.sequence * g.index_heads * g.index_dim * 6)
+            + g.batch * g.sequence * (g.index_heads * g.index_dim * 6 + g.heads * 24))

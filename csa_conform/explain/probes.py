@@ -17,7 +17,7 @@ from typing import Mapping
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.device.probes import ProbeLog, compressor_units, placed, query_units
+from csa_conform.device.probes import ProbeLog, attention_units, compressor_units, placed, query_units
 from csa_conform.errors import ContractError
 from csa_conform.explain.stages import run_stage
 from csa_conform.numerics.bits import differing_bits
@@ -29,11 +29,16 @@ PROBED = {
     "compression_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale", "fp8_codes"),
     "index_key_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "hadamard", "fp4_scale", "fp4_codes"),
     "index_query_finalize": ("bf16", "rope", "hadamard", "fp4_scale", "fp4_codes"),
+    "sparse_sink_softmax_attention": ("softmax_max", "softmax_denominator"),
 }
 SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE", "hadamard": "Hadamard",
             "fp8_scale": "FP8 block scale", "fp8_codes": "FP8 codes", "fp4_scale": "FP4 block scale",
-            "fp4_codes": "FP4 codes"}
-CALLS = {"pool_scores": "slot"}  # what a unit's several calls of a probe are (else its quantization blocks)
+            "fp4_codes": "FP4 codes", "logits": "logits", "softmax_max": "softmax maximum",
+            "softmax_denominator": "softmax denominator"}
+# A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
+PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
+CALLS = {"pool_scores": "slot"}
+ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)  # what a unit's several calls of a probe are (else its quantization blocks)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 
 
@@ -56,6 +61,8 @@ def _units(stage: str, g: StepGeometry, reference: Mapping[str, np.ndarray], thr
     select."""
     if stage == "index_query_finalize":
         return query_units(g.sequence, g.index_heads, threads), (g.batch, g.sequence, g.index_heads), ("b", "s", "i")
+    if stage == "sparse_sink_softmax_attention":
+        return attention_units(g.sequence, g.heads), (g.batch, g.sequence, g.heads), ("b", "s", "h")
     records = int(reference["pooled"].shape[1]) if "pooled" in reference else 0
     return compressor_units(records), (g.batch, records), ("b", "record")
 
@@ -64,7 +71,7 @@ def _value(array: np.ndarray, flat: int) -> dict:
     value = array.reshape(-1)[flat]
     if array.dtype.kind == "f":
         bits = int(np.asarray(value).view(np.uint32))
-        return {"value": repr(float(value)), "bits": f"0x{bits:08x}"}
+        return {"value": str(np.float32(value)), "bits": f"0x{bits:08x}"}  # binary32's shortest digits
     return {"value": int(value), "bits": f"0x{int(value):02x}"}
 
 
@@ -81,8 +88,9 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
     if differ.any():
         flat = int(np.argmax(differ.reshape(-1)))
         index = np.unravel_index(flat, device.shape)
-        names = axes + ((CALLS.get(name, "block"),) if per > 1 else ()) + ("d",)
-        kept = index[: len(axes)] + ((index[-2],) if per > 1 else ()) + (index[-1],)
+        element = ((ELEMENT.get(name, "d"),), (index[-1],)) if device.shape[-1] > 1 else ((), ())
+        names = axes + ((CALLS.get(name, "block"),) if per > 1 else ()) + element[0]
+        kept = index[: len(axes)] + ((index[-2],) if per > 1 else ()) + element[1]
         result["first"] = {"coords": dict(zip(names, (int(i) for i in kept))),
                            "reference": _value(reference, flat), "device": _value(device, flat)}
     return result
@@ -100,15 +108,20 @@ def oracle_probes(stage: str, g: StepGeometry, inputs, upstream) -> dict[str, np
 
 
 def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog], threads: int,
-            moved: list[str]) -> dict:
+            moved: list[str], payload: Mapping[str, np.ndarray] | None = None) -> dict:
     """The probe observation of one divergent stage: every probe compared in pipeline order, the first that
     differs, and whether probing moved the kernel's bytes (``moved``: the tensors that differ from the
-    unprobed run's)."""
+    unprobed run's; ``payload``, the device's stage payload, for a sub-step whose output it holds)."""
     module = _module(stage, g.ratio)
     log = next((log for log in logs if log.module == module), None)
     reference = oracle_probes(stage, g, inputs, expected)
     units, unit_shape, axes = _units(stage, g, reference, threads)
     probes = []
+    if stage in PAYLOAD_FIRST and payload is not None:
+        name, tensor = PAYLOAD_FIRST[stage]
+        device = np.asarray(payload[tensor])
+        probes.append(_compare(name, np.asarray(expected[stage][tensor]), device.reshape(
+            device.shape[:-1] + (1, device.shape[-1])), axes))
     for name in PROBED[stage]:
         entries = log.named(name) if log is not None else []
         if name not in reference:
@@ -185,7 +198,8 @@ def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed:
              for name, array in result.stages.get(stage, {}).items()
              if name in unprobed[stage] and not _same_bits(array, unprobed[stage][name])]
     threads = {launch.module: launch.block[0] for launch in result.launches}
-    return {stage: observe(stage, g, inputs, expected, result.probes, threads.get(_module(stage, g.ratio), 1), moved)
+    return {stage: observe(stage, g, inputs, expected, result.probes, threads.get(_module(stage, g.ratio), 1), moved,
+                           result.stages.get(stage))
             for stage in stages}
 
 

@@ -49,7 +49,9 @@ def test_a_bias_dependent_bug_vanishes_without_the_bias_and_persists_without_the
     assert any(line.startswith("  ablation: the divergence vanishes with attention_bias = 0; with only head h=1")
                for line in lines), lines
     document = attention.to_dict()
-    assert document["ablations"] == attention.ablations and document["probe"] is None  # attention has no probes
+    assert document["ablations"] == attention.ablations
+    assert attention.probe["first_divergent"] == "logits" and attention.probe["exact"], attention.probe
+    assert document["probe"]["probes"][0]["first"]["coords"]["h"] == 1
     explain_items = schema()["properties"]["explain"]["properties"]["explanations"]["items"]
     jsonschema.validate(document, {**explain_items, "$defs": schema()["$defs"]})
 

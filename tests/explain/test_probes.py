@@ -15,7 +15,7 @@ from csa_conform.contract import validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.probes import ENTRY_HEADER, LOG_HEADER, compressor_units, empty_log, parse, placed
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.explain.probes import PROBED, probe_step, probe_text, probed_launches
+from csa_conform.explain.probes import PAYLOAD_FIRST, PROBED, probe_step, probe_text, probed_launches
 from csa_conform.golden import GoldenFile
 from csa_conform.spec import STAGE_NAMES, Mode
 
@@ -73,7 +73,8 @@ def test_a_probed_build_computes_the_unprobed_bytes_and_the_oracles_intermediate
         assert observation["trusted"] and not observation["moved"], observation
         assert observation["first_divergent"] is None, probe_text(observation)
         seen = [probe for probe in observation["probes"] if probe["status"] == "equal"]
-        assert [probe["name"] for probe in seen] == list(PROBED[stage]), observation
+        first = [PAYLOAD_FIRST[stage][0]] if stage in PAYLOAD_FIRST else []
+        assert [probe["name"] for probe in seen] == first + list(PROBED[stage]), observation
         assert all(probe["elements"] > 0 for probe in seen)
 
 
