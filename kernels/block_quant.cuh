@@ -792,8 +792,7 @@ __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow&
     if (threadIdx.x == 0u) {
         for (int t = 1; t < threads; ++t) maximum = fmaxf(thread_maximum[t], maximum);
         shared_maximum = maximum;
-        const float probed_maximum = maximum + 0.0f;  // +0 for either zero: which one is the order's pick
-        CSA_PROBE("softmax_max", &probed_maximum, 1);
+        CSA_PROBE("softmax_max", &shared_maximum, 1);
     }
     __syncthreads();  // thread 0 has published the row maximum
     maximum = shared_maximum;

@@ -38,7 +38,9 @@ SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16"
 # A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
 PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
 CALLS = {"pool_scores": "slot"}
-ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)  # what a unit's several calls of a probe are (else its quantization blocks)
+ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
+# Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
+SIGNLESS_ZERO = ("softmax_max",)  # what a unit's several calls of a probe are (else its quantization blocks)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 
 
@@ -137,7 +139,11 @@ def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog],
             probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
                            "reason": f"its entries cannot be placed on the reference's axes: {device}"})
             continue
-        probes.append(_compare(name, reference[name], device, axes))
+        if name in SIGNLESS_ZERO:
+            device, expected_values = device + np.float32(0), reference[name] + np.float32(0)
+        else:
+            expected_values = reference[name]
+        probes.append(_compare(name, expected_values, device, axes))
     first = next((probe for probe in probes if probe["status"] == DIFFERS), None)
     before = probes[: probes.index(first)] if first is not None else probes
     unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]

@@ -223,7 +223,7 @@ def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide,
         denominator += exp(head_sink - maximum)
         invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
         if probed is not None:
-            probed["softmax_max"] = maximum + np.float32(0)  # +0 for either zero, as the kernel's probe
+            probed["softmax_max"] = maximum
             probed["softmax_denominator"] = np.where(active, denominator, np.float32(0))
         if weight_exp is not None:
             weights = np.where(valid, weight_exp(exponent), np.float32(0))

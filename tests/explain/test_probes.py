@@ -170,3 +170,11 @@ def test_probes_that_saw_nothing_say_why_once_per_reason():
     observation = {"moved": [], "dropped": 0, "probes": [{"name": "pooled", "sub_step": "pool", **unwritten},
                                                          {"name": "bf16", "sub_step": "bf16", **unwritten}]}
     assert probe_text(observation) == "probes: none observed (pool, bf16: the kernel wrote no such probe)"
+
+
+def test_the_cuda_backend_finds_the_log_nvcc_and_nvrtc_declare():
+    from csa_conform.device.cuda import _declares
+
+    assert _declares(".global .align 8 .u64 csa_probe_log;\n", "csa_probe_log")
+    assert _declares("  .visible .global .align 8 .u64 csa_probe_log;\n", "csa_probe_log")
+    assert not _declares(".global .align 8 .u64 csa_probe_log_other;\n.reg .u64 %rd<4>;\n", "csa_probe_log")
