@@ -52,9 +52,6 @@ class ProbeLog:
     def named(self, name: str) -> list[ProbeEntry]:
         return [entry for entry in self.entries if entry.name == name]
 
-    def names(self) -> list[str]:
-        return list(dict.fromkeys(entry.name for entry in self.entries))
-
 
 def empty_log(room: int) -> np.ndarray:
     """The log a launch is given: the header, then ``room`` words for entries."""
