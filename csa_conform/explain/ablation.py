@@ -29,7 +29,7 @@ from csa_conform.spec import STAGE_NAMES, launches_for_ratio
 VANISHES, PERSISTS, NOT_RUN = "vanishes", "persists", "not run"
 # A sink logit whose weight exp(sink - max) is 0 for any finite row maximum: the sink takes no mass, as an
 # absent one would (the contract keeps head_sink required and finite).
-NO_SINK = np.float32(np.finfo(np.float32).min)
+NO_SINK = float(np.finfo(np.float32).min)
 ATTENTION = ("candidate_assembly", "sparse_sink_softmax_attention")
 
 
@@ -129,7 +129,7 @@ def ablate(attrs: Mapping, output_names: Sequence[str], inputs: Mapping[str, np.
     ratio = int(attrs["compression_ratio"])
     if not any(stage in launch.stages for launch in launches_for_ratio(ratio)):
         return []  # no kernel computes it (writeback): with every stage on the host nothing could diverge
-    stream = Stream(dict(attrs), tuple(output_names), ({**inputs, **omitted_carries(attrs, inputs)},),
+    stream = Stream(dict(attrs), tuple(output_names), ({**inputs, **omitted_carries(dict(attrs), dict(inputs))},),
                     (frozenset(),))
     where = _where(diffs)
     results = []

@@ -31,8 +31,8 @@ PROBED = {
     "index_query_finalize": ("bf16", "rope", "hadamard", "fp4_scale", "fp4_codes"),
     "sparse_sink_softmax_attention": ("softmax_max", "softmax_denominator"),
 }
-SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE", "hadamard": "Hadamard",
-            "fp8_scale": "FP8 block scale", "fp8_codes": "FP8 codes", "fp4_scale": "FP4 block scale",
+SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE",
+            "hadamard": "Hadamard", "fp8_scale": "FP8 block scale", "fp8_codes": "FP8 codes", "fp4_scale": "FP4 block scale",
             "fp4_codes": "FP4 codes", "logits": "logits", "softmax_max": "softmax maximum",
             "softmax_denominator": "softmax denominator"}
 # A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
@@ -121,9 +121,9 @@ def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog],
     probes = []
     if stage in PAYLOAD_FIRST and payload is not None:
         name, tensor = PAYLOAD_FIRST[stage]
-        device = np.asarray(payload[tensor])
-        probes.append(_compare(name, np.asarray(expected[stage][tensor]), device.reshape(
-            device.shape[:-1] + (1, device.shape[-1])), axes))
+        held = np.asarray(payload[tensor])
+        probes.append(_compare(name, np.asarray(expected[stage][tensor]), held.reshape(
+            held.shape[:-1] + (1, held.shape[-1])), axes))
     for name in PROBED[stage]:
         entries = log.named(name) if log is not None else []
         if name not in reference:
