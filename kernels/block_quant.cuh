@@ -32,6 +32,57 @@
 #define csa_dmul(a, b) __dmul_rn(a, b)
 #endif
 
+/* ---- probes (specs/kernel-abi.md, "Probes") ---------------------------
+ * CSA_PROBE(name, pointer, count) copies `count` elements of a sub-step's
+ * output into the runner's probe log, so explain observes the intermediate
+ * instead of inferring it. Without -DCSA_PROBES it is nothing at all; with
+ * it, the runner points csa_probe_log at a log before each launch (null: the
+ * probe records nothing). The log is 32-bit words: [0] words used, [1] words
+ * of room, [2] entries dropped for want of room, [3] the layout version,
+ * then the entries, each [0] its words, [1..6] the name (24 bytes, NUL
+ * padded), [7] blockIdx.x, [8] threadIdx.x, [9] count, [10] element bytes,
+ * then the elements' bytes. A thread's entries appear in its program order. */
+#define CSA_PROBE_LOG_HEADER 4
+#define CSA_PROBE_ENTRY_HEADER 11
+#define CSA_PROBE_NAME_BYTES 24
+#ifdef CSA_PROBES
+__device__ unsigned int* csa_probe_log;
+
+__device__ void csa_probe_write(const char* name, const void* data, unsigned int count, unsigned int size)
+{
+    unsigned int* log = csa_probe_log;
+    if (log == 0) return;
+    const unsigned long long bytes = (unsigned long long)count * size;
+    if (bytes > 4ull * log[1]) {  // larger than the whole log (a garbage count): dropped, the cursor untouched
+        atomicAdd(&log[2], 1u);
+        return;
+    }
+    const unsigned int words = CSA_PROBE_ENTRY_HEADER + (unsigned int)((bytes + 3u) / 4u);
+    const unsigned int at = atomicAdd(&log[0], words);
+    if ((unsigned long long)at + words > log[1]) {
+        atomicAdd(&log[2], 1u);
+        return;
+    }
+    unsigned int* entry = log + CSA_PROBE_LOG_HEADER + at;
+    entry[0] = words;
+    unsigned char* label = (unsigned char*)(entry + 1);
+    int i = 0;
+    for (; i < CSA_PROBE_NAME_BYTES && name[i] != 0; ++i) label[i] = (unsigned char)name[i];
+    for (; i < CSA_PROBE_NAME_BYTES; ++i) label[i] = 0;
+    entry[7] = blockIdx.x;
+    entry[8] = threadIdx.x;
+    entry[9] = count;
+    entry[10] = size;
+    const unsigned char* from = (const unsigned char*)data;
+    unsigned char* to = (unsigned char*)(entry + CSA_PROBE_ENTRY_HEADER);
+    for (unsigned long long b = 0; b < bytes; ++b) to[b] = from[b];
+}
+#define CSA_PROBE(name, pointer, count) \
+    csa_probe_write(name, pointer, (unsigned int)(count), (unsigned int)sizeof(*(pointer)))
+#else
+#define CSA_PROBE(name, pointer, count) ((void)0)
+#endif
+
 __device__ __forceinline__ unsigned long long csa_double_bits(double x)
 {
     return (unsigned long long)__double_as_longlong(x);
@@ -412,6 +463,8 @@ __device__ void quantize_fp8_e4m3_block(const float* in, unsigned char* scale, u
     *scale = (unsigned char)(power + 127);
     for (int i = 0; i < 64; ++i)
         packed[i] = csa_encode_e4m3fn(fminf(fmaxf(in[i] / block_scale, -448.0f), 448.0f));
+    CSA_PROBE("fp8_scale", scale, 1);
+    CSA_PROBE("fp8_codes", packed, 64);
 }
 
 __device__ void quantize_fp4_e2m1_block(const float* in, unsigned char* scale, unsigned char* packed)
@@ -424,6 +477,8 @@ __device__ void quantize_fp4_e2m1_block(const float* in, unsigned char* scale, u
         const unsigned char high = csa_encode_e2m1(fminf(fmaxf(in[2 * i + 1] / block_scale, -6.0f), 6.0f));
         packed[i] = (unsigned char)(low | (high << 4));
     }
+    CSA_PROBE("fp4_scale", scale, 1);
+    CSA_PROBE("fp4_codes", packed, 16);
 }
 
 /* ---- record finalization shared by the compressor modules ------------- */
@@ -445,6 +500,7 @@ __device__ void csa_compressed_rope(float* tail, int rope_dim, long long positio
         tail[2 * pair] = csa_round_bf16(csa_mul(real, cosine) - csa_mul(imaginary, sine));
         tail[2 * pair + 1] = csa_round_bf16(csa_mul(real, sine) + csa_mul(imaginary, cosine));
     }
+    CSA_PROBE("rope", tail, rope_dim);
 }
 
 /* bf16, sequential square sum, inv = 1/sqrt(sum/dim + 1e-6), bf16(x*inv*w). */
@@ -455,8 +511,10 @@ __device__ void csa_rms_normalize(float* record, const float* norm, int dim)
         record[i] = csa_round_bf16(record[i]);
         squares = squares + csa_mul(record[i], record[i]);
     }
+    CSA_PROBE("bf16", record, dim);
     const float inverse_rms = 1.0f / sqrtf(squares / (float)dim + 1.0e-6f);
     for (int i = 0; i < dim; ++i) record[i] = csa_round_bf16(record[i] * inverse_rms * norm[i]);
+    CSA_PROBE("rmsnorm", record, dim);
 }
 
 /* Unnormalised butterfly (spans 1, 2, 4, ...) then bf16(x * (1/sqrt(n))). */
@@ -472,6 +530,7 @@ __device__ void csa_hadamard_bf16(float* values, int width)
             }
     const float normalizer = 1.0f / sqrtf((float)width);
     for (int i = 0; i < width; ++i) values[i] = csa_round_bf16(values[i] * normalizer);
+    CSA_PROBE("hadamard", values, width);
 }
 
 /* One softmax-pooled output dimension: f32::max over the candidate scores,
@@ -596,6 +655,8 @@ __device__ void csa_compress_row(const float* kv, const float* gate, const float
         }
         if ((position + 1) % ratio != 0) continue;
 
+        for (int c = 0; c < slots; ++c)  // each candidate slot's gate + APE scores, as the pool reads them
+            CSA_PROBE("pool_scores", state + c * slot_stride + width + (overlap && c >= ratio ? dim : 0), dim);
         float pooled[512];
         for (int i = 0; i < dim; ++i) {
             float scores[128];
@@ -607,6 +668,7 @@ __device__ void csa_compress_row(const float* kv, const float* gate, const float
             }
             pooled[i] = csa_pool_dimension(scores, values, slots, 1);
         }
+        CSA_PROBE("pooled", pooled, dim);
         finalize(pooled, records + (long long)written * record_bytes, position + 1 - ratio);
         ++written;
         if (overlap)
@@ -730,6 +792,7 @@ __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow&
     if (threadIdx.x == 0u) {
         for (int t = 1; t < threads; ++t) maximum = fmaxf(thread_maximum[t], maximum);
         shared_maximum = maximum;
+        CSA_PROBE("softmax_max", &shared_maximum, 1);
     }
     __syncthreads();  // thread 0 has published the row maximum
     maximum = shared_maximum;
@@ -751,7 +814,10 @@ __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow&
         if (threadIdx.x == 0u)
             denominator = denominator + csa_expf(a.sink[r.head] - maximum);
     }
-    if (threadIdx.x == 0u) shared_denominator = denominator;
+    if (threadIdx.x == 0u) {
+        shared_denominator = denominator;
+        CSA_PROBE("softmax_denominator", &shared_denominator, 1);
+    }
     __syncthreads();  // thread 0 has published the denominator
     denominator = shared_denominator;
 

@@ -135,6 +135,7 @@ extern "C" __global__ void csa_ratio4_index_select(const float* index_query,
         float* q = queries + (long long)h * index_dim;
         const float* source = index_query + ((long long)row * index_heads + h) * index_dim;
         for (int d = 0; d < index_dim; ++d) q[d] = csa_round_bf16(source[d]);
+        CSA_PROBE("bf16", q, index_dim);
         csa_compressed_rope(q + index_dim - rope_dim, rope_dim, position);
         csa_hadamard_bf16(q, index_dim);
         for (int block = 0; 32 * block < index_dim; ++block) {

@@ -54,6 +54,10 @@ class Backend(Protocol):
 
     def copy_into(self, target: Any, source: Any) -> None: ...
 
+    def bind_probe_log(self, module: ModuleSource, function: Any, buffer: Any) -> bool:
+        """Point a probed module's csa_probe_log at ``buffer`` (None: at nothing); False when it has none
+        (csa_conform.device.probes)."""
+
     def download(self, array: Any) -> np.ndarray: ...
 
 

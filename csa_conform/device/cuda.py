@@ -20,6 +20,7 @@ import numpy as np
 
 from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.device.kernels import Build, ModuleSource
+from csa_conform.device.probes import PROBE_SYMBOL
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
 from csa_conform.device.sanitizer import INITCHECK, MEMCHECK, SANITIZER_ENV
@@ -28,6 +29,7 @@ from csa_conform.errors import DeviceUnavailable, KernelFault
 from csa_conform.spec import POISON
 
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
+_PROBED: dict[str, bool] = {}  # compiled key -> whether its PTX declares csa_probe_log
 initialised = False  # whether this process has a CUDA context (a fork of it could not use CUDA)
 
 GUARD_BYTES = 256
@@ -143,6 +145,7 @@ class CudaBackend:
                 raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
             _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report,
                                                  module.declared_block(self._declared(loaded, module, ptx)))
+            _PROBED[key] = _declares(ptx, PROBE_SYMBOL)
         loaded, build = _COMPILED[key]
         self.builds[module.module] = build
         if module.build.strict_ptx and build.ptx.flagged:
@@ -159,8 +162,7 @@ class CudaBackend:
         The loaded module is asked only for a global its PTX declares: a failing driver call
         (CUDA_ERROR_NOT_FOUND) is an error compute-sanitizer reports for every undeclared module.
         """
-        if re.search(r"^\s*(?:\.\w+\s+)*\.(?:const|global)\s[^;]*\b" + re.escape(module.block_symbol) + r"\b",
-                     ptx, re.M) is None:
+        if not _declares(ptx, module.block_symbol):
             return None
         try:
             pointer = loaded.get_global_var(module.block_symbol)
@@ -170,6 +172,21 @@ class CudaBackend:
         runtime = self.cp.cuda.runtime
         runtime.memcpy(value.ctypes.data, pointer, value.nbytes, runtime.memcpyDeviceToHost)
         return int(value[0])
+
+    def bind_probe_log(self, module: ModuleSource, function, buffer) -> bool:
+        """Point the module's csa_probe_log at ``buffer`` (None: at nothing); False when it declares none."""
+        key = module.sha256 + " " + " ".join(self.compile_options(module))
+        if not _PROBED.get(key):
+            return False
+        loaded, _ = _COMPILED[key]
+        try:
+            pointer = loaded.get_global_var(PROBE_SYMBOL)
+        except self.cp.cuda.driver.CUDADriverError as error:
+            raise DeviceUnavailable(f"{module.path}: cannot set {PROBE_SYMBOL}: {error}") from None
+        value = np.array([0 if buffer is None else buffer.data.ptr], dtype=np.uint64)
+        runtime = self.cp.cuda.runtime
+        runtime.memcpy(pointer, value.ctypes.data, value.nbytes, runtime.memcpyHostToDevice)
+        return True
 
     def _compile(self, module: ModuleSource, options: tuple[str, ...]) -> str:
         nvrtc = self.cp.cuda.nvrtc
@@ -305,3 +322,9 @@ class CudaBackend:
 
     def download(self, array) -> np.ndarray:
         return self.cp.asnumpy(array)
+
+
+def _declares(ptx: str, symbol: str) -> bool:
+    """Whether the PTX declares a global or constant named ``symbol`` (asking the driver for one it does not
+    declare is an error compute-sanitizer reports)."""
+    return re.search(r"^\s*(?:\.\w+\s+)*\.(?:const|global)\s[^;]*\b" + re.escape(symbol) + r"\b", ptx, re.M) is not None

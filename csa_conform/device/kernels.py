@@ -17,6 +17,8 @@ directory by its manifest, else production.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -196,6 +198,13 @@ class KernelDirectory:
             raise DeviceUnavailable(f"kernel directory {self.path} does not exist")
         self.manifest = None if self.builtin else Manifest.read(self.path)
         self.build = resolve_build(self.manifest, self.builtin, build, tuple(nvrtc_options), strict_ptx)
+
+    def probed(self, define: str) -> KernelDirectory:
+        """The same directory built with ``define`` too (explain's probe build, csa_conform.device.probes):
+        its modules are other sources to every cache, so the directory's own build is never replaced."""
+        probed = copy.copy(self)
+        probed.build = dataclasses.replace(self.build, options=self.build.options + (define,))
+        return probed
 
     @property
     def prelude(self) -> str:

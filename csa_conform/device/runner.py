@@ -33,6 +33,7 @@ from csa_conform.device.determinism import PoisonedScratch
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.launches import kernel_of, reserved_caches
 from csa_conform.device.plan import StepPlan, plan_step
+from csa_conform.device.probes import PROBE_DEFINE, ProbeRecorder, room_for
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.provider import Provider
 from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
@@ -59,7 +60,9 @@ class Held:
 class DeviceRunner:
     """Runs steps on one kernel directory under one mode and force-host set; ``repeat`` > 1 runs
     every launch that many times on poisoned scratch (csa_conform.device.determinism), ``replay``
-    ("graph") replays each step's launches on a captured graph (csa_conform.device.replay)."""
+    ("graph") replays each step's launches on a captured graph (csa_conform.device.replay);
+    ``probes`` builds the directory with -DCSA_PROBES and reads every launch's probe log back
+    (csa_conform.device.probes: the step result's ``probes``)."""
 
     def __init__(
         self,
@@ -73,9 +76,17 @@ class DeviceRunner:
         provider: Provider | None = None,
         isolate: bool = False,
         launch_timeout: float = LAUNCH_TIMEOUT,
+        probes: bool = False,
     ):
         self.provider = provider
         self.kernels = kernels if kernels is not None or provider is not None else KernelDirectory()
+        if probes and (repeat > 1 or replay):
+            raise UsageError("a probed run launches each kernel once, eagerly: no --repeat or --replay")
+        if probes and self.kernels is None:
+            raise UsageError("a python: provider has no CSA_PROBE sub-step probes (specs/kernel-abi.md)")
+        if probes:
+            self.kernels = self.kernels.probed(PROBE_DEFINE)
+        self.probes = probes
         self.mode = Mode(mode)
         self.force_host = frozenset(force_host)
         self._backend_factory = backend_factory or backend_named(CUDA)
@@ -110,6 +121,13 @@ class DeviceRunner:
                 backend = LaunchRecorder(backend)
             self._backend = PoisonedScratch(backend) if self.repeat > 1 else backend
         return self._backend
+
+    def sibling(self, force_host: frozenset[str], probes: bool = False) -> DeviceRunner:
+        """An isolated runner on the same kernels and backend kind, with its own force-host set: explain's
+        probed and ablated re-runs of a step, which must not touch this runner's provenance."""
+        return DeviceRunner(self.kernels, mode=Mode.ISOLATED, force_host=force_host,
+                            backend_factory=self._backend_factory, provider=self.provider,
+                            isolate=self.worker is not None, launch_timeout=self.launch_timeout, probes=probes)
 
     def plan(self, ratio: int) -> StepPlan:
         """Which stage runs where: a provider's stages on it, the ones it lacks on the host oracle."""
@@ -230,7 +248,9 @@ class DeviceRunner:
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
-        launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider, self._herald)
+        recorder = ProbeRecorder(room_for(_probed_elements(geometry))) if self.probes else None
+        launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider, self._herald,
+                            recorder)
         result = StepRun(launcher, geometry, plan, tensors, reference or {}, case, step, records).execute()
         if self.replayer is not None and self._backend is not None:
             result.findings += self.replayer.step(self._backend, case, step)
@@ -246,3 +266,12 @@ class DeviceRunner:
 
     def _launch_parameters(self) -> dict[str, tuple[str, ...]]:
         return {entry: self.kernels.module(module).parameters for module, entry in MODULES.items()}
+
+
+def _probed_elements(g) -> int:
+    """About how many elements a step's probes copy: each record's candidate scores and compressor sub-steps,
+    each index query head's, and each attention row's softmax (entry headers counted there: one element
+    each)."""
+    records = g.batch * (g.emitted + 1)
+    return (records * (g.carry_slots + 8) * (g.dim + g.index_dim)
+            + g.batch * g.sequence * (g.index_heads * g.index_dim * 6 + g.heads * 24))

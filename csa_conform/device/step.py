@@ -23,6 +23,7 @@ from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.guards import GuardedWrites
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import DEVICE, StepPlan, reads_own
+from csa_conform.device.probes import ProbeLog, ProbeRecorder
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
 from csa_conform.device.provider import Provider
 from csa_conform.device.tensors import StepTensors
@@ -48,6 +49,7 @@ class DeviceStepResult(StepResult):
     present: dict[str, object] = field(default_factory=dict)
     launches: list[LaunchRecord] = field(default_factory=list)
     findings: list = field(default_factory=list)  # what a mode of diff found (.kind, .stages, .message)
+    probes: list[ProbeLog] = field(default_factory=list)  # a probed run's logs, one per launch
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Launcher:
     ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism), or every provider call.
     ``herald`` is told the launch in flight before it starts and None when it ended (a worker's note to the
     runner's parent, which judges a launch that kills or outlives the worker by it).
+    ``probes``: a probed run's recorder, which gives every launch a log (csa_conform.device.probes).
     """
 
     backend: Callable[[], object]
@@ -66,6 +69,7 @@ class Launcher:
     repeat: int = 1
     provider: Provider | None = None  # a Python provider's calls instead of kernel launches
     herald: Callable[[LaunchRecord | None], None] | None = None
+    probes: ProbeRecorder | None = None
 
 
 class StepRun:
@@ -90,6 +94,7 @@ class StepRun:
         self.repeat = launcher.repeat
         self.provider = launcher.provider
         self.herald = launcher.herald
+        self.probes = launcher.probes
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
@@ -179,6 +184,10 @@ class StepRun:
         if self.repeat > 1:
             self.findings += repeat_launch(backend, run, args, self.repeat, entry=source.entry, module=launch.module,
                                            stages=launch.stages, parameters=source.parameters)
+        elif self.probes is not None:
+            log = self.probes.arm(backend, source, function)
+            run(args)
+            self.probes.collect(backend, source, function, log)
         else:
             run(args)
         self.findings += backend.check(args, entry=source.entry, module=launch.module, stages=launch.stages,
@@ -208,7 +217,7 @@ class StepRun:
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
         return DeviceStepResult(outputs=stages[WRITEBACK.name], stages=stages, present=present, launches=self.launches,
-                                findings=self.findings)
+                                findings=self.findings, probes=self.probes.logs if self.probes is not None else [])
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""

@@ -29,6 +29,7 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, InternalError
+from csa_conform.explain.ablation import NOT_RUN, ablate, ablation_claim, ablation_runner
 from csa_conform.explain.claims import RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
@@ -36,6 +37,7 @@ from csa_conform.explain.experiments import Witnesses, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
 from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
 from csa_conform.explain.patterns.substeps import localize
+from csa_conform.explain.probes import PROBED, probe_claim, probe_step
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.search import ingredient, search
 from csa_conform.explain.stages import UPSTREAM_IN_LAUNCH, consumed_upstream, judged_tensors, mismatches, run_stage
@@ -294,12 +296,12 @@ def _read_layouts(explanation: Explanation, g, inputs, upstream, target, witness
 
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
-                 stages: Sequence[str] = STAGE_NAMES, ulp: int = 0) -> list[Explanation]:
+                 stages: Sequence[str] = STAGE_NAMES, ulp: int = 0, experiments: bool = True) -> list[Explanation]:
     """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
     chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp,
                          diagnose=stage_findings)
     return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
-                          stages, ulp)
+                          stages, ulp, experiments=experiments)
 
 
 def failure_note(error: BaseException) -> str:
@@ -307,14 +309,41 @@ def failure_note(error: BaseException) -> str:
     return str(InternalError.of(error))
 
 
+def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, step, outcome, g: StepGeometry,
+             failing, ulp: int) -> None:
+    """The device experiments of a case's first divergent step (only there: each re-runs the device): the
+    sub-step probes of its stages and the input ablations of each divergence. A failure is that
+    experiment's note, never the explanation's verdict."""
+    own = [explanation for explanation in explanations if explanation.verdict not in (FAILED, INHERITED)]
+    try:
+        observations = probe_step(runner, info.attrs, info.output_names, step.inputs, outcome.expected,
+                                  outcome.actual.stages, g, [explanation.stage for explanation in own],
+                                  case=explanations[0].case if explanations else "", step=outcome.index)
+    except Exception as error:  # noqa: BLE001 - a bug of csa-conform or a probe build that fails: said so
+        observations = {explanation.stage: {"error": failure_note(error)} for explanation in own
+                        if explanation.stage in PROBED}
+    for explanation in own:
+        explanation.probe = observations.get(explanation.stage)
+        explanation.claims.extend(filter(None, [probe_claim(explanation.probe)]))
+        diffs = [diff for diff in failing if diff.stage == explanation.stage]
+        try:
+            explanation.ablations = ablate(info.attrs, info.output_names, step.inputs, explanation.stage, diffs,
+                                           ablation_runner(runner, g.ratio, [explanation.stage]), ulp)
+        except Exception as error:  # noqa: BLE001 - as above
+            explanation.ablations = [{"key": "failed", "change": "every ablation", "outcome": NOT_RUN,
+                                      "reason": failure_note(error)}]
+        explanation.claims.extend(filter(None, [ablation_claim(explanation.ablations)]))
+
+
 def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,
-                   ulp: int = 0, reports: Sequence[CaseVerdict] = ()) -> list[Explanation]:
+                   ulp: int = 0, reports: Sequence[CaseVerdict] = (), experiments: bool = True) -> list[Explanation]:
     """The divergences of a chained run's report, localized and explained on ``runner``'s isolated replay.
 
     An explanation that raises is a ``failed`` verdict for that divergence; the others are kept. A replay
     that fails leaves each of the chained run's divergences not yet explained ``failed`` with its error.
     ``reports`` are the run's other chained reports: its conformant cases are the experiments
-    (csa_conform.explain.experiments) that separate rival hypotheses.
+    (csa_conform.explain.experiments) that separate rival hypotheses. ``experiments``: probe and ablate the
+    case's first divergent step on the device (csa_conform.explain.probes, csa_conform.explain.ablation).
     """
     kernel_of = runner.kernel_of  # noqa: F811 - a provider's stages are named by its methods
     witnesses = Witnesses(golden, reports)
@@ -323,6 +352,7 @@ def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunne
     explanations: list[Explanation] = []
     libm = None
     skipped: dict[str, str] = {}
+    observed = False
     try:
         for outcome in replay(golden, case, runner):
             if outcome.actual is None:
@@ -336,6 +366,7 @@ def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunne
                     skipped = {"device libm": reason}
             step = golden.read_step(case, outcome.index)
             g = validate_step(info.attrs, step.inputs, info.output_names)
+            first = len(explanations)
             for stage in STAGE_NAMES:
                 diffs = [diff for diff in failing if diff.stage == stage]
                 if not diffs:
@@ -350,6 +381,9 @@ def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunne
                     explanations.append(Explanation(
                         case, outcome.index, stage, FAILED, [diff.summary() for diff in diffs],
                         note=failure_note(error), kernel=kernel_of(stage, g.ratio, [diff.tensor for diff in diffs])))
+            if not observed and experiments:
+                observed = True
+                _observe(explanations[first:], runner, info, step, outcome, g, failing, ulp)
     except Exception as error:  # noqa: BLE001 - the replay itself failed: every divergence left says so
         note = failure_note(error)
         done = {(explanation.step, explanation.stage) for explanation in explanations}

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from csa_conform.explain.ablation import ablation_text
 from csa_conform.explain.claims import RERUN, Claim
 from csa_conform.explain.patterns import STRUCTURAL, Finding
+from csa_conform.explain.probes import probe_text
 from csa_conform.explain.trial import Trial
 
 EXPLAINED = "explained"
@@ -48,9 +50,11 @@ class Explanation:
     rivals: list[Trial] = field(default_factory=list)  # every reproducing hypothesis (explained: the cause's variants)
     experiments: list[dict] = field(default_factory=list)  # conformant cases the rivals were re-run on
     refuted: dict[str, dict] = field(default_factory=dict)  # hypothesis key -> the experiment that refuted it
-    # what else the headline states: observations (value classes) and, later, probe and ablation results
+    # what else the headline states: observations (value classes), probe and ablation results
     claims: list[Claim] = field(default_factory=list)
     values: list[str] = field(default_factory=list)  # value classes no one pair covers, as counts (detail lines)
+    probe: dict | None = None  # the sub-step probes of a case's first divergent step (csa_conform.explain.probes)
+    ablations: list[dict] = field(default_factory=list)  # its input ablations (csa_conform.explain.ablation)
 
     @property
     def confidence(self) -> str | None:
@@ -154,6 +158,9 @@ class Explanation:
     def lines(self) -> list[str]:
         lines = [self.headline()]
         lines.extend(f"  {line}" for line in self.summary)
+        if self.probe is not None:
+            lines.append(f"  {probe_text(self.probe)}")
+        lines.extend(f"  {line}" for line in ablation_text(self.ablations))
         for finding in self.diagnosis[1:]:
             lines.append(f"  also {finding.kind}: {finding.headline}")
         lines.extend(f"  values: {line}" for line in self.values)
@@ -177,7 +184,7 @@ class Explanation:
                 "first_element": self.first, "kernel": self.kernel, "baseline": self.baseline,
                 "search": self.search, "diagnosis": [finding.to_dict() for finding in self.diagnosis],
                 "claims": [claim.to_dict() for claim in filter(None, [self.lead_claim(), *self.claims])],
-                "values": self.values}
+                "values": self.values, "probe": self.probe, "ablations": self.ablations}
 
 
 def _value(value) -> str:

@@ -21,14 +21,20 @@ def fp4_round_trip(values, numerics: Numerics = REFERENCE) -> tuple[np.ndarray, 
         raise invalid(f"FP4 index width {width} must be divisible by {FP4_BLOCK}")
     blocks = values.reshape(values.shape[:-1] + (width // FP4_BLOCK, FP4_BLOCK))
     scales, packed, dequantized = quantize_fp4_blocks(blocks, numerics)
+    numerics.probe("fp4_scale", scales)
+    numerics.probe("fp4_codes", packed)
     return scales, packed, dequantized.reshape(values.shape)
 
 
 def finalize_index_query(q, rope_dim: int, position, numerics: Numerics = REFERENCE) -> np.ndarray:
     """q[..., 128] with `position` broadcast over the leading shape."""
     query = bf16_round(q, numerics)
+    numerics.probe("bf16", query)
     width = query.shape[-1]
     if rope_dim > width:
         raise invalid("index query RoPE width exceeds index head dimension")
     query[..., width - rope_dim :] = compressed_rope(query[..., width - rope_dim :], position, numerics)
-    return fp4_round_trip(hadamard_bf16(query, numerics), numerics)[2]
+    numerics.probe("rope", query[..., width - rope_dim :])
+    transformed = hadamard_bf16(query, numerics)
+    numerics.probe("hadamard", transformed)
+    return fp4_round_trip(transformed, numerics)[2]

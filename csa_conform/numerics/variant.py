@@ -100,6 +100,7 @@ class Numerics:
     sink_in_max: bool = False  # the sink logit taken into the softmax's running max
     dense_extra: int = 0  # slots candidate assembly's dense window takes beyond the contract's
     rms_norm: str | None = None  # a key of csa_conform.oracle.pooling.RMS_NORM_PORTS (the reference: None)
+    probes: dict[str, np.ndarray] | None = None  # the named sub-step outputs a probed kernel copies (explain)
 
     @property
     def is_reference(self) -> bool:
@@ -223,6 +224,12 @@ class Numerics:
 
     def dequantized(self, values: np.ndarray) -> np.ndarray:
         return self._flush(values) if self.ftz else values
+
+    def probe(self, name: str, value) -> None:
+        """Keep a sub-step's output under its probe name (specs/kernel-abi.md), only while capturing: the last
+        call wins, which is the whole step's (a rejected record's retry runs the sub-steps again first)."""
+        if self.probes is not None:
+            self.probes[name] = np.array(value, copy=True)
 
     def record(self, key: str, value) -> None:
         """Keep an intermediate for an explanation's provenance (only while tracing)."""

@@ -96,7 +96,9 @@ def stream(geometry, kv, gate, ape, past_carry, numerics: Numerics = REFERENCE):
 def pool_and_finalize(candidates, block_starts, finalize: Callable, prefix: str, numerics: Numerics = REFERENCE):
     """Pool every record, then finalize; raise the reference's first failure in (batch, record) order."""
     values, scores = candidates[:, :, :, 0], candidates[:, :, :, 1]
+    numerics.probe("pool_scores", scores)
     pooled, no_finite, invalid = softmax_pool(values, scores, numerics)
+    numerics.probe("pooled", pooled)
     if not (no_finite | invalid).any():
         try:
             return finalize(pooled, block_starts[None, :])

@@ -70,6 +70,7 @@ def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str
 def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Numerics = REFERENCE) -> np.ndarray:
     """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w (or a port of RMS_NORM_PORTS)."""
     values = bf16_round(records, numerics)
+    numerics.probe("bf16", values)
     by_dim = np.moveaxis(values, -1, 0)
     square_sum = np.zeros(by_dim.shape[1:], dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -83,7 +84,9 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Nu
     inverse_rms = np.float32(1) / np.sqrt(mean_square + RMS_EPSILON)
     weight = np.float32(1) if port == "unweighted" else norm
     with np.errstate(over="ignore", invalid="ignore"):
-        return bf16_round(values * inverse_rms[..., None] * weight, numerics)
+        normalized = bf16_round(values * inverse_rms[..., None] * weight, numerics)
+    numerics.probe("rmsnorm", normalized)
+    return normalized
 
 
 def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int,
@@ -92,8 +95,11 @@ def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_start
     record = rms_normalize(pooled, norm, "", numerics)
     non_rope = record.shape[-1] - rope_dim
     record[..., non_rope:] = compressed_rope(record[..., non_rope:], block_starts, numerics)
+    numerics.probe("rope", record[..., non_rope:])
     blocks = record[..., :non_rope].reshape(record.shape[:-1] + (non_rope // FP8_BLOCK, FP8_BLOCK))
     scales, codes, dequantized = quantize_fp8_blocks(blocks, numerics)
+    numerics.probe("fp8_scale", scales)
+    numerics.probe("fp8_codes", codes)
     record[..., :non_rope] = dequantized.reshape(record.shape[:-1] + (non_rope,))
     return record, pack_fp8_record(scales, codes, record[..., non_rope:], numerics)
 
@@ -104,5 +110,8 @@ def finalize_index_records(pooled: np.ndarray, norm: np.ndarray, block_starts: n
     record = rms_normalize(pooled, norm, "index ", numerics)
     width = record.shape[-1]
     record[..., width - rope_dim :] = compressed_rope(record[..., width - rope_dim :], block_starts, numerics)
-    scales, packed, logical = fp4_round_trip(hadamard_bf16(record, numerics), numerics)
+    numerics.probe("rope", record[..., width - rope_dim :])
+    transformed = hadamard_bf16(record, numerics)
+    numerics.probe("hadamard", transformed)
+    scales, packed, logical = fp4_round_trip(transformed, numerics)
     return logical, pack_fp4_record(scales, packed)

@@ -31,6 +31,10 @@ from csa_conform.oracle.payloads import StagePayload
 HELD_SCORES_BYTES = 256 << 20
 
 
+# The softmax intermediates explain probes, per (b, s, h) row.
+SOFTMAX_PROBES = ("softmax_max", "softmax_denominator")
+
+
 def held_scores(shape: tuple[int, ...]) -> bool:
     """Whether scores of ``shape`` [B, S, N, C] are held, not recomputed on first read."""
     return int(np.prod(shape)) * np.dtype(np.float32).itemsize <= HELD_SCORES_BYTES
@@ -74,12 +78,19 @@ def sparse_sink_softmax_attention(
         target[:, chunk] = -np.inf
         target[:, chunk, :, live] = live_scores
 
+    probes = {name: np.zeros(shape[:3], np.float32) for name in SOFTMAX_PROBES} if numerics.probes is not None \
+        else None
+
     def attend(chunk: slice):
         live, row_ids, live_scores = chunk_scores(chunk)
+        probed = {} if probes is not None else None
         probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf,
                                                    numerics.normalized,
                                                    None if numerics.weights_expf is None else numerics.weight_exp,
-                                                   numerics.sink_in_max)
+                                                   numerics.sink_in_max, probed)
+        if probes is not None:
+            for name, values in probed.items():
+                probes[name][:, chunk] = values
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values, numerics)
         if scores is not None:
@@ -87,6 +98,8 @@ def sparse_sink_softmax_attention(
         return failure
 
     raise_first_invalid(geometry, map_chunks(attend, chunks))
+    for name, values in (probes or {}).items():
+        numerics.probe(name, values)
     if scores is not None:
         return {"scores": scores, "Y": output}
 
@@ -186,13 +199,15 @@ def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
 
 
 def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide, weight_exp=None,
-                      sink_in_max: bool = False):
+                      sink_in_max: bool = False, probed: dict | None = None):
     """Probabilities [C,B,s,N] of scores [B,s,N,C], and the first (b, s, h) whose denominator is invalid.
 
     `exp` is the numerics' expf (glibc's, as the NumPy port, unless explain swapped it), `normalized` how the
     weights are put over their denominator (divided, unless explain swapped it); `weight_exp`, when given,
     recomputes the weights over the denominator with another exp (a kernel's second pass); ``sink_in_max``
-    takes the sink logit into the running max of rows with a candidate (a port's variant).
+    takes the sink logit into the running max of rows with a candidate (a port's variant). ``probed``, when
+    given, receives each row's maximum and denominator (0 for a row without a candidate, which none reads) as
+    explain's probes compare them (specs/kernel-abi.md, "Probes").
     """
     with np.errstate(over="ignore", invalid="ignore"):
         maximum = np.fmax.reduce(scores, axis=-1, initial=-np.inf)
@@ -207,6 +222,9 @@ def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide,
             denominator += candidate
         denominator += exp(head_sink - maximum)
         invalid = active & ((denominator == 0) | ~np.isfinite(denominator))
+        if probed is not None:
+            probed["softmax_max"] = maximum
+            probed["softmax_denominator"] = np.where(active, denominator, np.float32(0))
         if weight_exp is not None:
             weights = np.where(valid, weight_exp(exponent), np.float32(0))
         probabilities = np.where(active, normalized(weights, denominator), np.float32(0))

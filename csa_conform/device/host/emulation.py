@@ -29,6 +29,7 @@ import numpy as np
 
 from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.device.kernels import KernelDirectory, ModuleSource
+from csa_conform.device.probes import PROBE_SYMBOL
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.errors import DeviceUnavailable
 
@@ -232,6 +233,16 @@ class HostEmulationBackend:
         self.builds[module.module] = ModuleBuild(module.module, module.sha256, options, None,
                                                  module.declared_block(declared))
         return library, ftz
+
+    def bind_probe_log(self, module: ModuleSource, function, buffer) -> bool:
+        """Point the library's csa_probe_log at ``buffer`` (None: at nothing); False when it has none."""
+        library, _ = function
+        try:
+            pointer = ctypes.c_void_p.in_dll(library, PROBE_SYMBOL)
+        except ValueError:
+            return False
+        pointer.value = None if buffer is None else buffer.array.ctypes.data
+        return True
 
     def launch(self, entry, function, grid, block, args) -> None:
         library, ftz = function

@@ -1,0 +1,235 @@
+"""Sub-step probes: the first divergent sub-step of a stage observed on the device, not inferred.
+
+The divergent step is run once more, isolated, on a build of the same kernel directory with
+-DCSA_PROBES (csa_conform.device.probes): every CSA_PROBE the kernel reaches copies a sub-step's output
+(pooled vector, bf16 values, RMSNorm, RoPE, Hadamard, block scales and codes) into a log the runner
+reads back. The oracle re-runs the stage capturing the same names (``Numerics(probes=...)``). Compared
+bit for bit in pipeline order, the first probe whose bytes differ is the first divergent sub-step, as a
+fact, with its own element-level difference. A probe may change what the kernel computes (it must not:
+a compiler could schedule the code around it differently), so the probed run's stage payloads are
+compared with the unprobed run's first; where any byte moved the probes are reported and not trusted.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from csa_conform.contract import StepGeometry
+from csa_conform.device.probes import ProbeLog, attention_units, compressor_units, placed, query_units
+from csa_conform.errors import ContractError
+from csa_conform.explain.claims import PROBE, Claim
+from csa_conform.explain.stages import run_stage
+from csa_conform.numerics.bits import differing_bits
+from csa_conform.numerics.variant import Numerics
+from csa_conform.spec import STAGE_NAMES, launches_for_ratio
+
+# The probes of each stage in pipeline order: the names the prelude's CSA_PROBE calls and the oracle use.
+PROBED = {
+    "compression_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale", "fp8_codes"),
+    "index_key_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "hadamard", "fp4_scale", "fp4_codes"),
+    "index_query_finalize": ("bf16", "rope", "hadamard", "fp4_scale", "fp4_codes"),
+    "sparse_sink_softmax_attention": ("softmax_max", "softmax_denominator"),
+}
+SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE",
+            "hadamard": "Hadamard", "fp8_scale": "FP8 block scale", "fp8_codes": "FP8 codes", "fp4_scale": "FP4 block scale",
+            "fp4_codes": "FP4 codes", "logits": "logits", "softmax_max": "softmax maximum",
+            "softmax_denominator": "softmax denominator"}
+# A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
+PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
+CALLS = {"pool_scores": "slot"}
+ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
+# Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
+SIGNLESS_ZERO = ("softmax_max",)  # what a unit's several calls of a probe are (else its quantization blocks)
+EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
+
+
+def probed_launches(ratio: int, stages) -> set[str]:
+    """The stages of every launch that computes one of ``stages`` with probes (what a probed run keeps on
+    the device; everything else runs on the host oracle)."""
+    kept: set[str] = set()
+    for launch in launches_for_ratio(ratio):
+        if any(stage in PROBED and stage in launch.stages for stage in stages):
+            kept.update(launch.stages)
+    return kept
+
+
+def _module(stage: str, ratio: int) -> str:
+    return next(launch.module for launch in launches_for_ratio(ratio) if stage in launch.stages)
+
+
+def _units(stage: str, g: StepGeometry, reference: Mapping[str, np.ndarray], threads: int):
+    """(units, unit shape, axis names) of a stage's probes: records of a compressor, query heads of index
+    select."""
+    if stage == "index_query_finalize":
+        return query_units(g.sequence, g.index_heads, threads), (g.batch, g.sequence, g.index_heads), ("b", "s", "i")
+    if stage == "sparse_sink_softmax_attention":
+        return attention_units(g.sequence, g.heads), (g.batch, g.sequence, g.heads), ("b", "s", "h")
+    records = int(reference["pooled"].shape[1]) if "pooled" in reference else 0
+    return compressor_units(records), (g.batch, records), ("b", "record")
+
+
+def _value(array: np.ndarray, flat: int) -> dict:
+    value = array.reshape(-1)[flat]
+    if array.dtype.kind == "f":
+        bits = int(np.asarray(value).view(np.uint32))
+        return {"value": str(np.float32(value)), "bits": f"0x{bits:08x}"}  # binary32's shortest digits
+    return {"value": int(value), "bits": f"0x{int(value):02x}"}
+
+
+def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[str, ...]) -> dict:
+    """The element-level difference of one probe; ``device`` is [*units, calls per unit, elements]."""
+    per = device.shape[-2]
+    if reference.size != device.size:
+        return {"name": name, "sub_step": SUB_STEP.get(name, name), "status": UNOBSERVED,
+                "reason": f"the device wrote {device.size:,} elements, the reference has {reference.size:,}"}
+    reference = np.ascontiguousarray(reference).reshape(device.shape)
+    differ = differing_bits(reference, device)
+    result = {"name": name, "sub_step": SUB_STEP.get(name, name), "status": DIFFERS if differ.any() else EQUAL,
+              "differing": int(differ.sum()), "elements": int(differ.size)}
+    if differ.any():
+        flat = int(np.argmax(differ.reshape(-1)))
+        index = np.unravel_index(flat, device.shape)
+        element = ((ELEMENT.get(name, "d"),), (index[-1],)) if device.shape[-1] > 1 else ((), ())
+        names = axes + ((CALLS.get(name, "block"),) if per > 1 else ()) + element[0]
+        kept = index[: len(axes)] + ((index[-2],) if per > 1 else ()) + element[1]
+        result["first"] = {"coords": dict(zip(names, (int(i) for i in kept))),
+                           "reference": _value(reference, flat), "device": _value(device, flat)}
+    return result
+
+
+def oracle_probes(stage: str, g: StepGeometry, inputs, upstream) -> dict[str, np.ndarray]:
+    """The reference's named sub-step outputs of one stage (nothing where the oracle rejects the step)."""
+    captured: dict[str, np.ndarray] = {}
+    try:
+        with np.errstate(all="ignore"):
+            run_stage(stage, g, inputs, upstream, Numerics(probes=captured))
+    except ContractError:
+        return {}
+    return captured
+
+
+def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog], threads: int,
+            moved: list[str], payload: Mapping[str, np.ndarray] | None = None) -> dict:
+    """The probe observation of one divergent stage: every probe compared in pipeline order, the first that
+    differs, and whether probing moved the kernel's bytes (``moved``: the tensors that differ from the
+    unprobed run's; ``payload``, the device's stage payload, for a sub-step whose output it holds)."""
+    module = _module(stage, g.ratio)
+    log = next((log for log in logs if log.module == module), None)
+    reference = oracle_probes(stage, g, inputs, expected)
+    units, unit_shape, axes = _units(stage, g, reference, threads)
+    probes = []
+    if stage in PAYLOAD_FIRST and payload is not None:
+        name, tensor = PAYLOAD_FIRST[stage]
+        held = np.asarray(payload[tensor])
+        probes.append(_compare(name, np.asarray(expected[stage][tensor]), held.reshape(
+            held.shape[:-1] + (1, held.shape[-1])), axes))
+    for name in PROBED[stage]:
+        entries = log.named(name) if log is not None else []
+        if name not in reference:
+            probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
+                           "reason": "the reference computes no such intermediate for this step"})
+            continue
+        if not entries:
+            probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
+                           "reason": "the kernel wrote no such probe"})
+            continue
+        device = placed(entries, units, unit_shape, reference[name].dtype)
+        if isinstance(device, str):
+            probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
+                           "reason": f"its entries cannot be placed on the reference's axes: {device}"})
+            continue
+        if name in SIGNLESS_ZERO:
+            device, expected_values = device + np.float32(0), reference[name] + np.float32(0)
+        else:
+            expected_values = reference[name]
+        probes.append(_compare(name, expected_values, device, axes))
+    first = next((probe for probe in probes if probe["status"] == DIFFERS), None)
+    before = probes[: probes.index(first)] if first is not None else probes
+    unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
+    return {"module": module, "probes": probes, "first_divergent": None if first is None else first["sub_step"],
+            "exact": first is not None and not unobserved, "unobserved_before": unobserved,
+            "dropped": log.dropped if log is not None else 0, "moved": moved, "trusted": not moved and not (
+                log is not None and log.dropped)}
+
+
+def probe_text(observation: dict) -> str:
+    """One line: the first divergent sub-step as the probes saw it (or why they are not trusted)."""
+    if "error" in observation:
+        return f"probes failed: {observation['error']}"
+    if observation["moved"]:
+        return ("probes not trusted: the probed build changed the kernel's own bytes ("
+                + ", ".join(observation["moved"]) + "), so its intermediates need not be the unprobed kernel's")
+    if observation["dropped"]:
+        return f"probes not trusted: the probe log had no room for {observation['dropped']:,} entries"
+    seen = [probe for probe in observation["probes"] if probe["status"] != UNOBSERVED]
+    if not seen:
+        reasons: dict[str, list[str]] = {}
+        for probe in observation["probes"]:
+            reasons.setdefault(probe["reason"], []).append(probe["sub_step"])
+        return "probes: none observed (" + "; ".join(
+            f"{', '.join(steps)}: {reason}" for reason, steps in reasons.items()) + ")"
+    first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
+    equal = [probe["sub_step"] for probe in observation["probes"][: observation["probes"].index(first)]
+             if probe["status"] == EQUAL] if first is not None else [probe["sub_step"] for probe in seen]
+    if first is None:
+        unseen = [probe["sub_step"] for probe in observation["probes"] if probe["status"] == UNOBSERVED]
+        unseen_text = f"; not observed: {', '.join(unseen)}" if unseen else ""
+        return (f"probes: every observed sub-step is the reference's bit for bit ({', '.join(equal)}{unseen_text}): "
+                "the divergence is in what no probe saw (a record's packing or write, the carry, the past records' "
+                "copy" + (", or an unobserved sub-step)" if unseen else ")"))
+    where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
+    ref, dev = first["first"]["reference"], first["first"]["device"]
+    exact = "" if observation["exact"] else (
+        f" (not observed before it: {', '.join(observation['unobserved_before'])}, so it may start there)")
+    agree = f"{', '.join(equal)} equal; " if equal else ""
+    return (f"probe: the first divergent sub-step is {first['sub_step']}{exact} — {agree}{first['sub_step']}: "
+            f"{first['differing']:,} of {first['elements']:,} elements differ, first at {where}: reference "
+            f"{ref['value']} ({ref['bits']}), device {dev['value']} ({dev['bits']})")
+
+
+def probe_claim(observation: dict | None) -> Claim | None:
+    """The headline's sentence from a trusted probe run: the first sub-step whose bytes differ, observed (exact
+    only when every probe before it was observed), or every observed sub-step equal; None when the probes
+    failed, were not trusted or saw nothing."""
+    if not observation or "error" in observation or observation["moved"] or observation["dropped"]:
+        return None
+    first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
+    if first is not None:
+        exact = "" if observation["exact"] else f" or an unobserved one before it ({', '.join(observation['unobserved_before'])})"
+        return Claim(f"the first divergent sub-step on the device is {first['sub_step']}{exact} (probes: "
+                     f"{first['differing']:,} of {first['elements']:,} elements differ there)", PROBE,
+                     int(first["differing"]), {"sub_step": first["sub_step"], "exact": observation["exact"]})
+    equal = [probe for probe in observation["probes"] if probe["status"] == EQUAL]
+    if not equal:
+        return None
+    return Claim(f"every probed sub-step ({', '.join(probe['sub_step'] for probe in equal)}) is the reference's bit "
+                 "for bit on the device", PROBE, sum(int(probe["elements"]) for probe in equal),
+                 {"equal": [probe["sub_step"] for probe in equal]})
+
+
+def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed: Mapping, g: StepGeometry,
+               stages, case: str = "", step: int = -1) -> dict[str, dict]:
+    """The probe observation of each of ``stages`` that has probes: one probed, isolated re-run of the step
+    that keeps only their launches on the device (``runner.sibling``); ``unprobed`` is the isolated run's
+    stage payloads, which the probed run's must equal bit for bit."""
+    launched = {stage for launch in launches_for_ratio(g.ratio) for stage in launch.stages}
+    stages = [stage for stage in stages if stage in PROBED and stage in launched]
+    if not stages:
+        return {}
+    keep = probed_launches(g.ratio, stages)
+    probed = runner.sibling(runner.force_host | (frozenset(STAGE_NAMES) - keep), probes=True)
+    result = probed.run_step(attrs, inputs, output_names, reference=expected, case=case, step=step)
+    moved = [f"{stage}/{name}" for stage in STAGE_NAMES if stage in keep and stage in unprobed
+             for name, array in result.stages.get(stage, {}).items()
+             if name in unprobed[stage] and not _same_bits(array, unprobed[stage][name])]
+    threads = {launch.module: launch.block[0] for launch in result.launches}
+    return {stage: observe(stage, g, inputs, expected, result.probes, threads.get(_module(stage, g.ratio), 1), moved,
+                           result.stages.get(stage))
+            for stage in stages}
+
+
+def _same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()

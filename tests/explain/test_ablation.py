@@ -1,0 +1,73 @@
+"""Input ablation on the host emulation: a bug that reads the attention bias of head 0 for every head
+vanishes with a zero bias and with one head, and persists with the sink's weight or the scale
+neutralised; the facts reach the text and the results document."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from csa_conform.check.results import schema
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.explain import explain_case
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.explain.ablation import NOT_RUN, PERSISTS, VANISHES, ablate, ablation_runner, ablation_text
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import Mode
+
+pytestmark = pytest.mark.usefixtures("emulated_cuda")
+
+ROOT = Path(__file__).resolve().parents[2]
+CI = ROOT / "goldens" / "ci.h5"
+
+
+@pytest.fixture(scope="module")
+def head_zero_bias(tmp_path_factory) -> KernelDirectory:
+    directory = tmp_path_factory.mktemp("bias") / "kernels"
+    shutil.copytree(ROOT / "kernels", directory)
+    prelude = directory / "block_quant.cuh"
+    text = prelude.read_text()
+    old = "(a.bias_h == 1 ? 0 : r.head))"
+    assert text.count(old) == 1
+    prelude.write_text(text.replace(old, "(a.bias_h == 1 ? 0 : 0))"))
+    return KernelDirectory(directory)
+
+
+def test_a_bias_dependent_bug_vanishes_without_the_bias_and_persists_without_the_sink(head_zero_bias):
+    with GoldenFile(CI) as golden:
+        explanations = explain_case(golden, "random.r128-bias-BNSC", head_zero_bias)
+    (attention,) = [e for e in explanations if e.stage == "sparse_sink_softmax_attention"]
+    outcomes = {ablation["key"]: ablation["outcome"] for ablation in attention.ablations}
+    assert outcomes["attention_bias=0"] == VANISHES and outcomes["one-head"] == VANISHES
+    assert outcomes["no-sink"] == outcomes["scale=1"] == outcomes["one-row"] == PERSISTS
+    assert "compressor_ape=0" not in outcomes  # it cannot move attention's result, so it is not run
+    assert all(ablation["differing"] > 0 for ablation in attention.ablations if ablation["outcome"] == PERSISTS)
+    lines = attention.lines()
+    assert any(line.startswith("  ablation: the divergence vanishes with attention_bias = 0; with only head h=1")
+               for line in lines), lines
+    document = attention.to_dict()
+    assert document["ablations"] == attention.ablations
+    assert attention.probe["first_divergent"] == "logits" and attention.probe["exact"], attention.probe
+    assert document["probe"]["probes"][0]["first"]["coords"]["h"] == 1
+    explain_items = schema()["properties"]["explain"]["properties"]["explanations"]["items"]
+    jsonschema.validate(document, {**explain_items, "$defs": schema()["$defs"]})
+
+
+def test_an_ablation_the_step_cannot_take_is_not_run_with_its_reason():
+    with GoldenFile(CI) as golden:  # one batch row, from position 0
+        info = golden.case_info("boundaries.r4-prefill-8")
+        step = golden.read_step("boundaries.r4-prefill-8", 0)
+    runner = ablation_runner(DeviceRunner(mode=Mode.ISOLATED), 4, ["compression_update"])
+    results = {result["key"]: result for result in ablate(info.attrs, info.output_names, step.inputs,
+                                                          "compression_update", [], runner)}
+    assert set(results) == {"compressor_ape=0", "compressor_norm=1", "position-0", "one-row"}
+    assert results["position-0"] == {"key": "position-0", "change": "the same tokens as a fresh prefill from "
+                                     "position 0", "outcome": NOT_RUN,
+                                     "reason": "the step starts at position 0 already"}
+    assert results["one-row"]["reason"] == "the step has one batch row already"
+    assert results["compressor_ape=0"]["outcome"] == VANISHES  # the built-in kernels: nothing to need
+    assert ablation_text(list(results.values()))[0] == (
+        "ablation: the divergence vanishes with compressor_ape = 0; with compressor_norm = 1")

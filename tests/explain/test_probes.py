@@ -1,0 +1,180 @@
+"""Sub-step probes on the host emulation: a probed build computes the unprobed one's bytes, its probes
+equal the oracle's intermediates on the built-in kernels, and a planted bug is located at the sub-step
+where it was planted (RMSNorm, the FP8 encoder), every probe before it equal."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from csa_conform.contract import validate_step
+from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.probes import ENTRY_HEADER, LOG_HEADER, compressor_units, empty_log, parse, placed
+from csa_conform.device.runner import DeviceRunner
+from csa_conform.explain.probes import PAYLOAD_FIRST, PROBED, probe_step, probe_text, probed_launches
+from csa_conform.golden import GoldenFile
+from csa_conform.spec import STAGE_NAMES, Mode
+
+pytestmark = pytest.mark.usefixtures("emulated_cuda")
+
+ROOT = Path(__file__).resolve().parents[2]
+CI = ROOT / "goldens" / "ci.h5"
+# ratio 4 from position 0 (main and index records, index queries), ratio 128 resumed over two batch rows with
+# an f32 cache, ratio 4 resumed with two records a row
+COMPRESSION = ("compression_update",)
+CASES = (("boundaries.r4-prefill-8", 0), ("edges.r128-f32-ties-b2n3", 0), ("boundaries.r4-chunks-3-3-6-2", 2))
+
+
+def _plant(tmp_path: Path, old: str, new: str) -> KernelDirectory:
+    directory = tmp_path / "kernels"
+    shutil.copytree(ROOT / "kernels", directory)
+    prelude = directory / "block_quant.cuh"
+    text = prelude.read_text()
+    assert text.count(old) == 1, old
+    prelude.write_text(text.replace(old, new))
+    return KernelDirectory(directory)
+
+
+def _step(golden: GoldenFile, case: str, index: int):
+    info = golden.case_info(case)
+    step = golden.read_step(case, index)
+    return info, step, validate_step(info.attrs, step.inputs, info.output_names)
+
+
+def _observed(kernels: KernelDirectory, case: str, index: int, stages=tuple(PROBED)) -> dict:
+    """The probe observations of ``stages`` (only their launches on the device, as explain runs them)."""
+    with GoldenFile(CI) as golden:
+        info, step, g = _step(golden, case, index)
+        host = frozenset(STAGE_NAMES) - probed_launches(g.ratio, stages)
+        unprobed = DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=host).run_step(
+            info.attrs, step.inputs, info.output_names, reference=step.stages)
+        return probe_step(DeviceRunner(kernels, mode=Mode.ISOLATED), info.attrs, info.output_names, step.inputs,
+                          step.stages, unprobed.stages, g, list(stages))
+
+
+@pytest.mark.parametrize(("case", "index"), CASES)
+def test_a_probed_build_computes_the_unprobed_bytes_and_the_oracles_intermediates(case, index):
+    with GoldenFile(CI) as golden:
+        info, step, _ = _step(golden, case, index)
+        runs = [DeviceRunner(mode=Mode.ISOLATED, probes=probes).run_step(info.attrs, step.inputs, info.output_names,
+                                                                          reference=step.stages)
+                for probes in (False, True)]
+    plain, probed = runs
+    assert not plain.probes and probed.probes
+    for stage in STAGE_NAMES:
+        for name, array in plain.stages.get(stage, {}).items():
+            other = np.asarray(probed.stages[stage][name])
+            assert np.asarray(array).tobytes() == other.tobytes(), f"{stage}/{name} moved under -DCSA_PROBES"
+    for stage, observation in _observed(KernelDirectory(), case, index).items():
+        assert observation["trusted"] and not observation["moved"], observation
+        assert observation["first_divergent"] is None, probe_text(observation)
+        seen = [probe for probe in observation["probes"] if probe["status"] == "equal"]
+        first = [PAYLOAD_FIRST[stage][0]] if stage in PAYLOAD_FIRST else []
+        assert [probe["name"] for probe in seen] == first + list(PROBED[stage]), observation
+        assert all(probe["elements"] > 0 for probe in seen)
+
+
+def test_a_bug_planted_in_rmsnorm_is_observed_at_rmsnorm(tmp_path):
+    kernels = _plant(tmp_path, "squares / (float)dim + 1.0e-6f", "squares / (float)(dim - 1) + 1.0e-6f")
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    statuses = {probe["name"]: probe["status"] for probe in observation["probes"]}
+    assert observation["first_divergent"] == "RMSNorm" and observation["exact"] and observation["trusted"]
+    assert statuses["pooled"] == statuses["bf16"] == "equal" and statuses["rmsnorm"] == "differs"
+    assert "the first divergent sub-step is RMSNorm — gate + APE scores, pool, bf16 equal; RMSNorm:" in probe_text(
+        observation)
+
+
+def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
+    kernels = _plant(tmp_path, "code = ((mbits + 0x7ffffu + ((mbits >> 20) & 1u)) >> 20) - (120u << 3);",
+                     "code = (mbits >> 20) - (120u << 3);")
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    statuses = {probe["name"]: probe["status"] for probe in observation["probes"]}
+    assert observation["first_divergent"] == "FP8 codes" and observation["exact"]
+    assert [statuses[name] for name in ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale")] == [
+        "equal"] * 6
+    first = next(probe for probe in observation["probes"] if probe["name"] == "fp8_codes")["first"]
+    assert first["device"]["value"] == first["reference"]["value"] - 1  # truncated: one code toward zero
+
+
+def test_a_probe_that_moves_the_kernels_bytes_is_reported_not_trusted(tmp_path):
+    kernels = _plant(tmp_path, '    CSA_PROBE("rmsnorm", record, dim);\n',
+                     '    CSA_PROBE("rmsnorm", record, dim);\n#ifdef CSA_PROBES\n    record[0] = 0.0f;\n#endif\n')
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    assert not observation["trusted"] and "compression_update/present_compressed_kv" in observation["moved"]
+    assert probe_text(observation).startswith("probes not trusted: the probed build changed the kernel's own bytes")
+
+
+def _log(calls) -> np.ndarray:
+    """A log holding a 2-float "rope" entry per (block, thread, value) call, in that order."""
+    log = empty_log(64)
+    at = LOG_HEADER
+    for block, thread, value in calls:
+        words = np.zeros(ENTRY_HEADER + 2, np.uint32)
+        words[0] = words.size
+        words[1:7] = np.frombuffer(b"rope".ljust(24, b"\0"), np.uint32)
+        words[7:11] = (block, thread, 2, 4)
+        words[11:] = np.array([value, -value], np.float32).view(np.uint32)
+        log[at: at + words.size] = words
+        at += words.size
+    log[0] = at - LOG_HEADER
+    return log
+
+
+def test_the_log_is_parsed_in_each_threads_order_and_placed_on_the_units():
+    log = _log([(1, 0, 10.0), (0, 0, 0.0), (1, 0, 11.0), (0, 0, 1.0)])
+    parsed = parse("csa_ratio4_main_compression", log)
+    assert [(entry.block, entry.ordinal) for entry in parsed.entries] == [(1, 0), (0, 0), (1, 1), (0, 1)]
+    array = placed(parsed.entries, compressor_units(2), (2, 2), np.float32)
+    assert array.shape == (2, 2, 1, 2) and array[1, 1, 0].tolist() == [11.0, -11.0]
+    assert array[0, 1, 0].tolist() == [1.0, -1.0]
+    assert "made 2 calls for 1 units" in placed(parsed.entries, compressor_units(1), (2, 2), np.float32)
+    assert "3 calls for 4 units" in placed(parsed.entries[:3], compressor_units(2), (2, 2), np.float32)
+    log[0] += 3  # a torn entry at the end is not read
+    assert len(parse("m", log).entries) == 4
+
+
+def test_the_abi_lists_every_probe_the_builtin_kernels_write_and_explain_compares():
+    text = (ROOT / "specs" / "kernel-abi.md").read_text().split("| probe | sub-step |", 1)[1].split("\n\n", 1)[0]
+    documented = {}
+    for row in text.splitlines()[2:]:
+        names, _, _, stages = (cell.strip() for cell in row.strip("|").split("|"))
+        for name in re.findall(r"`(\w+)`", names):
+            documented[name] = set(stages.split(", "))
+    compared = {}
+    for stage, names in PROBED.items():
+        for name in names:
+            compared.setdefault(name, set()).add(stage)
+    assert documented == compared
+    written = set()
+    for path in (ROOT / "kernels").iterdir():
+        written |= set(re.findall(r'CSA_PROBE\("(\w+)"', path.read_text()))
+    assert written == set(compared)
+
+
+def test_a_log_without_room_drops_entries_and_its_probes_are_not_trusted(monkeypatch):
+    import csa_conform.device.runner as runner
+
+    monkeypatch.setattr(runner, "room_for", lambda elements: 600)  # a few entries of the first record
+    observation = _observed(KernelDirectory(), "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    assert observation["dropped"] > 0 and not observation["trusted"]
+    assert probe_text(observation) == (f"probes not trusted: the probe log had no room for {observation['dropped']:,} "
+                                       "entries")
+
+
+def test_probes_that_saw_nothing_say_why_once_per_reason():
+    unwritten = {"status": "unobserved", "reason": "the kernel wrote no such probe"}
+    observation = {"moved": [], "dropped": 0, "probes": [{"name": "pooled", "sub_step": "pool", **unwritten},
+                                                         {"name": "bf16", "sub_step": "bf16", **unwritten}]}
+    assert probe_text(observation) == "probes: none observed (pool, bf16: the kernel wrote no such probe)"
+
+
+def test_the_cuda_backend_finds_the_log_nvcc_and_nvrtc_declare():
+    from csa_conform.device.cuda import _declares
+
+    assert _declares(".global .align 8 .u64 csa_probe_log;\n", "csa_probe_log")
+    assert _declares("  .visible .global .align 8 .u64 csa_probe_log;\n", "csa_probe_log")
+    assert not _declares(".global .align 8 .u64 csa_probe_log_other;\n.reg .u64 %rd<4>;\n", "csa_probe_log")
