@@ -273,7 +273,7 @@ def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tm
     build = Build("production", BUILDS["production"], "--build")
     backend = SimpleNamespace(evaluate_libm=lambda name, args, build: np.sin(args[0]),
                               info=lambda: SimpleNamespace(name="a stand-in device"))
-    runner = SimpleNamespace(backend_call=lambda name, *args: getattr(backend, name)(*args),
+    runner = SimpleNamespace(backend_call=lambda name, *args: getattr(backend, name)(*args), provider=None,
                              offers=lambda name: hasattr(backend, name),
                              kernels=SimpleNamespace(build=build, path=tmp_path))
     function, reason = device_libm(runner)
