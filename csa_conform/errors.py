@@ -56,6 +56,10 @@ class HostStageRejected(ContractError):
         super().__init__(message, kind)
         self.stage = stage
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        """Rebuilt whole when it crosses from the worker process that ran the step (csa_conform._base.pool)."""
+        return type(self), (self.stage, str(self), self.kind)
+
 
 class GoldenFormatError(CsaConformError):
     """A golden file is missing, unreadable or does not follow specs/golden-file.md (schema, groups)."""
