@@ -205,8 +205,8 @@ def _specs() -> dict[str, tuple[StreamSpec, object]]:
 
 def _block_end_specs() -> dict[str, StreamSpec]:
     """A B = 2 ratio-128 step across the second block end (254, 255): its first query reads one record
-    of a cache that holds two per batch row, the only ci step where a query that reads records of batch
-    row 1 sees fewer of them than the capacity. Both caches and a non-default ``scale``; the cases share
+    of a cache that holds two per batch row (the only ci steps where a query that reads records of batch
+    row 1 sees fewer of them than the capacity). Both caches and a non-default ``scale``; the cases share
     their seed, so they store their rows once (``quiet_history_plan`` keeps the kv rows cheap)."""
     base = StreamSpec(128, (2,), batch=2, cache_format=FP8, start=254, windows=MIN_WINDOW)
     return {"r128-fp8-b2-block-end-in-step": base, "r128-f32-b2-block-end-in-step": replace(base, cache_format="f32"),
