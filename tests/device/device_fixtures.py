@@ -14,13 +14,15 @@ from csa_conform.oracle import run_step
 
 # Both ratios, f32 and FP8 caches, multi-step streams with batch 2, a bias that masks whole
 # rows, a 5-output node, a step the oracle rejects (the first case matching each pattern) and
-# a decode step a replayed graph can serve (same extents as the step before it), negative index dots.
+# a decode step a replayed graph can serve (same extents as the step before it), negative index dots,
+# a block end inside a B > 1 ratio-128 step.
 DEVICE_CASE_PATTERNS = (
     "boundaries.r128-*",
     "boundaries.r128-resumed-247-*",
     "boundaries.r4-bias*",
     "boundaries.r4-chunks-*",
     "boundaries.r4-prefill-5",
+    "edges.r128-*-block-end-in-step*",
     "errors.topk*",
     "random.r128-bias*",
     "random.r128-f32*",

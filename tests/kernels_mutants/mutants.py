@@ -207,6 +207,18 @@ MUTANTS = (
         "queries before a block end in the same step also attend the record that block completes",
     ),
     Mutant(
+        "r128_batch_rows_strided_by_causal_records",
+        "csa_ratio128_attention.cu",
+        "where->record_row = (long long)r.b * compressed_capacity + (c - r.dense);",
+        "where->record_row = (long long)r.b * records + (c - r.dense);",
+        "sparse_sink_softmax_attention",
+        frozenset({"sparse_sink_softmax_attention"}),
+        "edges.r128-*-block-end-in-step*",
+        "the cache's batch rows are strided by the query's causal record count instead of the capacity: right "
+        "wherever a query that reads records sees all of them, so only a B > 1 step with a block end inside it "
+        "shows it (its first query reads batch row 1's record 0 from batch row 0's record 1)",
+    ),
+    Mutant(
         "r4_attention_drops_record_zero",
         "csa_ratio4_attention.cu",
         "return record >= 0 && record < compressed_capacity;",

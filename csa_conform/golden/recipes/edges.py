@@ -10,7 +10,10 @@ both ratios and both ratio-128 caches, give alternate heads a sink far above
 (+30) and far below (-30) every score, resume past 128 with the shortest and
 the next kv windows, and rotate ratio-128 records whose block starts at
 2^16 and at 2^17 (the sinf/cosf large-argument reduction at those
-exponents; the step's queries sit past them) from a synthesized long state. Carries start reset where
+exponents; the step's queries sit past them) from a synthesized long state, and end the second
+ratio-128 block inside a B = 2 step, whose first query then reads fewer records than the cache
+holds (attention that strides the cache's batch rows by that count instead of the capacity
+diverges there only). Carries start reset where
 the case is about something other than pooling, which keeps the file small.
 
 The rounding classes quant-edge plants once per ratio get three cases each
@@ -25,13 +28,14 @@ whose first position rotates a chosen RoPE tail onto bf16 ties both ways.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from csa_conform.golden.recipes.long_context import MIN_WINDOW, long_plan
 from csa_conform.golden.recipes.quant_edge import UNIT_ROW, crafted_plan, walsh_vector
-from csa_conform.golden.recipes.randomized import StreamSpec, reset_carry_plan, spec_recipe
+from csa_conform.golden.recipes.randomized import StreamSpec, case_seed, describe, reset_carry_plan, spec_recipe
 from csa_conform.golden.recipes.stream import Recipe, StreamPlan, empty_state
 from csa_conform.numerics.rope import rope_frequencies
 from csa_conform.numerics.variant import REFERENCE
@@ -55,6 +59,14 @@ def far_plan(spec: StreamSpec, seed: int, weights_seed: int) -> StreamPlan:
     plan = long_plan(spec, seed, weights_seed)
     reset = empty_state(plan.attrs, spec.batch)
     plan.initial_state.update({name: reset[name] for name in reset if name.endswith("_carry")})
+    return plan
+
+
+def quiet_history_plan(spec: StreamSpec, seed: int, weights_seed: int) -> StreamPlan:
+    """A reset-carry random stream whose kv rows before the step are zero: a case about the records
+    each query reads, which would otherwise store a 128-row random dense window per batch row."""
+    plan = reset_carry_plan(spec, seed, weights_seed)
+    plan.kv_history[:, : spec.start] = 0.0
     return plan
 
 
@@ -191,7 +203,23 @@ def _specs() -> dict[str, tuple[StreamSpec, object]]:
     }
 
 
+def _block_end_specs() -> dict[str, StreamSpec]:
+    """A B = 2 ratio-128 step across the second block end (254, 255): its first query reads one record
+    of a cache that holds two per batch row (the only ci steps where a query that reads records of batch
+    row 1 sees fewer of them than the capacity). Both caches and a non-default ``scale``; the cases share
+    their seed, so they store their rows once (``quiet_history_plan`` keeps the kv rows cheap)."""
+    base = StreamSpec(128, (2,), batch=2, cache_format=FP8, start=254, windows=MIN_WINDOW)
+    return {"r128-fp8-b2-block-end-in-step": base, "r128-f32-b2-block-end-in-step": replace(base, cache_format="f32"),
+            "r128-fp8-b2-block-end-in-step-scale": replace(base, scale=0.0625)}
+
+
 def recipes(suite: str, seed: int) -> list[Recipe]:
     if suite not in ("ci", "full"):
         return []
-    return [spec_recipe(FAMILY, name, spec, seed, plan=plan) for name, (spec, plan) in _specs().items()]
+    cases = [spec_recipe(FAMILY, name, spec, seed, plan=plan) for name, (spec, plan) in _specs().items()]
+    shared = case_seed(seed, f"{FAMILY}.block-end-in-step")
+    for name, spec in _block_end_specs().items():
+        recipe = spec_recipe(FAMILY, name, spec, seed, f"{describe(spec)}; kv rows before the step zero",
+                             plan=quiet_history_plan)
+        cases.append(replace(recipe, seed=shared))
+    return cases
