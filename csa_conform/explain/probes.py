@@ -177,8 +177,7 @@ def probe_text(observation: dict) -> str:
         unseen = [probe["sub_step"] for probe in observation["probes"] if probe["status"] == UNOBSERVED]
         unseen_text = f"; not observed: {', '.join(unseen)}" if unseen else ""
         return (f"probes: every observed sub-step is the reference's bit for bit ({', '.join(equal)}{unseen_text}): "
-                "the divergence is in what no probe saw (a record's packing or write, the carry, the past records' "
-                "copy" + (", or an unobserved sub-step)" if unseen else ")"))
+                "the divergence is in what no probe saw")
     where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
     ref, dev = first["first"]["reference"], first["first"]["device"]
     exact = "" if observation["exact"] else (
