@@ -30,12 +30,12 @@ from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.ablation import NOT_RUN, ablate, ablation_claim, ablation_runner
-from csa_conform.explain.claims import RERUN, Claim
+from csa_conform.explain.claims import FIT, PROBE, RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
-from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, stage_findings
+from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, SUB_STEP, Finding, stage_findings
 from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.probes import PROBED, probe_claim, probe_step
 from csa_conform.explain.rows import Rerun
@@ -309,6 +309,23 @@ def failure_note(error: BaseException) -> str:
     return str(InternalError.of(error))
 
 
+def _probed(explanation: Explanation, claim: Claim | None) -> None:
+    """A probe's claim in the explanation: an unexplained divergence's first divergent sub-step observed exactly
+    replaces what the final bytes were only consistent with (a fit, or nothing, leading the diagnosis); any
+    other probe claim, or one beside a stronger finding (a transform), is added after the lead."""
+    if claim is None:
+        return
+    lead = explanation.diagnosis[0] if explanation.diagnosis else None
+    if (explanation.verdict == UNEXPLAINED and claim.detail.get("exact") and "sub_step" in claim.detail
+            and (lead is None or lead.established_by == FIT)):
+        observed = Finding(SUB_STEP, explanation.stage, "", claim.text, claim.support, claim.support,
+                           {"sub_step": claim.detail["sub_step"], "support": claim.support}, source=PROBE)
+        explanation.diagnosis = [observed] + [finding for finding in explanation.diagnosis
+                                              if finding.established_by != FIT]
+        return
+    explanation.claims.append(claim)
+
+
 def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, step, outcome, g: StepGeometry,
              failing, ulp: int) -> None:
     """The device experiments of a case's first divergent step (only there: each re-runs the device): the
@@ -324,7 +341,7 @@ def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, st
                         if explanation.stage in PROBED}
     for explanation in own:
         explanation.probe = observations.get(explanation.stage)
-        explanation.claims.extend(filter(None, [probe_claim(explanation.probe)]))
+        _probed(explanation, probe_claim(explanation.probe))
         diffs = [diff for diff in failing if diff.stage == explanation.stage]
         try:
             explanation.ablations = ablate(info.attrs, info.output_names, step.inputs, explanation.stage, diffs,

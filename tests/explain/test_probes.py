@@ -178,3 +178,19 @@ def test_the_cuda_backend_finds_the_log_nvcc_and_nvrtc_declare():
     assert _declares(".global .align 8 .u64 csa_probe_log;\n", "csa_probe_log")
     assert _declares("  .visible .global .align 8 .u64 csa_probe_log;\n", "csa_probe_log")
     assert not _declares(".global .align 8 .u64 csa_probe_log_other;\n.reg .u64 %rd<4>;\n", "csa_probe_log")
+
+
+def test_an_unexplained_divergences_headline_leads_with_the_sub_step_its_probes_observed(tmp_path):
+    """The RMSNorm bug through explain itself: the fit's list of sub-steps the bytes were consistent with gives
+    way to the probe's observation, and the ablations that made it vanish follow as facts of this step."""
+    from click.testing import CliRunner
+
+    from csa_conform.cli import main
+
+    kernels = _plant(tmp_path, "squares / (float)dim + 1.0e-6f", "squares / (float)(dim - 1) + 1.0e-6f")
+    result = CliRunner().invoke(main, ["explain", str(CI), "--kernels", str(kernels.path), "--backend", "host",
+                                       "--case", "boundaries.r4-prefill-8", "--stage", "compression_update", "-q"])
+    assert result.exit_code == 1, result.output
+    headline = next(line for line in result.output.splitlines() if "step 0 compression_update" in line)
+    assert ": unexplained: sub-step: the first divergent sub-step on the device is RMSNorm (probes: " in headline
+    assert "consistent with" not in headline
