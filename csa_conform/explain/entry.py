@@ -142,20 +142,30 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
 
 
 def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation]) -> None:
-    """A cause that reproduces this step but whose same re-run leaves other divergent steps of the kernel and
-    stage unlike the device: said in the headline (it accounts for this step, not for every divergence there),
-    so that a reading which fits one step by coincidence is not read as the kernel's bug."""
-    key = explanation.cause.key
-    there = [trial for other in explanations if other is not explanation and other.verdict != INHERITED
+    """A cause whose same re-run leaves as many other divergent steps of the kernel and stage unlike the device
+    as it reproduces (this one included) is no cause (one kernel, one arithmetic: the other steps refute it): the
+    divergence stays unexplained, the re-run its closest trial, and the headline says what the other steps
+    showed, so that a reading which fits a step by coincidence is not read as the kernel's bug. Fewer misses
+    keep the cause (a second bug may show there) and the headline says how many."""
+    trial = explanation.cause
+    there = [other_trial for other in explanations if other is not explanation and other.verdict != INHERITED
              and (other.kernel, other.stage) == (explanation.kernel, explanation.stage)
-             for trial in other.trials if trial.key == key and trial.rejected is None]
-    missed = sum(not trial.reproduces for trial in there)
+             for other_trial in other.trials if other_trial.key == trial.key and other_trial.rejected is None]
+    missed = sum(not other_trial.reproduces for other_trial in there)
+    reproduced = 1 + len(there) - missed
     explanation.claims = [claim for claim in explanation.claims if claim.detail.get("unreproduced") is None]
-    if missed:
+    if missed and missed < reproduced:  # most steps follow it: the others may hold a second bug
         explanation.claims.append(Claim(
             f"the same re-run leaves {missed} of {len(there)} other divergent step{'s' if len(there) != 1 else ''} "
-            "of this kernel and stage unlike the device: it accounts for this step, not for every divergence there",
-            RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": key}))
+            "of this kernel and stage unlike the device: it accounts for this step and most others, not for "
+            "every divergence there", RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": trial.key}))
+    if missed < reproduced:
+        return
+    explanation.verdict, explanation.cause, explanation.rivals, explanation.closest = UNEXPLAINED, None, [], trial
+    explanation.claims.append(Claim(
+        f"{trial.name} reproduces this step bit for bit, but its re-run leaves {missed} of {len(there)} other "
+        f"divergent step{'s' if len(there) != 1 else ''} of this kernel and stage unlike the device, so it is not "
+        "claimed as the cause", RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": trial.key}))
 
 
 def _settle(explanation: Explanation, explanations: Sequence[Explanation], structural: set[str]) -> None:

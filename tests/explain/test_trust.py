@@ -347,9 +347,10 @@ def test_strong_only_from_an_experiment_and_every_headline_sentence_a_claim_with
     assert explanation.headline().endswith("; the probe RMSNorm output differs first")
 
 
-def test_a_cause_whose_re_run_leaves_other_steps_of_its_kernel_unlike_the_device_says_so():
+def test_a_cause_whose_re_run_leaves_other_steps_of_its_kernel_unlike_the_device_is_no_cause():
     """A reading that fits one step by coincidence (an input row read from index 0 where a wrong phase happened
-    to read row 0) keeps its verdict, but the headline says the same re-run misses the kernel's other steps."""
+    to read row 0) is refuted by the kernel's other steps: unexplained, the re-run its closest trial, and the
+    headline says what the other steps showed, once."""
     from csa_conform.explain import settle_across_steps
 
     cause = Trial("offset:compressor_ape:0", "compressor_ape read without its offset along axis 0", 0, 100,
@@ -361,7 +362,9 @@ def test_a_cause_whose_re_run_leaves_other_steps_of_its_kernel_unlike_the_device
               for step in (0, 1)]
     settle_across_steps([explained, *others])
     settle_across_steps([explained, *others])  # once per case and once over the run: said once
-    assert explained.verdict == EXPLAINED
-    assert explained.headline().count("the same re-run leaves 2 of 2 other divergent steps") == 1
+    assert explained.verdict == "unexplained" and explained.cause is None and explained.closest is cause
+    assert explained.headline().count("reproduces this step bit for bit, but its re-run leaves 2 of 2 other "
+                                      "divergent steps of this kernel and stage unlike the device, so it is not "
+                                      "claimed as the cause") == 1
     assert explained.to_dict()["claims"][-1]["detail"] == {"unreproduced": 2, "tried": 2,
                                                            "trial": "offset:compressor_ape:0"}

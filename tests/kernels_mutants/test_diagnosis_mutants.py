@@ -137,8 +137,8 @@ def test_bisect_and_diff_name_the_kernel_and_diff_prints_one_block_per_case(tmp_
                                      "-q"]).stdout
     blocks = [line for line in text.splitlines() if line.startswith("boundaries.")]
     assert len(blocks) == 2 and all(f"diverges at 6:candidates step 0 {kernel}" in line for line in blocks)
-    assert text.count("  diagnosis: index-shift: the attention window starts 1 position early: candidates is shifted "
-                      "along c: device c=k holds the reference's c=k-1") == 2
+    assert text.count("  diagnosis: index-shift: candidates is shifted along c: device c=k holds the reference's "
+                      "c=k-1") == 2
     assert text.count("2 later stages diverge after it") == 2 and "candidates row b=0 s=" in text
 
 

@@ -53,8 +53,7 @@ def _power_text(at_power: int, count: int, all_powers: int, target: float) -> st
     """What the changed blocks' amax says: exactly the power-of-two blocks moved, all of them lie there, or how
     many do."""
     if at_power == count and at_power == all_powers:
-        return (f", exactly the {at_power:,} blocks whose amax/{target:g} is a power of two "
-                "(ceil(log2) computed as floor(log2)+1, or a round-up at exact powers)")
+        return f", exactly the {at_power:,} blocks whose amax/{target:g} is a power of two"
     if at_power == count:
         return f", all where amax/{target:g} is a power of two ({at_power:,} of {all_powers:,} such blocks)"
     return f" ({at_power:,} of them where amax/{target:g} is a power of two)"

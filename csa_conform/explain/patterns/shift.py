@@ -15,6 +15,9 @@ from csa_conform.explain.patterns.findings import INDEX_SHIFT, MIN_SUPPORT, Cont
 from csa_conform.numerics.bits import equal_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
+# of the rows a shift is claimed in, the share of all their elements (differing or not) the shifted reference
+# must reproduce: a real shift moves whole rows, coinciding neighbours move only the elements that differ
+WHOLE_ROWS = 0.9
 FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id
 
 
@@ -40,14 +43,6 @@ def _shifted(expected: np.ndarray, axis: int, d: int) -> tuple[np.ndarray, np.nd
     moved[tuple(target)] = expected[tuple(source)]
     valid[tuple(target)] = True
     return moved, valid
-
-
-def _meaning(stage: str, axis: str, d: int, context: Context) -> str:
-    """What a shift along the candidate slots means: the dense window starts early or late."""
-    if stage != "candidate_assembly" or axis != "c":
-        return ""
-    places = f"{abs(d)} position{'s' if abs(d) != 1 else ''}"
-    return f"the attention window starts {places} {'early' if d > 0 else 'late'}: "
 
 
 def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
@@ -80,11 +75,14 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     coincidences = chance(expected, actual, identifying, axis)
     if not beats_chance(count, coincidences, considered):
         return None
+    moved, valid = _shifted(expected, axis, d)
+    claimed = valid & np.expand_dims(fits.any(axis=axis), axis)
+    if np.count_nonzero(equal_bits(moved, actual) & claimed) < WHOLE_ROWS * np.count_nonzero(claimed):
+        return None  # the matching elements of those rows do not follow the shift: neighbours that coincide
     name = axes[axis] if axis < len(axes) else f"a{axis}"
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
     sign = "-" if d > 0 else "+"
-    headline = _meaning(stage, name, d, context) + (
-                f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
+    headline = (f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
                 f"in {count:,} of {considered:,} differing elements (not counting fillers: -inf, -1, 0), across "
                 f"{rows:,} row{'s' if rows != 1 else ''}")
     return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
