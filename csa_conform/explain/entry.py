@@ -139,6 +139,10 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
     for explanation in explanations:
         if explanation.verdict == EXPLAINED and explanation.cause is not None:
             _unreproduced_elsewhere(explanation, explanations)
+        lead = explanation.diagnosis[0] if explanation.diagnosis else None
+        if (explanation.verdict == UNEXPLAINED and lead is not None and lead.established_by == RERUN
+                and "trial" in lead.evidence):
+            _finding_unreproduced_elsewhere(explanation, explanations, lead)
 
 
 def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation]) -> None:
@@ -166,6 +170,25 @@ def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Exp
         f"{trial.name} reproduces this step bit for bit, but its re-run leaves {missed} of {len(there)} other "
         f"divergent step{'s' if len(there) != 1 else ''} of this kernel and stage unlike the device, so it is not "
         "claimed as the cause", RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": trial.key}))
+
+
+def _finding_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],
+                                    lead: Finding) -> None:
+    """A finding a re-run established (a rounding convention, a sub-step done another way) refuted as a cause
+    is, by the kernel's other divergent steps: dropped from the lead, and the headline says what they showed."""
+    key = lead.evidence["trial"]
+    there = [trial for other in explanations if other is not explanation and other.verdict != INHERITED
+             and (other.kernel, other.stage) == (explanation.kernel, explanation.stage)
+             for trial in other.trials if trial.key == key and trial.rejected is None]
+    missed = sum(not trial.reproduces for trial in there)
+    if not missed or missed < 1 + len(there) - missed:
+        return
+    explanation.diagnosis = explanation.diagnosis[1:]
+    explanation.claims.append(Claim(
+        f"{lead.evidence.get('variant', key)} reproduces this step bit for bit, but its re-run leaves {missed} of "
+        f"{len(there)} other divergent step{'s' if len(there) != 1 else ''} of this kernel and stage unlike the "
+        "device, so it is not claimed as the cause", RERUN, missed,
+        {"unreproduced": missed, "tried": len(there), "trial": key}))
 
 
 def _settle(explanation: Explanation, explanations: Sequence[Explanation], structural: set[str]) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 from csa_conform.explain.claims import OBSERVATION, Claim
 from csa_conform.explain.patterns.findings import MIN_SUPPORT
 from csa_conform.numerics.bits import differing_bits
-from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
+from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCK_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 
 NORMAL = "a normal value"
 FLT_MAX = np.finfo(np.float32).max
@@ -53,10 +53,10 @@ def parts(tensor: str, expected: np.ndarray, actual: np.ndarray) -> list[Part]:
     if expected.dtype == np.uint8 and expected.ndim >= 2 and expected.shape[-1] in (FP8_RECORD_BYTES, FP4_RECORD_BYTES):
         lead = expected.shape[:-1]
         if expected.shape[-1] == FP8_RECORD_BYTES:
-            head = FP8_BLOCKS * 65
+            head = FP8_BLOCKS * FP8_BLOCK_BYTES
 
             def split(records):
-                blocks = records[..., :head].reshape(lead + (FP8_BLOCKS, 65))
+                blocks = records[..., :head].reshape(lead + (FP8_BLOCKS, FP8_BLOCK_BYTES))
                 tail = np.ascontiguousarray(records[..., head:]).view("<u2").astype(np.uint32) << 16
                 return blocks[..., 0], blocks[..., 1:], tail.view(np.float32)
             (es, ec, et), (ds, dc, dt) = split(expected), split(actual)

@@ -368,3 +368,23 @@ def test_a_cause_whose_re_run_leaves_other_steps_of_its_kernel_unlike_the_device
                                       "claimed as the cause") == 1
     assert explained.to_dict()["claims"][-1]["detail"] == {"unreproduced": 2, "tried": 2,
                                                            "trial": "offset:compressor_ape:0"}
+
+
+def test_a_rounding_convention_a_re_run_found_on_one_step_is_dropped_when_the_kernels_other_steps_refute_it():
+    """bf16 by truncation reproduces one step of a kernel that skips a rounding altogether; the kernel's other
+    divergent steps, where the same re-run leaves the device unlike, refute it as the cause."""
+    from csa_conform.explain import settle_across_steps
+    from csa_conform.explain.patterns import ROUNDING_CONVENTION, Finding
+
+    key = "bf16:truncate"
+    convention = Finding(ROUNDING_CONVENTION, "index_key_update", "present_index_key",
+                         "the kernel's bf16 by truncation: 230 of 448 arguments round differently", 2, 2,
+                         {"trial": key, "variant": "bf16 by truncation"}, "re-run")
+    fitted = Explanation("case", 0, "index_key_update", "unexplained", diagnosis=[convention], kernel="k.cu:k")
+    others = [Explanation("case", step, "index_key_update", "unexplained", kernel="k.cu:k",
+                          trials=[Trial(key, "bf16 by truncation", 30, 100)]) for step in (1, 2)]
+    settle_across_steps([fitted, *others])
+    settle_across_steps([fitted, *others])
+    assert fitted.diagnosis == [] and "the kernel's bf16 by truncation" not in fitted.headline()
+    assert fitted.headline().count("bf16 by truncation reproduces this step bit for bit, but its re-run leaves 2 "
+                                   "of 2 other divergent steps") == 1
