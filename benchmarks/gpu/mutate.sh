@@ -1,0 +1,44 @@
+#!/bin/bash
+# `csa-conform mutate` on one H100 (16 cores + 1 GPU). A stratified sample of 300 mutants of
+# the built-in kernels (seed 40, the sample benchmarks/README.md reports), each judged by a chained diff of
+# goldens/ci.h5 on the CUDA backend, 12 worker processes sharing the GPU. Run as two shards one after the other (so a
+# shard's results survive if the other runs out of time), merged by `report --merged`; then the whole sample again
+# on the verdict cache, which must judge nothing. Checks: the two shards' wall times add up to <= 15 min (the
+# acceptance) for >= 300 mutants; prints the score, the per-operator table, the survivors (source line before and
+# after), faults/hangs with their details, and the time. Run from the repository root; jsonschema's wheels
+# installed from .whl/ by the caller. Expected: 5-9 minutes (each shard is bounded at 280 s).
+# Outputs: $OUT/mutate-shard-1.json, -2.json, mutate.json (merged), mutate.html, mutate-junit.xml, progress-*.txt.
+export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+SAMPLE="--sample 300 --seed 40"
+JOBS=12
+CACHE=/tmp/k40-mutate-cache
+rm -rf $CACHE
+nvidia-smi --query-gpu=name,compute_mode,memory.used,memory.total --format=csv,noheader; echo "cores: $(nproc)"
+TOTAL=0
+for K in 1 2; do
+  echo "== shard $K/2 of mutate $SAMPLE, CUDA, --jobs $JOBS"
+  START=$(date +%s.%N)
+  timeout 280 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --shard $K/2 --jobs $JOBS --timeout 120 \
+      --cache-dir $CACHE --json > $OUT/mutate-shard-$K.json 2> $OUT/progress-$K.txt
+  RC=$?; END=$(date +%s.%N)
+  WALL=$(python3 -c "print(f'{$END - $START:.1f}')"); TOTAL=$(python3 -c "print(f'{$TOTAL + $WALL:.1f}')")
+  echo "rc=$RC wall ${WALL} s (124: the shard ran out of its 280 s; its verdicts so far are in the cache)"
+  grep -c ": killed\|: survived\|: fault\|: hang\|: did-not-build" $OUT/progress-$K.txt; tail -2 $OUT/progress-$K.txt
+done
+echo "== both shards: ${TOTAL} s wall for the 300 mutants (acceptance: <= 900 s)"
+python3 -m csa_conform report $OUT/mutate-shard-1.json $OUT/mutate-shard-2.json --merged $OUT/mutate.json \
+    --html $OUT/mutate.html --junit $OUT/mutate-junit.xml; echo "report rc=$?"
+echo "== the whole sample again on the cache (expect: nothing judged again), the text report"
+time timeout 250 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --jobs $JOBS --timeout 120 --cache-dir $CACHE
+echo "rc=$?"
+python3 - <<PY
+import json
+d = json.load(open("$OUT/mutate.json"))["mutate"]
+print(f"merged: score {d['summary']['score']}, {d['summary']}")
+print(f"baseline {d['baseline_s']} s, workers started {d['workers_started']}, timeout {d['timeout_s']} s")
+for m in d["mutants"]:
+    if m["verdict"] in ("fault", "hang", "did-not-build"):
+        print(" ", m["id"], m["verdict"], m["detail"][:160])
+times = sorted(m["time_s"] for m in d["mutants"])
+print(f"per mutant: median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s")
+PY
