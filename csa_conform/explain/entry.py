@@ -152,24 +152,16 @@ def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Exp
     showed, so that a reading which fits a step by coincidence is not read as the kernel's bug. Fewer misses
     keep the cause (a second bug may show there) and the headline says how many."""
     trial = explanation.cause
-    there = [other_trial for other in explanations if other is not explanation and other.verdict != INHERITED
-             and (other.kernel, other.stage) == (explanation.kernel, explanation.stage)
-             for other_trial in other.trials if other_trial.key == trial.key and other_trial.rejected is None]
-    missed = sum(not other_trial.reproduces for other_trial in there)
-    reproduced = 1 + len(there) - missed
+    missed, tried = _tried_elsewhere(explanation, explanations, trial.key)
     explanation.claims = [claim for claim in explanation.claims if claim.detail.get("unreproduced") is None]
-    if missed and missed < reproduced:  # most steps follow it: the others may hold a second bug
+    if missed and not _refuted(missed, tried):  # most steps follow it: the others may hold a second bug
         explanation.claims.append(Claim(
-            f"the same re-run leaves {missed} of {len(there)} other divergent step{'s' if len(there) != 1 else ''} "
-            "of this kernel and stage unlike the device: it accounts for this step and most others, not for "
-            "every divergence there", RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": trial.key}))
-    if missed < reproduced:
-        return
-    explanation.verdict, explanation.cause, explanation.rivals, explanation.closest = UNEXPLAINED, None, [], trial
-    explanation.claims.append(Claim(
-        f"{trial.name} reproduces this step bit for bit, but its re-run leaves {missed} of {len(there)} other "
-        f"divergent step{'s' if len(there) != 1 else ''} of this kernel and stage unlike the device, so it is not "
-        "claimed as the cause", RERUN, missed, {"unreproduced": missed, "tried": len(there), "trial": trial.key}))
+            f"the same re-run leaves {missed} of {tried} other divergent step{'s' if tried != 1 else ''} of this "
+            "kernel and stage unlike the device: it accounts for this step and most others, not for every "
+            "divergence there", RERUN, missed, {"unreproduced": missed, "tried": tried, "trial": trial.key}))
+    if _refuted(missed, tried):
+        explanation.verdict, explanation.cause, explanation.rivals, explanation.closest = UNEXPLAINED, None, [], trial
+        explanation.claims.append(_no_cause(trial.name, trial.key, missed, tried))
 
 
 def _finding_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],
@@ -177,18 +169,30 @@ def _finding_unreproduced_elsewhere(explanation: Explanation, explanations: Sequ
     """A finding a re-run established (a rounding convention, a sub-step done another way) refuted as a cause
     is, by the kernel's other divergent steps: dropped from the lead, and the headline says what they showed."""
     key = lead.evidence["trial"]
+    missed, tried = _tried_elsewhere(explanation, explanations, key)
+    if _refuted(missed, tried):
+        explanation.diagnosis = explanation.diagnosis[1:]
+        explanation.claims.append(_no_cause(lead.evidence.get("variant", key), key, missed, tried))
+
+
+def _tried_elsewhere(explanation: Explanation, explanations: Sequence[Explanation], key: str) -> tuple[int, int]:
+    """How many of the other divergent steps of the explanation's kernel and stage that re-ran ``key`` it left
+    unlike the device, and how many re-ran it."""
     there = [trial for other in explanations if other is not explanation and other.verdict != INHERITED
              and (other.kernel, other.stage) == (explanation.kernel, explanation.stage)
              for trial in other.trials if trial.key == key and trial.rejected is None]
-    missed = sum(not trial.reproduces for trial in there)
-    if not missed or missed < 1 + len(there) - missed:
-        return
-    explanation.diagnosis = explanation.diagnosis[1:]
-    explanation.claims.append(Claim(
-        f"{lead.evidence.get('variant', key)} reproduces this step bit for bit, but its re-run leaves {missed} of "
-        f"{len(there)} other divergent step{'s' if len(there) != 1 else ''} of this kernel and stage unlike the "
-        "device, so it is not claimed as the cause", RERUN, missed,
-        {"unreproduced": missed, "tried": len(there), "trial": key}))
+    return sum(not trial.reproduces for trial in there), len(there)
+
+
+def _refuted(missed: int, tried: int) -> bool:
+    """At least as many steps unlike the device as it reproduces, this one included."""
+    return missed > 0 and missed >= 1 + tried - missed
+
+
+def _no_cause(name: str, key: str, missed: int, tried: int) -> Claim:
+    return Claim(f"{name} reproduces this step bit for bit, but its re-run leaves {missed} of {tried} other "
+                 f"divergent step{'s' if tried != 1 else ''} of this kernel and stage unlike the device, so it is "
+                 "not claimed as the cause", RERUN, missed, {"unreproduced": missed, "tried": tried, "trial": key})
 
 
 def _settle(explanation: Explanation, explanations: Sequence[Explanation], structural: set[str]) -> None:
