@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from csa_conform.explain.claims import OBSERVATION, Claim
-from csa_conform.explain.patterns.findings import MIN_SUPPORT
+from csa_conform.explain.patterns.findings import MIN_SUPPORT, comparable
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCK_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 
@@ -256,13 +256,7 @@ def value_classes(expected: dict, actual: dict) -> tuple[list[Claim], list[str]]
     """The value-class observations of every differing tensor of a stage (reference and device payloads)."""
     claims: list[Claim] = []
     lines: list[str] = []
-    for tensor, reference in expected.items():
-        device = actual.get(tensor)
-        if device is None:
-            continue
-        reference, device = np.asarray(reference), np.asarray(device)
-        if reference.shape != device.shape or reference.dtype != device.dtype or not reference.size:
-            continue
+    for tensor, reference, device in comparable(expected, actual):
         for part in parts(tensor, reference, device):
             found, more = part_claims(part)
             claims += found

@@ -9,7 +9,7 @@ import numpy as np
 from csa_conform.compare.bitwise import default_axes
 from csa_conform.contract import validate_step
 from csa_conform.errors import ContractError
-from csa_conform.explain.patterns.findings import KINDS, Context, Finding
+from csa_conform.explain.patterns.findings import KINDS, Context, Finding, comparable
 from csa_conform.numerics.bits import differing_bits
 
 
@@ -22,13 +22,7 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
                  shift.index_shift,
                  quantization.scale_exponent, quantization.query_scale_exponent, factor.constant_factor, restriction.restricted)
     findings: list[Finding] = []
-    for position, (tensor, reference) in enumerate(expected.items()):
-        device = actual.get(tensor)
-        if device is None:
-            continue
-        reference, device = np.asarray(reference), np.asarray(device)
-        if reference.shape != device.shape or reference.dtype != device.dtype or not reference.size:
-            continue
+    for tensor, reference, device in comparable(expected, actual):
         differ = differing_bits(reference, device)
         if not differ.any():
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -168,3 +168,16 @@ def spans(indices) -> str:
     if start is not None:
         parts.append(f"{start}" if start == previous else f"{start}..{previous}")
     return ", ".join(parts)
+
+
+def comparable(expected: Mapping[str, np.ndarray],
+               actual: Mapping[str, np.ndarray]) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """(tensor, reference, device) of every non-empty tensor both payloads hold with one shape and dtype: the
+    pairs whose elements can be compared one for one."""
+    for tensor, reference in expected.items():
+        device = actual.get(tensor)
+        if device is None:
+            continue
+        reference, device = np.asarray(reference), np.asarray(device)
+        if reference.shape == device.shape and reference.dtype == device.dtype and reference.size:
+            yield tensor, reference, device
