@@ -90,17 +90,23 @@ def test_a_missing_barrier_reads_the_shared_poison_a_barrier_publishes_the_neigh
     assert (raced[:, :-1] == poison).all() and raced[:, -1].tolist() == [0, 1000]
 
 
-@pytest.mark.usefixtures("emulated_cuda")
-def test_the_builtin_index_select_without_its_query_barrier_diverges_on_the_host(device_goldens, tmp_path):
-    """Each thread finalizes some heads' queries and scores records with all of them: without the barrier,
-    thread 0 scores before the higher threads have finalized their heads."""
-    barrier = "    __syncthreads();  // every head's query is final\n"
+def _without(barrier: str, tmp_path: Path) -> Path:
+    """The built-in kernels with one barrier line of index select deleted."""
     kernels = tmp_path / "kernels"
     shutil.copytree(KERNELS, kernels)
     module = kernels / "csa_ratio4_index_select.cu"
     text = module.read_text()
     assert text.count(barrier) == 1
     module.write_text(text.replace(barrier, ""))
+    return kernels
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_the_builtin_index_select_without_its_query_barrier_diverges_on_the_host(device_goldens, tmp_path):
+    """Each thread finalizes some heads' queries and scores records with all of them: without the barrier,
+    thread 0 scores before the higher threads have finalized their heads."""
+    barrier = "    __syncthreads();  // every head's query is final\n"
+    kernels = _without(barrier, tmp_path)
     with GoldenFile(device_goldens) as golden:
         case = pick(golden.case_ids(), "random.r4-5out*")
         assert check_case(golden, case, DeviceRunner(), STAGE_NAMES).passed
@@ -132,12 +138,7 @@ def test_a_barrier_only_a_later_thread_running_first_shows_is_non_deterministic_
     for the next digit while thread 0 still reads it. In index order thread 0 reads first: a plain diff
     passes; --repeat 2's second run goes in reverse, and the selection differs between the runs."""
     barrier = "        __syncthreads();  // thread 0 has published the digit and is done with the histogram\n"
-    kernels = tmp_path / "kernels"
-    shutil.copytree(KERNELS, kernels)
-    module = kernels / "csa_ratio4_index_select.cu"
-    text = module.read_text()
-    assert text.count(barrier) == 1
-    module.write_text(text.replace(barrier, ""))
+    kernels = _without(barrier, tmp_path)
     with GoldenFile(device_goldens) as golden:
         case = pick(golden.case_ids(), "boundaries.r4-chunks-*")
         assert check_case(golden, case, DeviceRunner(KernelDirectory(kernels)), STAGE_NAMES).passed
