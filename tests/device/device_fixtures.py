@@ -23,6 +23,7 @@ DEVICE_CASE_PATTERNS = (
     "boundaries.r4-chunks-*",
     "boundaries.r4-prefill-5",
     "edges.r128-*-block-end-in-step*",
+    "edges.r4-*-far-gates",
     "errors.topk*",
     "random.r128-bias*",
     "random.r128-f32*",

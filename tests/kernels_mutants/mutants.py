@@ -86,6 +86,17 @@ MUTANTS = (
         "only the ci cases sent stale carries there show it",
     ),
     Mutant(
+        "pool_maximum_starts_at_zero",
+        "block_quant.cuh",
+        "    float maximum = CSA_NEG_INF;\n    for (int c = 0; c < candidates; ++c) maximum",
+        "    float maximum = 0.0f;\n    for (int c = 0; c < candidates; ++c) maximum",
+        "compression_update",
+        frozenset({"compression_update", "index_key_update"}),
+        "edges.*-far-gates",
+        "the pooling softmax's maximum starts at 0, so a dimension whose candidate scores are all negative "
+        "exponentiates them unshifted: only the far-gate cases' -112 gates underflow every weight to 0",
+    ),
+    Mutant(
         "fp8_scale_rounded_down",
         "block_quant.cuh",
         "const int power = csa_block_power(in, 64, 1.0e-4f, 448.0f);",

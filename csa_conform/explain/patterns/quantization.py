@@ -62,9 +62,11 @@ def _power_text(at_power: int, count: int, all_powers: int, target: float) -> st
 def _requantized(x: np.ndarray, power: np.ndarray, form: int) -> np.ndarray:
     """The code bytes of blocks x[..., width] at the given E8M0 exponents, as the reference packs them."""
     scale = power_of_two(np.clip(power, -126, 127))[..., None]
+    with np.errstate(over="ignore"):  # a quotient past binary32 saturates, as the clip below would
+        scaled = x / scale
     if form == FP8_RECORD_BYTES:
-        return e4m3_encode(np.clip(x / scale, -E4M3_MAX, E4M3_MAX).astype(np.float32))
-    codes = e2m1_encode(np.clip(x / scale, -E2M1_MAX, E2M1_MAX).astype(np.float32))
+        return e4m3_encode(np.clip(scaled, -E4M3_MAX, E4M3_MAX).astype(np.float32))
+    codes = e2m1_encode(np.clip(scaled, -E2M1_MAX, E2M1_MAX).astype(np.float32))
     return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
 
 

@@ -15,6 +15,9 @@ ratio-128 block inside a B = 2 step, whose first query then reads fewer records 
 holds (attention that strides the cache's batch rows by that count instead of the capacity
 diverges there only). Carries start reset where
 the case is about something other than pooling, which keeps the file small.
+Two streams move the compressor gates of a third of the pooled dimensions far above (+96) and another
+third far below (-112) every other score: the pooling softmax must subtract its maximum (exp(96)
+overflows binary32, exp(-112) underflows to 0) from a maximum that starts at -inf, not 0.
 
 The rounding classes quant-edge plants once per ratio get three cases each
 here (tests/kernels_mutants/test_rounding_classes.py counts them): its
@@ -67,6 +70,22 @@ def quiet_history_plan(spec: StreamSpec, seed: int, weights_seed: int) -> Stream
     each query reads, which would otherwise store a 128-row random dense window per batch row."""
     plan = reset_carry_plan(spec, seed, weights_seed)
     plan.kv_history[:, : spec.start] = 0.0
+    return plan
+
+
+FAR_GATES = np.array([96.0, -112.0, 0.0], dtype=np.float32)
+
+
+def far_gate_plan(spec: StreamSpec, seed: int, weights_seed: int) -> StreamPlan:
+    """A reset-carry random stream whose gates of pooled dimension d move by FAR_GATES[d % 3]; a ratio-4
+    gate row holds two channels (the overlap's and the block's), so d counts within its channel."""
+    plan = reset_carry_plan(spec, seed, weights_seed)
+    for step in plan.steps:
+        for name in ("compressor_gate", "index_compressor_gate"):
+            if name in step.fresh:
+                gate = step.fresh[name]
+                channel = gate.shape[-1] // 2 if spec.ratio == 4 else gate.shape[-1]
+                step.fresh[name] = gate + FAR_GATES[np.arange(gate.shape[-1]) % channel % 3]
     return plan
 
 
@@ -200,6 +219,8 @@ def _specs() -> dict[str, tuple[StreamSpec, object]]:
             tie_plan)
            for batch, heads, index_heads, topk in ((1, 1, 4, 1), (2, 3, 4, 2), (1, 2, 5, 3))},
         **_rope_tie_specs(),
+        "r4-n2-i2-k2-far-gates": (StreamSpec(4, (8,), heads=2, index_heads=2, index_topk=2), far_gate_plan),
+        "r128-f32-far-gates": (StreamSpec(128, (2,), cache_format="f32", start=126), far_gate_plan),
     }
 
 
