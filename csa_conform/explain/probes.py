@@ -21,6 +21,7 @@ from csa_conform.device.probes import ProbeLog, attention_units, compressor_unit
 from csa_conform.errors import ContractError
 from csa_conform.explain.claims import PROBE, Claim
 from csa_conform.explain.stages import run_stage
+from csa_conform.explain.values import Part, part_claims
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.variant import Numerics
 from csa_conform.spec import STAGE_NAMES, launches_for_ratio
@@ -43,6 +44,8 @@ ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
 # Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
 SIGNLESS_ZERO = ("softmax_max",)  # what a unit's several calls of a probe are (else its quantization blocks)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
+# The element format of a probe that is not binary32, for its value classes (packed FP4 codes get none).
+FORM = {"fp8_codes": "e4m3", "fp8_scale": "e8m0", "fp4_scale": "e8m0", "fp4_codes": ""}
 
 
 def probed_launches(ratio: int, stages) -> set[str]:
@@ -96,7 +99,20 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
         kept = index[: len(axes)] + ((index[-2],) if per > 1 else ()) + element[1]
         result["first"] = {"coords": dict(zip(names, (int(i) for i in kept))),
                            "reference": _value(reference, flat), "device": _value(device, flat)}
+        result["classes"], result["class_counts"] = _classes(name, reference, device)
     return result
+
+
+def _classes(name: str, reference: np.ndarray, device: np.ndarray) -> tuple[list[str], list[str]]:
+    """The value classes at the probe's differing elements: the statements one pair or one relation makes of
+    them all, and else the counts of the commonest pairs."""
+    form = FORM.get(name, "f32" if device.dtype == np.float32 else "int")
+    if not form:
+        return [], []
+    width = device.shape[-1]
+    claims, counts = part_claims(Part(SUB_STEP.get(name, name), form, reference.reshape(-1, width),
+                                      device.reshape(-1, width)))
+    return [claim.text for claim in claims], counts
 
 
 def oracle_probes(stage: str, g: StepGeometry, inputs, upstream) -> dict[str, np.ndarray]:
@@ -183,9 +199,10 @@ def probe_text(observation: dict) -> str:
     exact = "" if observation["exact"] else (
         f" (not observed before it: {', '.join(observation['unobserved_before'])}, so it may start there)")
     agree = f"{', '.join(equal)} equal; " if equal else ""
+    classes = "".join(f"; {text}" for text in first.get("classes", []) + first.get("class_counts", []))
     return (f"probe: the first divergent sub-step is {first['sub_step']}{exact} — {agree}{first['sub_step']}: "
             f"{first['differing']:,} of {first['elements']:,} elements differ, first at {where}: reference "
-            f"{ref['value']} ({ref['bits']}), device {dev['value']} ({dev['bits']})")
+            f"{ref['value']} ({ref['bits']}), device {dev['value']} ({dev['bits']}){classes}")
 
 
 def probe_claim(observation: dict | None) -> Claim | None:
@@ -197,8 +214,9 @@ def probe_claim(observation: dict | None) -> Claim | None:
     first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
     if first is not None:
         exact = "" if observation["exact"] else f" or an unobserved one before it ({', '.join(observation['unobserved_before'])})"
+        classes = "".join(f"; {text}" for text in first.get("classes", ()))
         return Claim(f"the first divergent sub-step on the device is {first['sub_step']}{exact} (probes: "
-                     f"{first['differing']:,} of {first['elements']:,} elements differ there)", PROBE,
+                     f"{first['differing']:,} of {first['elements']:,} elements differ there{classes})", PROBE,
                      int(first["differing"]), {"sub_step": first["sub_step"], "exact": observation["exact"]})
     equal = [probe for probe in observation["probes"] if probe["status"] == EQUAL]
     if not equal:

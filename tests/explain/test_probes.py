@@ -88,6 +88,17 @@ def test_a_bug_planted_in_rmsnorm_is_observed_at_rmsnorm(tmp_path):
         observation)
 
 
+def test_the_first_divergent_probe_carries_the_value_classes_of_its_differences(tmp_path):
+    kernels = _plant(tmp_path, "const float weight = csa_expf(score - maximum);", "const float weight = csa_expf(score);")
+    observation = _observed(kernels, "edges.r128-f32-far-gates", 0, COMPRESSION)["compression_update"]
+    pooled = next(probe for probe in observation["probes"] if probe["name"] == "pooled")
+    assert observation["first_divergent"] == "pool" and pooled["status"] == "differs"
+    # the gates at +96 overflow exp and those at -112 underflow it: NaN wherever one of them is pooled
+    nan = pooled["class_counts"][0]
+    assert nan.startswith("pool: ") and "hold NaN where the reference holds a normal value" in nan
+    assert "hold NaN where the reference holds a normal value" in probe_text(observation)
+
+
 def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
     kernels = _plant(tmp_path, "code = ((mbits + 0x7ffffu + ((mbits >> 20) & 1u)) >> 20) - (120u << 3);",
                      "code = (mbits >> 20) - (120u << 3);")
