@@ -185,7 +185,7 @@ class StepRun:
         if self.repeat > 1:
             self.findings += repeat_launch(backend, run, args, self.repeat, entry=source.entry, module=launch.module,
                                            stages=launch.stages, parameters=source.parameters)
-        elif self.probes is not None:
+        elif isinstance(self.probes, ProbeRecorder):
             log = self.probes.arm(backend, source, function)
             run(args)
             self.probes.collect(backend, source, function, log)
@@ -218,7 +218,7 @@ class StepRun:
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
         return DeviceStepResult(outputs=stages[WRITEBACK.name], stages=stages, present=present, launches=self.launches,
-                                findings=self.findings, probes=self.probes.logs if self.probes is not None else [])
+                                findings=self.findings, probes=list(self.probes.logs) if self.probes is not None else [])
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""
