@@ -5,6 +5,7 @@ what is no probe is a defect line of the explanation, never a verdict."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -123,6 +124,12 @@ def test_explain_leads_with_the_sub_step_a_providers_probes_observed():
                                      "--kernels", planted("RmsNormWeightOff")]).output
     headline = next(line for line in text.splitlines() if "step 0 compression_update" in line)
     assert ": unexplained: sub-step: the first divergent sub-step on the device is RMSNorm (probes: " in headline
+
+
+def test_the_protocol_gives_the_layout_of_every_probe_explain_compares():
+    text = (ROOT / "specs" / "providers.md").read_text().split("| probe | compressors", 1)[1].split("\n\n", 1)[0]
+    documented = {name for row in text.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert documented == {name for names in PROBED.values() for name in names}
 
 
 def test_the_torch_example_tells_the_sink_left_out_by_its_denominator():
