@@ -249,7 +249,8 @@ class DeviceRunner:
             tensors.put(name, value)
         recorder = None
         if self.probes:
-            recorder = ProbeCalls() if self.provider is not None else ProbeRecorder(room_for(_probed_elements(geometry)))
+            elements = _probed_elements(geometry)
+            recorder = ProbeCalls() if self.provider is not None else ProbeRecorder(room_for(elements))
         launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider, self._herald,
                             recorder)
         result = StepRun(launcher, geometry, plan, tensors, reference or {}, case, step, records).execute()

@@ -217,8 +217,9 @@ class StepRun:
                 self.host_stage(stage)
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
+        probes = list(self.probes.logs) if self.probes is not None else []
         return DeviceStepResult(outputs=stages[WRITEBACK.name], stages=stages, present=present, launches=self.launches,
-                                findings=self.findings, probes=list(self.probes.logs) if self.probes is not None else [])
+                                findings=self.findings, probes=probes)
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""

@@ -227,8 +227,8 @@ def probe_claim(observation: dict | None) -> Claim | None:
 def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed: Mapping, g: StepGeometry,
                stages, case: str = "", step: int = -1) -> dict[str, dict]:
     """The probe observation of each of ``stages`` that has probes: one probed, isolated re-run of the step
-    that keeps only their launches on the device (``runner.sibling``); ``unprobed`` is the isolated run's
-    stage payloads, which the probed run's must equal bit for bit."""
+    that keeps only their launches (a provider's calls) on the device (``runner.sibling``); ``unprobed`` is the
+    isolated run's stage payloads, which the probed run's must equal bit for bit."""
     provider = runner.provider
     calls = None if provider is None else [call.stages for call in provider.calls(g.ratio)]
     launched = {stage for members in calls or [launch.stages for launch in launches_for_ratio(g.ratio)]
