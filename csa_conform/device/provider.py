@@ -9,7 +9,9 @@ operator inputs and the upstream payloads it reads by name (specs/stage-payloads
 and ``geometry`` (csa_conform.contract.StepGeometry) if its signature names it; it returns
 the payloads of its stages by tensor name, as any array that speaks DLPack,
 the CUDA array interface or ``__array__``. Stages a provider lacks run on the
-host oracle inside the run, as ``--force-host`` stages do.
+host oracle inside the run, as ``--force-host`` stages do. A method that names
+``probe`` is handed a callback in explain's probed re-run (None otherwise), through
+which it shows its sub-step intermediates (``ProvidedProbes``).
 
 The runner holds a step's tensors on the provider's device (NumPy arrays for
 ``cpu``, CuPy arrays for ``cuda``; ``from_dlpack`` converts them into the
@@ -24,7 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
@@ -216,6 +218,26 @@ class RecordedCall:
     payloads: dict
 
 
+@dataclass
+class ProvidedProbes:
+    """What one provider call handed its ``probe`` callback in a probed run: each intermediate as a host copy by
+    name, and what was no probe (a provider defect, said in the explanation, never the stage's verdict)."""
+
+    call: str  # the method
+    stages: tuple[str, ...]
+    accepts: bool  # whether the method names ``probe`` at all
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    defects: list[str] = field(default_factory=list)
+
+
+class ProbeCalls:
+    """A probed step's provider calls, one ProvidedProbes each (the step result's ``probes``): the provider's
+    counterpart of a probed kernel build's logs (csa_conform.device.probes.ProbeRecorder)."""
+
+    def __init__(self):
+        self.logs: list[ProvidedProbes] = []
+
+
 class ProviderSite(Protocol):
     """The step a provider call runs in (csa_conform.device.step.StepRun)."""
 
@@ -227,6 +249,7 @@ class ProviderSite(Protocol):
     repeat: int
     case: str
     step: int
+    probes: Any  # ProbeCalls in explain's probed re-run, else None
 
     @property
     def isolated(self) -> bool: ...
@@ -334,6 +357,13 @@ class Provider:
         arguments = self.arguments(site, call)
         arguments["geometry"] = site.g
         accepted = _accepted(method, arguments)
+        if _names_probe(method):
+            accepted["probe"] = None
+        if isinstance(site.probes, ProbeCalls):
+            log = ProvidedProbes(call.module, call.stages, accepts="probe" in accepted)
+            site.probes.logs.append(log)
+            if log.accepts:
+                accepted["probe"] = self._probe(log)
         first = self._payloads(site, call, method, accepted)
         if self.recording:
             if self.recorded and (self.recorded[-1].case, self.recorded[-1].step) != (site.case, site.step):
@@ -351,6 +381,29 @@ class Provider:
             for output in site.g.output_names if stage == WRITEBACK.name else BY_NAME[stage].outputs:
                 site.t.put(output, first[stage][output])
         site.record(LaunchRecord(PROVIDER_PATH, call.stages, module=self.name, entry=call.module))
+
+    def _probe(self, log: ProvidedProbes) -> Callable[[str, Any], None]:
+        """The ``probe(name, array)`` a call of a probed run is handed: it keeps a host copy of each
+        intermediate (the provider may reuse its buffer after the call) and never raises into the provider,
+        so probing cannot make a verdict."""
+        where = f"{self.name}.{log.call}"
+
+        def probe(name: str, array: Any) -> None:
+            if not isinstance(name, str):
+                log.defects.append(f"{where} called probe with the name {name!r}, not a string")
+                return
+            if name in log.arrays:
+                log.defects.append(f"{where} called probe({name!r}) more than once (one call holds the whole "
+                                   "intermediate; the first is kept)")
+                return
+            try:
+                log.arrays[name] = np.array(self.transfer.download(adopt(array, f"{where}'s probe {name!r}")),
+                                            copy=True)
+            except Exception as error:  # noqa: BLE001 - the provider's array: its defect, said in the explanation
+                log.defects.append(str(error) if isinstance(error, TypeError) else
+                                   f"{where}'s probe {name!r} cannot be read: {type(error).__name__}: {error}")
+
+        return probe
 
     def _payloads(self, site: ProviderSite, call: ProviderCall, method: Callable, arguments: dict) -> dict:
         stage = call.stages[0]
@@ -387,6 +440,16 @@ def _accepted(method: Callable, arguments: dict[str, Any]) -> dict[str, Any]:
     if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values()):
         return arguments
     return {name: value for name, value in arguments.items() if name in parameters}
+
+
+def _names_probe(method: Callable) -> bool:
+    """Whether the method's signature names ``probe`` (never handed through ``**kwargs``: those take inputs)."""
+    try:
+        parameter = inspect.signature(method).parameters.get("probe")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                        inspect.Parameter.KEYWORD_ONLY)
 
 
 def _differing(first: dict, again: list[dict], call: ProviderCall, name: str) -> list[Nondeterminism]:
@@ -428,5 +491,5 @@ def load_provider(spec: str) -> Provider:
     return Provider(spec)
 
 
-__all__ = ["GROUPS", "PREFIX", "PROVIDER_PATH", "Provider", "ProviderCall", "ProviderStageFailed", "StageProvider",
-           "Transfer", "UPSTREAM", "adopt", "is_provider", "load_provider"]
+__all__ = ["GROUPS", "PREFIX", "PROVIDER_PATH", "ProbeCalls", "ProvidedProbes", "Provider", "ProviderCall",
+           "ProviderStageFailed", "StageProvider", "Transfer", "UPSTREAM", "adopt", "is_provider", "load_provider"]

@@ -35,7 +35,7 @@ from csa_conform.device.launches import kernel_of, reserved_caches
 from csa_conform.device.plan import StepPlan, plan_step
 from csa_conform.device.probes import PROBE_DEFINE, ProbeRecorder, room_for
 from csa_conform.device.provenance import RunProvenance
-from csa_conform.device.provider import Provider
+from csa_conform.device.provider import ProbeCalls, Provider
 from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
 from csa_conform.device.replay import Replayer
 from csa_conform.device.step import DeviceStepResult, Launcher, StepRun
@@ -62,7 +62,8 @@ class DeviceRunner:
     every launch that many times on poisoned scratch (csa_conform.device.determinism), ``replay``
     ("graph") replays each step's launches on a captured graph (csa_conform.device.replay);
     ``probes`` builds the directory with -DCSA_PROBES and reads every launch's probe log back
-    (csa_conform.device.probes: the step result's ``probes``)."""
+    (csa_conform.device.probes: the step result's ``probes``); on a provider it hands each call that names
+    ``probe`` a callback and keeps what the call shows (csa_conform.device.provider.ProbeCalls)."""
 
     def __init__(
         self,
@@ -82,9 +83,7 @@ class DeviceRunner:
         self.kernels = kernels if kernels is not None or provider is not None else KernelDirectory()
         if probes and (repeat > 1 or replay):
             raise UsageError("a probed run launches each kernel once, eagerly: no --repeat or --replay")
-        if probes and self.kernels is None:
-            raise UsageError("a python: provider has no CSA_PROBE sub-step probes (specs/kernel-abi.md)")
-        if probes:
+        if probes and self.kernels is not None:
             self.kernels = self.kernels.probed(PROBE_DEFINE)
         self.probes = probes
         self.mode = Mode(mode)
@@ -248,7 +247,10 @@ class DeviceRunner:
             tensors.put(name, value)
         for name, value in (past or {}).items():
             tensors.put(name, value)
-        recorder = ProbeRecorder(room_for(_probed_elements(geometry))) if self.probes else None
+        recorder = None
+        if self.probes:
+            elements = _probed_elements(geometry)
+            recorder = ProbeCalls() if self.provider is not None else ProbeRecorder(room_for(elements))
         launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider, self._herald,
                             recorder)
         result = StepRun(launcher, geometry, plan, tensors, reference or {}, case, step, records).execute()

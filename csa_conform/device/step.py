@@ -25,7 +25,7 @@ from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.plan import DEVICE, StepPlan, reads_own
 from csa_conform.device.probes import ProbeLog, ProbeRecorder
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
-from csa_conform.device.provider import Provider
+from csa_conform.device.provider import ProbeCalls, ProvidedProbes, Provider
 from csa_conform.device.tensors import StepTensors
 from csa_conform.errors import ContractError, HostStageRejected, KernelFault
 from csa_conform.oracle import StepResult
@@ -49,7 +49,7 @@ class DeviceStepResult(StepResult):
     present: dict[str, object] = field(default_factory=dict)
     launches: list[LaunchRecord] = field(default_factory=list)
     findings: list = field(default_factory=list)  # what a mode of diff found (.kind, .stages, .message)
-    probes: list[ProbeLog] = field(default_factory=list)  # a probed run's logs, one per launch
+    probes: list[ProbeLog | ProvidedProbes] = field(default_factory=list)  # a probed run's logs, one per launch
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class Launcher:
     ``repeat`` > 1 runs every launch that many times (csa_conform.device.determinism), or every provider call.
     ``herald`` is told the launch in flight before it starts and None when it ended (a worker's note to the
     runner's parent, which judges a launch that kills or outlives the worker by it).
-    ``probes``: a probed run's recorder, which gives every launch a log (csa_conform.device.probes).
+    ``probes``: a probed run's recorder, which gives every launch a log (csa_conform.device.probes), or every
+    provider call its probe callback (csa_conform.device.provider).
     """
 
     backend: Callable[[], object]
@@ -69,7 +70,7 @@ class Launcher:
     repeat: int = 1
     provider: Provider | None = None  # a Python provider's calls instead of kernel launches
     herald: Callable[[LaunchRecord | None], None] | None = None
-    probes: ProbeRecorder | None = None
+    probes: ProbeRecorder | ProbeCalls | None = None
 
 
 class StepRun:
@@ -184,7 +185,7 @@ class StepRun:
         if self.repeat > 1:
             self.findings += repeat_launch(backend, run, args, self.repeat, entry=source.entry, module=launch.module,
                                            stages=launch.stages, parameters=source.parameters)
-        elif self.probes is not None:
+        elif isinstance(self.probes, ProbeRecorder):
             log = self.probes.arm(backend, source, function)
             run(args)
             self.probes.collect(backend, source, function, log)
@@ -216,8 +217,9 @@ class StepRun:
                 self.host_stage(stage)
         present = {name: self.t.produced(name) for name in self.g.output_names if name in STATE_THREADING}
         stages = {stage: self.stages[stage] for stage in STAGE_NAMES if stage in self.stages}
+        probes = list(self.probes.logs) if self.probes is not None else []
         return DeviceStepResult(outputs=stages[WRITEBACK.name], stages=stages, present=present, launches=self.launches,
-                                findings=self.findings, probes=self.probes.logs if self.probes is not None else [])
+                                findings=self.findings, probes=probes)
 
     def host_stage(self, stage: Stage) -> None:
         """The oracle's stage on this run's tensors; its operator outputs become the buffers later launches read."""

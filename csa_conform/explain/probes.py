@@ -8,16 +8,19 @@ bit for bit in pipeline order, the first probe whose bytes differ is the first d
 fact, with its own element-level difference. A probe may change what the kernel computes (it must not:
 a compiler could schedule the code around it differently), so the probed run's stage payloads are
 compared with the unprobed run's first; where any byte moved the probes are reported and not trusted.
+A Python provider is probed the same way: its probed re-run hands each call a ``probe(name, array)`` callback
+(csa_conform.device.provider), and the whole intermediates it shows are compared as the kernel's entries are.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.device.probes import ProbeLog, attention_units, compressor_units, placed, query_units
+from csa_conform.device.provider import ProvidedProbes
 from csa_conform.errors import ContractError
 from csa_conform.explain.claims import PROBE, Claim
 from csa_conform.explain.stages import run_stage
@@ -48,13 +51,13 @@ EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 FORM = {"fp8_codes": "e4m3", "fp8_scale": "e8m0", "fp4_scale": "e8m0", "fp4_codes": ""}
 
 
-def probed_launches(ratio: int, stages) -> set[str]:
-    """The stages of every launch that computes one of ``stages`` with probes (what a probed run keeps on
-    the device; everything else runs on the host oracle)."""
+def probed_launches(ratio: int, stages, calls=None) -> set[str]:
+    """The stages of every launch (or provider call: ``calls``, each its stages) that computes one of ``stages``
+    with probes (what a probed run keeps on the device; everything else runs on the host oracle)."""
     kept: set[str] = set()
-    for launch in launches_for_ratio(ratio):
-        if any(stage in PROBED and stage in launch.stages for stage in stages):
-            kept.update(launch.stages)
+    for members in (launch.stages for launch in launches_for_ratio(ratio)) if calls is None else calls:
+        if any(stage in PROBED and stage in members for stage in stages):
+            kept.update(members)
     return kept
 
 
@@ -135,6 +138,24 @@ def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog],
     log = next((log for log in logs if log.module == module), None)
     reference = oracle_probes(stage, g, inputs, expected)
     units, unit_shape, axes = _units(stage, g, reference, threads)
+
+    def written(name: str) -> np.ndarray | str:
+        entries = log.named(name) if log is not None else []
+        if not entries:
+            return "the kernel wrote no such probe"
+        device = placed(entries, units, unit_shape, reference[name].dtype)
+        return f"its entries cannot be placed on the reference's axes: {device}" if isinstance(device, str) else device
+
+    return compared(stage, reference, expected, axes, written, module, moved, payload,
+                    log.dropped if log is not None else 0)
+
+
+def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tuple[str, ...],
+             written: Callable[[str], np.ndarray | str], module: str, moved: list[str],
+             payload: Mapping[str, np.ndarray] | None = None, dropped: int = 0) -> dict:
+    """Every probe of a stage compared with the reference's intermediate in pipeline order, and the first that
+    differs; ``written(name)`` is the device's intermediate on the units' ``axes`` as [*units, calls per unit,
+    elements], or why there is none."""
     probes = []
     if stage in PAYLOAD_FIRST and payload is not None:
         name, tensor = PAYLOAD_FIRST[stage]
@@ -142,19 +163,13 @@ def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog],
         probes.append(_compare(name, np.asarray(expected[stage][tensor]), held.reshape(
             held.shape[:-1] + (1, held.shape[-1])), axes))
     for name in PROBED[stage]:
-        entries = log.named(name) if log is not None else []
         if name not in reference:
             probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
                            "reason": "the reference computes no such intermediate for this step"})
             continue
-        if not entries:
-            probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
-                           "reason": "the kernel wrote no such probe"})
-            continue
-        device = placed(entries, units, unit_shape, reference[name].dtype)
+        device = written(name)
         if isinstance(device, str):
-            probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
-                           "reason": f"its entries cannot be placed on the reference's axes: {device}"})
+            probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED, "reason": device})
             continue
         if name in SIGNLESS_ZERO:
             device, expected_values = device + np.float32(0), reference[name] + np.float32(0)
@@ -166,8 +181,7 @@ def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog],
     unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
     return {"module": module, "probes": probes, "first_divergent": None if first is None else first["sub_step"],
             "exact": first is not None and not unobserved, "unobserved_before": unobserved,
-            "dropped": log.dropped if log is not None else 0, "moved": moved, "trusted": not moved and not (
-                log is not None and log.dropped)}
+            "dropped": dropped, "moved": moved, "trusted": not moved and not dropped}
 
 
 def probe_text(observation: dict) -> str:
@@ -175,8 +189,10 @@ def probe_text(observation: dict) -> str:
     if "error" in observation:
         return f"probes failed: {observation['error']}"
     if observation["moved"]:
-        return ("probes not trusted: the probed build changed the kernel's own bytes ("
-                + ", ".join(observation["moved"]) + "), so its intermediates need not be the unprobed kernel's")
+        changed, unprobed = (("call changed the provider's own payloads", "call") if "defects" in observation
+                             else ("build changed the kernel's own bytes", "kernel"))  # a provider's run has defects
+        return (f"probes not trusted: the probed {changed} (" + ", ".join(observation["moved"])
+                + f"), so its intermediates need not be the unprobed {unprobed}'s")
     if observation["dropped"]:
         return f"probes not trusted: the probe log had no room for {observation['dropped']:,} entries"
     seen = [probe for probe in observation["probes"] if probe["status"] != UNOBSERVED]
@@ -229,18 +245,25 @@ def probe_claim(observation: dict | None) -> Claim | None:
 def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed: Mapping, g: StepGeometry,
                stages, case: str = "", step: int = -1) -> dict[str, dict]:
     """The probe observation of each of ``stages`` that has probes: one probed, isolated re-run of the step
-    that keeps only their launches on the device (``runner.sibling``); ``unprobed`` is the isolated run's
-    stage payloads, which the probed run's must equal bit for bit."""
-    launched = {stage for launch in launches_for_ratio(g.ratio) for stage in launch.stages}
+    that keeps only their launches (a provider's calls) on the device (``runner.sibling``); ``unprobed`` is the
+    isolated run's stage payloads, which the probed run's must equal bit for bit."""
+    provider = runner.provider
+    calls = None if provider is None else [call.stages for call in provider.calls(g.ratio)]
+    launched = {stage for members in calls or [launch.stages for launch in launches_for_ratio(g.ratio)]
+                for stage in members}
     stages = [stage for stage in stages if stage in PROBED and stage in launched]
     if not stages:
         return {}
-    keep = probed_launches(g.ratio, stages)
+    keep = probed_launches(g.ratio, stages, calls)
     probed = runner.sibling(runner.force_host | (frozenset(STAGE_NAMES) - keep), probes=True)
     result = probed.run_step(attrs, inputs, output_names, reference=expected, case=case, step=step)
     moved = [f"{stage}/{name}" for stage in STAGE_NAMES if stage in keep and stage in unprobed
              for name, array in result.stages.get(stage, {}).items()
              if name in unprobed[stage] and not _same_bits(array, unprobed[stage][name])]
+    if provider is not None:
+        return {stage: observe_provided(stage, g, inputs, expected, result.probes, provider.name, moved,
+                                        result.stages.get(stage))
+                for stage in stages}
     threads = {launch.module: launch.block[0] for launch in result.launches}
     return {stage: observe(stage, g, inputs, expected, result.probes, threads.get(_module(stage, g.ratio), 1), moved,
                            result.stages.get(stage))
@@ -250,3 +273,50 @@ def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed:
 def _same_bits(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+# --- a Python provider's probes (specs/providers.md, "Probes") -------------------------------------------------
+
+def observe_provided(stage: str, g: StepGeometry, inputs, expected, calls: list[ProvidedProbes], provider: str,
+                     moved: list[str], payload: Mapping[str, np.ndarray] | None = None) -> dict:
+    """The probe observation of one divergent stage of a provider: each intermediate its call showed through
+    ``probe`` is the whole tensor, unit axes first, compared as a kernel's placed entries are. What the call
+    showed that is no probe of its stages, or in another shape or dtype than the reference's, is a provider
+    defect (``defects``), never the stage's verdict."""
+    call = next(log for log in calls if stage in log.stages)
+    where = f"{provider}.{call.call}"
+    reference = oracle_probes(stage, g, inputs, expected)
+    _, unit_shape, axes = _units(stage, g, reference, 1)
+    known = [name for member in call.stages for name in PROBED.get(member, ())]
+    defects = list(call.defects) + [
+        f"{where} called probe({name!r}), no probe of {', '.join(call.stages)} (those are {', '.join(known) or 'none'})"
+        for name in call.arrays if name not in known]
+
+    def written(name: str) -> np.ndarray | str:
+        if not call.accepts:
+            return f"{where} takes no probe argument"
+        if name not in call.arrays:
+            return "the provider made no such probe call"
+        array, shape = call.arrays[name], _provided_shape(reference[name], unit_shape)
+        if array.shape != shape or array.dtype != reference[name].dtype:
+            defects.append(f"{where}'s probe {name!r} is {array.dtype}{list(array.shape)}, not the reference's "
+                           f"{reference[name].dtype}{list(shape)}")
+            return f"the provider's array is {array.dtype}{list(array.shape)}, not {reference[name].dtype}{list(shape)}"
+        tail = shape[len(unit_shape):]
+        return array.reshape(unit_shape + (int(np.prod(tail[:-1], dtype=np.int64)), tail[-1] if tail else 1))
+
+    observation = compared(stage, reference, expected, axes, written, where, moved, payload)
+    return {**observation, "defects": defects}
+
+
+def _provided_shape(reference: np.ndarray, unit_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a provider hands a probe in: the unit axes, then the reference's axes within a unit (the oracle
+    holds the index query's (b, s) rows as one axis)."""
+    lead = len(unit_shape) if reference.shape[: len(unit_shape)] == tuple(unit_shape) else len(unit_shape) - 1
+    return tuple(unit_shape) + reference.shape[lead:]
+
+
+def defect_text(observation: dict | None) -> list[str]:
+    """A line per provider defect of a probe run: a probe name no stage of the call has, a shape or dtype not
+    the reference's, what was no array."""
+    return [f"probe defect of the provider: {defect}" for defect in (observation or {}).get("defects", [])]

@@ -17,7 +17,7 @@ import numpy as np
 from csa_conform.explain.ablation import ablation_text
 from csa_conform.explain.claims import RERUN, Claim
 from csa_conform.explain.patterns import STRUCTURAL, Finding
-from csa_conform.explain.probes import probe_text
+from csa_conform.explain.probes import defect_text, probe_text
 from csa_conform.explain.trial import Trial
 
 EXPLAINED = "explained"
@@ -160,6 +160,7 @@ class Explanation:
         lines.extend(f"  {line}" for line in self.summary)
         if self.probe is not None:
             lines.append(f"  {probe_text(self.probe)}")
+            lines.extend(f"  {line}" for line in defect_text(self.probe))
         lines.extend(f"  {line}" for line in ablation_text(self.ablations))
         for finding in self.diagnosis[1:]:
             lines.append(f"  also {finding.kind}: {finding.headline}")

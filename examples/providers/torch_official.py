@@ -26,6 +26,11 @@ ascending in d, index heads ascending, each softmax block's sums ascending in
 candidate from 0 (one elementwise add per term, never a fused multiply-add).
 What is left to differ from the NumPy profile is torch's ``exp`` against
 glibc's ``expf``: rounding, inside the envelope.
+
+Attention shows explain each row's softmax maximum and denominator through
+``probe`` (specs/providers.md, "Probes"), so a probed re-run tells a wrong
+maximum from a wrong denominator (the sink left out: the maximum equal, the
+denominator not).
 """
 
 from __future__ import annotations
@@ -119,7 +124,7 @@ class TorchOfficial:
     # --- stage 7 -------------------------------------------------------------------------------
 
     def sparse_sink_softmax_attention(self, geometry, query, current_kv, head_sink, attention_bias,
-                                      logical_records, candidates):
+                                      logical_records, candidates, probe=None):
         values, empty = self._gather(geometry, current_kv, logical_records, candidates)
         queries = bf16(query)
         logits = ascending(queries[:, :, :, None, d] * values[:, :, None, :, d]
@@ -127,7 +132,7 @@ class TorchOfficial:
         if attention_bias is not None:
             logits = logits + attention_bias.permute(0, 2, 1, 3)
         logits = logits.masked_fill(empty[:, :, None, :], -torch.inf)
-        return {"scores": logits, "Y": self._online_softmax(logits, values, head_sink)}
+        return {"scores": logits, "Y": self._online_softmax(logits, values, head_sink, probe)}
 
     @staticmethod
     def _gather(geometry, current_kv, logical_records, candidates):
@@ -144,8 +149,9 @@ class TorchOfficial:
         batch_index = torch.arange(batch, device=rows.device)[:, None, None]
         return bf16(table)[batch_index, rows], candidates < 0
 
-    def _online_softmax(self, logits, values, head_sink):
-        """Blocks of 64 candidates: running max m, denominator Z and numerator O; the sink after the loop."""
+    def _online_softmax(self, logits, values, head_sink, probe=None):
+        """Blocks of 64 candidates: running max m, denominator Z and numerator O; the sink after the loop.
+        ``probe`` is shown m and Z of every row [B, S, N] (Z 0 where a row has no candidate)."""
         shape = logits.shape[:3]
         maximum = logits.new_full(shape, -torch.inf)
         denominator = logits.new_zeros(shape)
@@ -163,6 +169,9 @@ class TorchOfficial:
             maximum = block_max
         active = maximum != -torch.inf
         denominator = denominator + self._sink_mass(head_sink, maximum, active)
+        if probe is not None:
+            probe("softmax_max", maximum)
+            probe("softmax_denominator", torch.where(active, denominator, 0.0))
         return torch.where(active[..., None], bf16(numerator / denominator[..., None]), 0.0)
 
     @staticmethod

@@ -89,3 +89,65 @@ class BatchVariantAttention(NumpyOracle):
             y.view(np.uint32)[..., 0] += 1
             payload = {**payload, "Y": y}
         return payload
+
+
+class RmsNormWeightOff(NumpyOracle):
+    """Compression whose RMSNorm weighs dimension 4 twice: probed, the first divergent sub-step is RMSNorm."""
+
+    name = "planted-rmsnorm"
+
+    def compression_update(self, geometry, compressor_kv, compressor_gate, compressor_ape, compressor_norm,
+                           past_compressed_kv, past_compression_carry, probe=None):
+        norm = compressor_norm.copy()
+        norm[4] *= np.float32(2)
+        return super().compression_update(geometry, compressor_kv, compressor_gate, compressor_ape, norm,
+                                          past_compressed_kv, past_compression_carry, probe=probe)
+
+
+class RmsNormWeightOffUnprobed(RmsNormWeightOff):
+    """The same bug in a method that takes no ``probe``: its probed re-run shows nothing."""
+
+    name = "planted-rmsnorm-unprobed"
+
+    def compression_update(self, geometry, compressor_kv, compressor_gate, compressor_ape, compressor_norm,
+                           past_compressed_kv, past_compression_carry):
+        return super().compression_update(geometry, compressor_kv, compressor_gate, compressor_ape,
+                                          compressor_norm, past_compressed_kv, past_compression_carry)
+
+
+class ProbesAmiss(RmsNormWeightOff):
+    """The RMSNorm bug, whose probed call shows RMSNorm without its batch axis, and a name compression has no
+    probe of, a name that is no string and what is no array: each a defect, the other probes compared."""
+
+    name = "probes-amiss"
+
+    def compression_update(self, geometry, compressor_kv, compressor_gate, compressor_ape, compressor_norm,
+                           past_compressed_kv, past_compression_carry, probe=None):
+        def amiss(name, array):
+            probe(name, array[0] if name == "rmsnorm" else array)
+
+        payload = super().compression_update(geometry, compressor_kv, compressor_gate, compressor_ape,
+                                             compressor_norm, past_compressed_kv, past_compression_carry,
+                                             probe=None if probe is None else amiss)
+        if probe is not None:
+            probe("hadamard", payload["logical_records"])
+            probe(7, payload["logical_records"])
+            probe("softmax_max", object())
+        return payload
+
+
+class ProbingMovesBytes(RmsNormWeightOff):
+    """The RMSNorm bug, whose probed call also flips a bit of its records: probes not to be trusted."""
+
+    name = "probing-moves"
+
+    def compression_update(self, geometry, compressor_kv, compressor_gate, compressor_ape, compressor_norm,
+                           past_compressed_kv, past_compression_carry, probe=None):
+        payload = super().compression_update(geometry, compressor_kv, compressor_gate, compressor_ape,
+                                             compressor_norm, past_compressed_kv, past_compression_carry,
+                                             probe=probe)
+        if probe is None:
+            return payload
+        records = payload["logical_records"].copy()
+        records.view(np.uint32).reshape(-1)[0] ^= 1
+        return {**payload, "logical_records": records}
