@@ -133,7 +133,7 @@ def attention_units(sequence: int, heads: int) -> Units:
         if thread == 0 else []
 
 
-def scored_record_units(sequence: int, limits: Sequence[int], threads: int) -> Units:
+def scored_record_units(sequence: int, limits: Sequence[int] | np.ndarray, threads: int) -> Units:
     """Index select's scoring: block b·S + s scores its causal records c < limits[s] strided over the block's
     threads, each record on one thread (a call per index head for a per-head probe)."""
     return lambda block, thread: [(block // sequence, block % sequence, record)

@@ -43,10 +43,11 @@ SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16"
             "index_score": "index score", "softmax_probabilities": "softmax probabilities"}
 # A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
 PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
+# What a unit's several calls of a probe are (else its quantization blocks): candidate slots, index heads.
 CALLS = {"pool_scores": "slot", "index_dots": "i", "index_relu": "i"}
 ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
 # Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
-SIGNLESS_ZERO = ("softmax_max",)  # what a unit's several calls of a probe are (else its quantization blocks)
+SIGNLESS_ZERO = ("softmax_max",)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 
 

@@ -143,7 +143,8 @@ def test_a_bug_in_the_softmax_probabilities_is_observed_there(tmp_path):
     """Probabilities over the denominator plus one ulp of it: the logits, maximum and denominator stay the
     reference's, every valid slot's probability moves."""
     kernels = _plant(tmp_path, "const float probability = csa_expf(logit - maximum) / denominator;",
-                     "const float probability = csa_expf(logit - maximum) / nextafterf(denominator, 2.0f * denominator);")
+                     "const float probability = csa_expf(logit - maximum) / "
+                     "nextafterf(denominator, 2.0f * denominator);")
     observation = _observed(kernels, SIGNED, 0, ("sparse_sink_softmax_attention",))["sparse_sink_softmax_attention"]
     assert observation["trusted"] and observation["exact"]
     assert observation["first_divergent"] == "softmax probabilities", probe_text(observation)
