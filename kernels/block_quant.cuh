@@ -837,6 +837,7 @@ __device__ void csa_sink_attention(const CsaAttention& a, const CsaAttentionRow&
                     if (tile_valid[j]) {
                         const float probability = csa_expf(logit - maximum) / denominator;
                         tile_weight[j] = probability;
+                        if (pass == 0) CSA_PROBE("softmax_probabilities", &probability, 1);
                     }
                 }
                 __syncthreads();  // the tile's probabilities and candidates are in

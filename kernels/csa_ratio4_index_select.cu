@@ -168,8 +168,12 @@ extern "C" __global__ void csa_ratio4_index_select(const float* index_query,
                 const unsigned char code = (d % 2) ? (unsigned char)(byte >> 4) : byte;
                 dot = dot + csa_mul(q[d], decode_e2m1(code) * e8m0_scale(block[0]));
             }
-            weighted = weighted + csa_mul(fmaxf(dot, 0.0f) * weights[h], weight_scale);
+            CSA_PROBE("index_dots", &dot, 1);
+            const float relu = fmaxf(dot, 0.0f);
+            CSA_PROBE("index_relu", &relu, 1);
+            weighted = weighted + csa_mul(relu * weights[h], weight_scale);
         }
+        CSA_PROBE("index_score", &weighted, 1);
         record_scores[record_id] = weighted;
     }
     __syncthreads();  // every causal score is written

@@ -4,9 +4,11 @@
 #   1. a probed build (-DCSA_PROBES) computes the unprobed build's stage payloads bit for bit, and every
 #      probe equals the oracle's intermediate, on four ci cases (both ratios, f32 and FP8 caches, B=2);
 #   2. a bug planted in RMSNorm is observed at RMSNorm (pool, bf16 equal), one planted in the FP8 encoder at
-#      the FP8 codes (pool, bf16, RMSNorm, RoPE, block scale equal);
+#      the FP8 codes (pool, bf16, RMSNorm, RoPE, block scale equal), an index scorer without its ReLU at the
+#      index ReLU (index dots equal), a softmax over the denominator's next float at the probabilities
+#      (logits, maximum, denominator equal);
 #   3. a bias-dependent bug's ablation: vanishes with attention_bias = 0, persists with scale = 1; its
-#      attention probes: the logits differ first (softmax maximum and denominator probed after them);
+#      attention probes: the logits differ first (softmax maximum, denominator, probabilities probed after);
 #   4. whole-ci `diff --explain` wall time of the RMSNorm-bug kernels with and without the probes and
 #      ablations (the target: <= 60 s on an H100), and how many explanations carry a probe.
 # BACKEND=host runs 1-3 on the host emulation instead (a check of this script without a GPU).
@@ -43,13 +45,13 @@ def runner(kernels, probes=False):
     return DeviceRunner(kernels, mode="isolated", backend_factory=backend, probes=probes)
 
 
-def plant(name, old, new):
+def plant(name, old, new, file="block_quant.cuh"):
     directory = work / name
     shutil.copytree("kernels", directory)
-    prelude = directory / "block_quant.cuh"
-    text = prelude.read_text()
+    source = directory / file
+    text = source.read_text()
     assert text.count(old) == 1, old
-    prelude.write_text(text.replace(old, new))
+    source.write_text(text.replace(old, new))
     return KernelDirectory(directory)
 
 
@@ -97,6 +99,25 @@ for name, ((old, new), expected, equal) in planted.items():
         print(f"[{'PASS' if ok else 'FAIL'}] planted {name} on {case}: {probe_text(observation)}")
         if not ok:
             failures.append(f"planted {name} {case}")
+
+later = {  # name: (file, (old, new), stage, expected sub-step, probes equal before it)
+    "index-relu": ("csa_ratio4_index_select.cu", ("const float relu = fmaxf(dot, 0.0f);", "const float relu = dot;"),
+                   "index_scoring", "index ReLU", ("index_dots",)),
+    "probabilities": ("block_quant.cuh", ("const float probability = csa_expf(logit - maximum) / denominator;",
+                                          "const float probability = csa_expf(logit - maximum) / "
+                                          "nextafterf(denominator, 2.0f * denominator);"),
+                      "sparse_sink_softmax_attention", "softmax probabilities",
+                      ("logits", "softmax_max", "softmax_denominator")),
+}
+for name, (file, (old, new), stage, expected, equal) in later.items():
+    kernels = plant(name, old, new, file)
+    observation = observed(kernels, "random.r4-i4-k3-signed", 0)[stage]
+    statuses = {p["name"]: p["status"] for p in observation["probes"]}
+    ok = (observation["first_divergent"] == expected and observation["exact"] and observation["trusted"]
+          and all(statuses[n] == "equal" for n in equal))
+    print(f"[{'PASS' if ok else 'FAIL'}] planted {name} on random.r4-i4-k3-signed: {probe_text(observation)}")
+    if not ok:
+        failures.append(f"planted {name}")
 
 bias = plant("bias", "(a.bias_h == 1 ? 0 : r.head))", "(a.bias_h == 1 ? 0 : 0))")
 case = "random.r128-bias-BNSC"

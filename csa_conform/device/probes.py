@@ -25,6 +25,9 @@ LAYOUT_VERSION = 0  # the log as the runner hands it out; the kernel never write
 # probed vectors): an entry's header is small beside its vector, or beside a 64-element block.
 ROOM_PER_ELEMENT = 2
 MIN_ROOM = 1 << 16
+# At most 4 GiB a launch: a longer step's per-record and per-slot probes would outgrow any device's memory (an
+# 8K prefill's index dots alone are billions of entries); its log drops entries and says so, never guesses.
+MAX_ROOM = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ def empty_log(room: int) -> np.ndarray:
 
 def room_for(elements: int) -> int:
     """Words of room for a step whose probed tensors hold about ``elements`` elements."""
-    return max(MIN_ROOM, ROOM_PER_ELEMENT * elements)
+    return min(MAX_ROOM, max(MIN_ROOM, ROOM_PER_ELEMENT * elements))
 
 
 def parse(module: str, words: np.ndarray) -> ProbeLog:
@@ -130,24 +133,49 @@ def attention_units(sequence: int, heads: int) -> Units:
         if thread == 0 else []
 
 
-def placed(entries: Sequence[ProbeEntry], units: Units, unit_shape: tuple[int, ...], dtype) -> np.ndarray | str:
+def scored_record_units(sequence: int, limits: Sequence[int] | np.ndarray, threads: int) -> Units:
+    """Index select's scoring: block b·S + s scores its causal records c < limits[s] strided over the block's
+    threads, each record on one thread (a call per index head for a per-head probe)."""
+    return lambda block, thread: [(block // sequence, block % sequence, record)
+                                  for record in range(thread, int(limits[block % sequence]), threads)]
+
+
+def softmax_slot_units(sequence: int, heads: int, threads: int, computed: np.ndarray, tile: int = 256) -> Units:
+    """An attention launch's probabilities: block (b·S + s)·N + h computes them a tile of ``tile`` slots at a
+    time, slot ``first + j`` on thread ``j mod blockDim``, for the slots ``computed`` [B, S, N, C] marks (a
+    valid candidate of a row that has one)."""
+    slots = computed.shape[-1]
+
+    def units(block: int, thread: int) -> list[tuple[int, ...]]:
+        row = (block // (sequence * heads), block // heads % sequence, block % heads)
+        return [row + (slot,) for first in range(0, slots, tile)
+                for slot in range(first + thread, first + min(tile, slots - first), threads) if computed[row + (slot,)]]
+
+    return units
+
+
+def placed(entries: Sequence[ProbeEntry], units: Units, unit_shape: tuple[int, ...], dtype,
+           computed: np.ndarray | None = None) -> np.ndarray | str:
     """A name's entries on the units' axes: [*unit_shape, calls per unit, elements], or why they cannot be
-    (entries the units do not account for, calls that copy different counts or element sizes)."""
+    (entries the units do not account for, calls that copy different counts or element sizes). ``computed``
+    marks the units the launch computes where it does not compute all (the units name no other); the rest
+    hold 0, as the oracle's intermediates do there."""
     dtype = np.dtype(dtype)
+    computed = np.ones(unit_shape, dtype=bool) if computed is None else np.asarray(computed, dtype=bool)
     counts = {entry.count for entry in entries}
     sizes = {entry.size for entry in entries}
     if len(counts) != 1 or sizes != {dtype.itemsize}:
         return f"its calls copy {sorted(counts)} elements of {sorted(sizes)} bytes"
     (count,) = counts
-    total = int(np.prod(unit_shape, dtype=np.int64))
+    total = int(computed.sum())
     if not total or len(entries) % total:
         return f"{len(entries)} calls for {total} units"
     per = len(entries) // total
     by_thread: dict[tuple[int, int], list[ProbeEntry]] = defaultdict(list)
     for entry in entries:
         by_thread[(entry.block, entry.thread)].append(entry)
-    out = np.zeros((total * per, count), dtype=dtype)
-    filled = np.zeros(total * per, dtype=bool)
+    out = np.zeros((computed.size * per, count), dtype=dtype)
+    filled = ~np.repeat(computed.reshape(-1), per)
     for (block, thread), calls in by_thread.items():
         mine = units(block, thread)
         if len(calls) != per * len(mine):
@@ -160,5 +188,5 @@ def placed(entries: Sequence[ProbeEntry], units: Units, unit_shape: tuple[int, .
             out[row] = np.frombuffer(call.data, dtype=dtype, count=count)
             filled[row] = True
     if not filled.all():
-        return f"{int((~filled).sum())} of {filled.size} calls are missing"
+        return f"{int((~filled).sum())} of {total * per} calls are missing"
     return out.reshape(tuple(unit_shape) + (per, count))

@@ -33,7 +33,7 @@ from csa_conform.device.determinism import PoisonedScratch
 from csa_conform.device.kernels import MODULES, KernelDirectory
 from csa_conform.device.launches import kernel_of, reserved_caches
 from csa_conform.device.plan import StepPlan, plan_step
-from csa_conform.device.probes import PROBE_DEFINE, ProbeRecorder, room_for
+from csa_conform.device.probes import ENTRY_HEADER, PROBE_DEFINE, ROOM_PER_ELEMENT, ProbeRecorder, room_for
 from csa_conform.device.provenance import RunProvenance
 from csa_conform.device.provider import ProbeCalls, Provider
 from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
@@ -272,8 +272,14 @@ class DeviceRunner:
 
 def _probed_elements(g) -> int:
     """About how many elements a step's probes copy: each record's candidate scores and compressor sub-steps,
-    each index query head's, and each attention row's softmax (entry headers counted there: one element
-    each)."""
+    each index query head's, each attention row's softmax, and the one-element entries (header and all) of
+    each causal record's index dots, ReLUs and score and of each candidate slot's probability."""
     records = g.batch * (g.emitted + 1)
+    scalar = -(-(ENTRY_HEADER + 1) // ROOM_PER_ELEMENT)
+    scored = 0
+    if g.ratio == 4:
+        causal = np.minimum((g.start + np.arange(g.sequence) + 1) // 4, g.next_records)
+        scored = g.batch * int(causal.sum()) * (2 * g.index_heads + 1)
     return (records * (g.carry_slots + 8) * (g.dim + g.index_dim)
-            + g.batch * g.sequence * (g.index_heads * g.index_dim * 6 + g.heads * 24))
+            + g.batch * g.sequence * (g.index_heads * g.index_dim * 6 + g.heads * 24)
+            + scalar * (scored + g.batch * g.sequence * g.heads * g.candidate_count))

@@ -2,10 +2,11 @@
 
 The divergent step is run once more, isolated, on a build of the same kernel directory with
 -DCSA_PROBES (csa_conform.device.probes): every CSA_PROBE the kernel reaches copies a sub-step's output
-(pooled vector, bf16 values, RMSNorm, RoPE, Hadamard, block scales and codes) into a log the runner
-reads back. The oracle re-runs the stage capturing the same names (``Numerics(probes=...)``). Compared
-bit for bit in pipeline order, the first probe whose bytes differ is the first divergent sub-step, as a
-fact, with its own element-level difference. A probe may change what the kernel computes (it must not:
+(pooled vector, bf16 values, RMSNorm, RoPE, Hadamard, block scales and codes, index dots, ReLUs and
+scores, softmax maximum, denominator and probabilities) into a log the runner reads back. The oracle
+re-runs the stage capturing the same names (``Numerics(probes=...)``). Compared bit for bit in pipeline
+order, the first probe whose bytes differ is the first divergent sub-step, as a fact, with its own
+element-level difference. A probe may change what the kernel computes (it must not:
 a compiler could schedule the code around it differently), so the probed run's stage payloads are
 compared with the unprobed run's first; where any byte moved the probes are reported and not trusted.
 A Python provider is probed the same way: its probed re-run hands each call a ``probe(name, array)`` callback
@@ -19,7 +20,8 @@ from typing import Callable, Mapping
 import numpy as np
 
 from csa_conform.contract import StepGeometry
-from csa_conform.device.probes import ProbeLog, attention_units, compressor_units, placed, query_units
+from csa_conform.device.probes import (ProbeLog, attention_units, compressor_units, placed, query_units,
+                                        scored_record_units, softmax_slot_units)
 from csa_conform.device.provider import ProvidedProbes
 from csa_conform.errors import ContractError
 from csa_conform.explain.claims import PROBE, Claim
@@ -27,6 +29,7 @@ from csa_conform.explain.stages import run_stage
 from csa_conform.explain.values import Part, part_claims
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.variant import Numerics
+from csa_conform.oracle.index_scoring import causal_records
 from csa_conform.spec import STAGE_NAMES, launches_for_ratio
 
 # The probes of each stage in pipeline order: the names the prelude's CSA_PROBE calls and the oracle use.
@@ -34,18 +37,21 @@ PROBED = {
     "compression_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "fp8_scale", "fp8_codes"),
     "index_key_update": ("pool_scores", "pooled", "bf16", "rmsnorm", "rope", "hadamard", "fp4_scale", "fp4_codes"),
     "index_query_finalize": ("bf16", "rope", "hadamard", "fp4_scale", "fp4_codes"),
-    "sparse_sink_softmax_attention": ("softmax_max", "softmax_denominator"),
+    "index_scoring": ("index_dots", "index_relu", "index_score"),
+    "sparse_sink_softmax_attention": ("softmax_max", "softmax_denominator", "softmax_probabilities"),
 }
 SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE",
             "hadamard": "Hadamard", "fp8_scale": "FP8 block scale", "fp8_codes": "FP8 codes", "fp4_scale": "FP4 block scale",
             "fp4_codes": "FP4 codes", "logits": "logits", "softmax_max": "softmax maximum",
-            "softmax_denominator": "softmax denominator"}
+            "softmax_denominator": "softmax denominator", "index_dots": "index dots", "index_relu": "index ReLU",
+            "index_score": "index score", "softmax_probabilities": "softmax probabilities"}
 # A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
 PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
-CALLS = {"pool_scores": "slot"}
+# What a unit's several calls of a probe are (else its quantization blocks): candidate slots, index heads.
+CALLS = {"pool_scores": "slot", "index_dots": "i", "index_relu": "i"}
 ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
 # Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
-SIGNLESS_ZERO = ("softmax_max",)  # what a unit's several calls of a probe are (else its quantization blocks)
+SIGNLESS_ZERO = ("softmax_max",)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 # The element format of a probe that is not binary32, for its value classes (packed FP4 codes get none).
 FORM = {"fp8_codes": "e4m3", "fp8_scale": "e8m0", "fp4_scale": "e8m0", "fp4_codes": ""}
@@ -67,13 +73,37 @@ def _module(stage: str, ratio: int) -> str:
 
 def _units(stage: str, g: StepGeometry, reference: Mapping[str, np.ndarray], threads: int):
     """(units, unit shape, axis names) of a stage's probes: records of a compressor, query heads of index
-    select."""
+    select, causal records of index scoring."""
+    if stage == "index_scoring":
+        records = int(reference["index_score"].shape[-1]) if "index_score" in reference else 0
+        return scored_record_units(g.sequence, causal_records(g), threads), (g.batch, g.sequence, records), (
+            "b", "s", "record")
     if stage == "index_query_finalize":
         return query_units(g.sequence, g.index_heads, threads), (g.batch, g.sequence, g.index_heads), ("b", "s", "i")
     if stage == "sparse_sink_softmax_attention":
         return attention_units(g.sequence, g.heads), (g.batch, g.sequence, g.heads), ("b", "s", "h")
     records = int(reference["pooled"].shape[1]) if "pooled" in reference else 0
     return compressor_units(records), (g.batch, records), ("b", "record")
+
+
+def _placement(stage: str, name: str, g: StepGeometry, reference: Mapping[str, np.ndarray], threads: int,
+               payload: Mapping[str, np.ndarray] | None):
+    """(units, unit shape, axis names, the units computed: None for all) of one probe, or why it cannot be
+    placed. Index scoring computes causal records only, attention's probabilities the valid slots of a row
+    that has one (the device's logits say which); elsewhere both sides hold 0."""
+    if name == "softmax_probabilities":
+        if payload is None or "scores" not in payload:
+            return "the device's logits, which mark the slots it computes probabilities for, were not read back"
+        logits = np.asarray(payload["scores"])
+        with np.errstate(invalid="ignore"):  # fmaxf's row maximum: a NaN logit is valid but never the maximum
+            active = np.fmax.reduce(logits, axis=-1, initial=-np.inf) != -np.inf
+        computed = (logits != -np.inf) & active[..., None]
+        return softmax_slot_units(g.sequence, g.heads, threads, computed), logits.shape, ("b", "s", "h", "c"), computed
+    units, unit_shape, axes = _units(stage, g, reference, threads)
+    if stage == "index_scoring":
+        causal = np.arange(unit_shape[-1]) < causal_records(g)[:, None]
+        return units, unit_shape, axes, np.broadcast_to(causal, unit_shape)
+    return units, unit_shape, axes, None
 
 
 def _value(array: np.ndarray, flat: int) -> dict:
@@ -137,25 +167,29 @@ def observe(stage: str, g: StepGeometry, inputs, expected, logs: list[ProbeLog],
     module = _module(stage, g.ratio)
     log = next((log for log in logs if log.module == module), None)
     reference = oracle_probes(stage, g, inputs, expected)
-    units, unit_shape, axes = _units(stage, g, reference, threads)
-
-    def written(name: str) -> np.ndarray | str:
+    def written(name: str) -> tuple[np.ndarray, tuple[str, ...]] | str:
         entries = log.named(name) if log is not None else []
         if not entries:
             return "the kernel wrote no such probe"
-        device = placed(entries, units, unit_shape, reference[name].dtype)
-        return f"its entries cannot be placed on the reference's axes: {device}" if isinstance(device, str) else device
+        placement = _placement(stage, name, g, reference, threads, payload)
+        if isinstance(placement, str):
+            return placement
+        units, unit_shape, axes, computed = placement
+        device = placed(entries, units, unit_shape, reference[name].dtype, computed)
+        if isinstance(device, str):
+            return f"its entries cannot be placed on the reference's axes: {device}"
+        return device, axes
 
-    return compared(stage, reference, expected, axes, written, module, moved, payload,
-                    log.dropped if log is not None else 0)
+    return compared(stage, reference, expected, _units(stage, g, reference, threads)[2], written, module, moved,
+                    payload, log.dropped if log is not None else 0)
 
 
 def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tuple[str, ...],
-             written: Callable[[str], np.ndarray | str], module: str, moved: list[str],
+             written: Callable[[str], tuple[np.ndarray, tuple[str, ...]] | str], module: str, moved: list[str],
              payload: Mapping[str, np.ndarray] | None = None, dropped: int = 0) -> dict:
     """Every probe of a stage compared with the reference's intermediate in pipeline order, and the first that
-    differs; ``written(name)`` is the device's intermediate on the units' ``axes`` as [*units, calls per unit,
-    elements], or why there is none."""
+    differs; ``written(name)`` is the device's intermediate as [*units, calls per unit, elements] with the
+    units' axis names, or why there is none (``axes``: those of the stage's own units, for a payload tensor)."""
     probes = []
     if stage in PAYLOAD_FIRST and payload is not None:
         name, tensor = PAYLOAD_FIRST[stage]
@@ -171,11 +205,12 @@ def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tu
         if isinstance(device, str):
             probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED, "reason": device})
             continue
+        device, name_axes = device
         if name in SIGNLESS_ZERO:
             device, expected_values = device + np.float32(0), reference[name] + np.float32(0)
         else:
             expected_values = reference[name]
-        probes.append(_compare(name, expected_values, device, axes))
+        probes.append(_compare(name, expected_values, device, name_axes))
     first = next((probe for probe in probes if probe["status"] == DIFFERS), None)
     before = probes[: probes.index(first)] if first is not None else probes
     unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
@@ -292,7 +327,7 @@ def observe_provided(stage: str, g: StepGeometry, inputs, expected, calls: list[
         f"{where} called probe({name!r}), no probe of {', '.join(call.stages)} (those are {', '.join(known) or 'none'})"
         for name in call.arrays if name not in known]
 
-    def written(name: str) -> np.ndarray | str:
+    def written(name: str) -> tuple[np.ndarray, tuple[str, ...]] | str:
         if not call.accepts:
             return f"{where} takes no probe argument"
         if name not in call.arrays:
@@ -303,7 +338,7 @@ def observe_provided(stage: str, g: StepGeometry, inputs, expected, calls: list[
                            f"{reference[name].dtype}{list(shape)}")
             return f"the provider's array is {array.dtype}{list(array.shape)}, not {reference[name].dtype}{list(shape)}"
         tail = shape[len(unit_shape):]
-        return array.reshape(unit_shape + (int(np.prod(tail[:-1], dtype=np.int64)), tail[-1] if tail else 1))
+        return array.reshape(unit_shape + (int(np.prod(tail[:-1], dtype=np.int64)), tail[-1] if tail else 1)), axes
 
     observation = compared(stage, reference, expected, axes, written, where, moved, payload)
     return {**observation, "defects": defects}

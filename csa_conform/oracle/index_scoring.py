@@ -17,6 +17,9 @@ from csa_conform.oracle.compiled.parallel import map_chunks, query_chunks
 from csa_conform.oracle.rows import RowFailure
 
 STAGE_RANK = 1
+# The per-head intermediates explain probes, per (b, s, record, head): each head's dot, then its ReLU. With the
+# per-record score (the head sum) they are 0 at a record the row does not score (neither side computes one).
+HEAD_PROBES = ("index_dots", "index_relu")
 
 
 def causal_records(geometry: StepGeometry, shift: int = 0) -> np.ndarray:
@@ -36,6 +39,8 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
     weight_scale = head_weight_scale(width, heads, numerics.scale_folding)
     keys = np.ascontiguousarray(np.moveaxis(logical_keys, -1, 0))
     scores = np.full((batch, sequence, records), -np.inf, dtype=np.float32)
+    probes = {name: np.zeros((batch, sequence, records, heads), np.float32) for name in HEAD_PROBES} \
+        if numerics.probes is not None else None
 
     def score_chunk(chunk: slice) -> None:
         queries = np.ascontiguousarray(np.moveaxis(transformed[:, chunk], -1, 0))
@@ -44,13 +49,22 @@ def index_scoring(geometry: StepGeometry, transformed, index_keys, index_weight,
         with np.errstate(invalid="ignore", over="ignore"):
             for d in range(width):
                 numerics.accumulate(dots, queries[d][..., None], keys[d][:, None, None, :], product)
-            weighted = np.fmax(dots, np.float32(0)) * index_weight[:, chunk][..., None]
+            relu = np.fmax(dots, np.float32(0))
+            weighted = relu * index_weight[:, chunk][..., None]
             total = np.zeros(weighted.shape[:2] + (records,), dtype=np.float32)
             for head in range(heads):
                 numerics.accumulate(total, weighted[:, :, head], weight_scale)
         scores[:, chunk] = total
+        if probes is not None:
+            for name, values in zip(HEAD_PROBES, (dots, relu)):
+                probes[name][:, chunk] = np.moveaxis(values, 2, 3)
 
     map_chunks(score_chunk, query_chunks(sequence, records * batch * heads))
+    if probes is not None:
+        computed = causal_mask(geometry, records, row_limit, numerics.causal_shift)
+        for name, values in probes.items():
+            numerics.probe(name, np.where(computed[..., None], values, np.float32(0)))
+        numerics.probe("index_score", np.where(computed, scores, np.float32(0)))
     return masked_scores(geometry, scores, row_limit, numerics.causal_shift)
 
 

@@ -31,8 +31,10 @@ from csa_conform.oracle.payloads import StagePayload
 HELD_SCORES_BYTES = 256 << 20
 
 
-# The softmax intermediates explain probes, per (b, s, h) row.
+# The softmax intermediates explain probes, per (b, s, h) row, then per (b, s, h, c) slot: the probabilities,
+# 0 at a slot without a valid candidate and in a row without any (neither side computes one there).
 SOFTMAX_PROBES = ("softmax_max", "softmax_denominator")
+SLOT_PROBE = "softmax_probabilities"
 
 
 def held_scores(shape: tuple[int, ...]) -> bool:
@@ -80,6 +82,8 @@ def sparse_sink_softmax_attention(
 
     probes = {name: np.zeros(shape[:3], np.float32) for name in SOFTMAX_PROBES} if numerics.probes is not None \
         else None
+    if probes is not None:
+        probes[SLOT_PROBE] = np.zeros(shape, np.float32)
 
     def attend(chunk: slice):
         live, row_ids, live_scores = chunk_scores(chunk)
@@ -91,6 +95,7 @@ def sparse_sink_softmax_attention(
         if probes is not None:
             for name, values in probed.items():
                 probes[name][:, chunk] = values
+            probes[SLOT_PROBE][:, chunk, :, live] = np.moveaxis(probabilities, 0, -1)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
         output[:, chunk] = _weighted_values(probabilities, values, numerics)
         if scores is not None:

@@ -1,6 +1,7 @@
 """Sub-step probes on the host emulation: a probed build computes the unprobed one's bytes, its probes
 equal the oracle's intermediates on the built-in kernels, and a planted bug is located at the sub-step
-where it was planted (RMSNorm, the FP8 encoder), every probe before it equal."""
+where it was planted (RMSNorm, the FP8 encoder, the index scorer's ReLU, the softmax probabilities), every
+probe before it equal."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 from csa_conform.contract import validate_step
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.device.probes import ENTRY_HEADER, LOG_HEADER, compressor_units, empty_log, parse, placed
+from csa_conform.device.probes import (ENTRY_HEADER, LOG_HEADER, ProbeEntry, compressor_units, empty_log, parse,
+                                        placed, scored_record_units, softmax_slot_units)
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.explain.probes import PAYLOAD_FIRST, PROBED, probe_step, probe_text, probed_launches
 from csa_conform.golden import GoldenFile
@@ -24,18 +26,20 @@ pytestmark = pytest.mark.usefixtures("emulated_cuda")
 ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "goldens" / "ci.h5"
 # ratio 4 from position 0 (main and index records, index queries), ratio 128 resumed over two batch rows with
-# an f32 cache, ratio 4 resumed with two records a row
+# an f32 cache, ratio 4 resumed with two records a row; SIGNED: ratio 4 whose index dots go negative (4 index
+# heads, one query, no record completed)
 COMPRESSION = ("compression_update",)
 CASES = (("boundaries.r4-prefill-8", 0), ("edges.r128-f32-ties-b2n3", 0), ("boundaries.r4-chunks-3-3-6-2", 2))
+SIGNED = "random.r4-i4-k3-signed"
 
 
-def _plant(tmp_path: Path, old: str, new: str) -> KernelDirectory:
+def _plant(tmp_path: Path, old: str, new: str, file: str = "block_quant.cuh") -> KernelDirectory:
     directory = tmp_path / "kernels"
     shutil.copytree(ROOT / "kernels", directory)
-    prelude = directory / "block_quant.cuh"
-    text = prelude.read_text()
+    source = directory / file
+    text = source.read_text()
     assert text.count(old) == 1, old
-    prelude.write_text(text.replace(old, new))
+    source.write_text(text.replace(old, new))
     return KernelDirectory(directory)
 
 
@@ -109,6 +113,79 @@ def test_a_bug_planted_in_the_fp8_encoder_is_observed_at_its_codes(tmp_path):
         "equal"] * 6
     first = next(probe for probe in observation["probes"] if probe["name"] == "fp8_codes")["first"]
     assert first["device"]["value"] == first["reference"]["value"] - 1  # truncated: one code toward zero
+
+
+def _statuses(observation: dict) -> dict[str, str]:
+    return {probe["name"]: probe["status"] for probe in observation["probes"]}
+
+
+def test_the_new_probes_compare_what_the_kernel_computes(tmp_path):
+    """On the signed case the probed index select and attention compute the unprobed bytes, the index dots go
+    negative (so the ReLU probe holds zeros the dots do not) and the attention probabilities are compared over
+    every valid slot, not only zeros: each new probe equals the oracle's intermediate."""
+    observed = _observed(KernelDirectory(), SIGNED, 0, ("index_scoring", "sparse_sink_softmax_attention"))
+    with GoldenFile(CI) as golden:
+        _, step, g = _step(golden, SIGNED, 0)
+    from csa_conform.explain.probes import oracle_probes
+
+    scoring = oracle_probes("index_scoring", g, step.inputs, step.stages)
+    assert (scoring["index_dots"] < 0).any() and (scoring["index_relu"] == 0).sum() > (scoring["index_dots"] == 0).sum()
+    attention = oracle_probes("sparse_sink_softmax_attention", g, step.inputs, step.stages)
+    assert (attention["softmax_probabilities"] > 0).sum() > g.heads
+    for stage in ("index_scoring", "sparse_sink_softmax_attention"):
+        assert observed[stage]["trusted"] and not observed[stage]["moved"], observed[stage]
+        assert observed[stage]["first_divergent"] is None, probe_text(observed[stage])
+        assert set(_statuses(observed[stage]).values()) == {"equal"}
+
+
+def test_an_index_scorer_without_its_relu_is_observed_at_the_relu(tmp_path):
+    kernels = _plant(tmp_path, "const float relu = fmaxf(dot, 0.0f);", "const float relu = dot;",
+                     "csa_ratio4_index_select.cu")
+    observation = _observed(kernels, SIGNED, 0, ("index_scoring",))["index_scoring"]
+    assert observation["trusted"] and observation["first_divergent"] == "index ReLU" and observation["exact"]
+    assert _statuses(observation) == {"index_dots": "equal", "index_relu": "differs", "index_score": "differs"}
+    first = next(probe for probe in observation["probes"] if probe["name"] == "index_relu")["first"]
+    assert set(first["coords"]) == {"b", "s", "record", "i"}
+    assert first["reference"]["bits"] == "0x00000000" and float(first["device"]["value"]) < 0
+    assert "the first divergent sub-step is index ReLU — index dots equal; index ReLU:" in probe_text(observation)
+
+
+def test_a_bug_in_the_softmax_probabilities_is_observed_there(tmp_path):
+    """Probabilities over the denominator plus one ulp of it: the logits, maximum and denominator stay the
+    reference's, every valid slot's probability moves."""
+    kernels = _plant(tmp_path, "const float probability = csa_expf(logit - maximum) / denominator;",
+                     "const float probability = csa_expf(logit - maximum) / "
+                     "nextafterf(denominator, 2.0f * denominator);")
+    observation = _observed(kernels, SIGNED, 0, ("sparse_sink_softmax_attention",))["sparse_sink_softmax_attention"]
+    assert observation["trusted"] and observation["exact"]
+    assert observation["first_divergent"] == "softmax probabilities", probe_text(observation)
+    assert _statuses(observation) == {"logits": "equal", "softmax_max": "equal", "softmax_denominator": "equal",
+                                      "softmax_probabilities": "differs"}
+    first = next(probe for probe in observation["probes"] if probe["name"] == "softmax_probabilities")["first"]
+    assert set(first["coords"]) == {"b", "s", "h", "c"}
+
+
+def test_probes_of_some_units_are_placed_where_the_kernel_computes_them():
+    """Index scoring's records strided over the threads up to each query's causal count, attention's
+    probabilities at a row's valid slots a tile at a time; every other unit holds 0, and a missing call is
+    said, never filled."""
+    def entry(name, block, thread, ordinal, value):
+        return ProbeEntry(name, block, thread, ordinal, 1, 4, np.float32(value).tobytes())
+
+    limits = [1, 3]  # one batch row, two queries: records 0 and 0..2
+    calls = [entry("index_score", 0, 0, 0, 1.0), entry("index_score", 1, 0, 0, 2.0),
+             entry("index_score", 1, 1, 0, 3.0), entry("index_score", 1, 0, 1, 4.0)]
+    computed = np.array([[[True, False, False], [True, True, True]]])
+    array = placed(calls, scored_record_units(2, limits, 2), (1, 2, 3), np.float32, computed)
+    assert array.reshape(2, 3).tolist() == [[1.0, 0.0, 0.0], [2.0, 3.0, 4.0]]
+    assert placed(calls[:3], scored_record_units(2, limits, 2), (1, 2, 3), np.float32, computed) == (
+        "3 calls for 4 units")
+    assert "block 1 thread 0 made 2 calls for 1 units" in placed(
+        calls, scored_record_units(2, [1, 1], 2), (1, 2, 3), np.float32, computed)
+    valid = np.zeros((1, 1, 1, 5), bool)
+    valid[..., [0, 3, 4]] = True
+    units = softmax_slot_units(1, 1, 2, valid, tile=2)
+    assert units(0, 0) == [(0, 0, 0, 0), (0, 0, 0, 4)] and units(0, 1) == [(0, 0, 0, 3)]
 
 
 def test_a_probe_that_moves_the_kernels_bytes_is_reported_not_trusted(tmp_path):

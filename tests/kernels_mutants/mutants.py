@@ -159,8 +159,8 @@ MUTANTS = (
     Mutant(
         "index_score_without_relu",
         "csa_ratio4_index_select.cu",
-        "csa_mul(fmaxf(dot, 0.0f) * weights[h], weight_scale)",
-        "csa_mul(dot * weights[h], weight_scale)",
+        "const float relu = fmaxf(dot, 0.0f);",
+        "const float relu = dot;",
         "index_scoring",
         frozenset({"index_scoring"}),
         "random.r4-*-signed",
