@@ -7,7 +7,7 @@ python3 - <<'PY'
 import shutil
 from pathlib import Path
 line = "    if ((int)blockIdx.x >= batch * sequence * heads) return;\n"
-for name, plant in {"segv": "output[1LL << 40] = 1.0f;", "loop": "for (volatile int spin = 1; spin;) {}"}.items():
+for name, plant in {"segv": "output[1LL << 40] = 1.0f;", "loop": "for (;;) { asm volatile(\"\"); }"}.items():
     target = Path(f"/tmp/k41-{name}")
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree("kernels", target)

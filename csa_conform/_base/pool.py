@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from csa_conform.errors import CsaConformError, InternalError, WorkerCrashed
 
 STOPPING_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+WAIT_SLICE = 0.25  # seconds a caller waits on its worker between looks at a Ctrl-C it may have missed
 PR_SET_PDEATHSIG = 1
 
 Item = TypeVar("Item")
@@ -193,16 +194,20 @@ class Worker:
             self._start()
         connection = self.child.connection
         self.note, deadline = None, None
+        interrupted = _Interrupts()
         try:
             try:
                 connection.send(request)
             except OSError:  # it died since its last answer
                 raise self._lost(None) from None
             while True:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                wait = WAIT_SLICE if deadline is None else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
                 if not connection.poll(wait):
-                    self.stop()
-                    raise WorkerLost(self.note, hung=True)
+                    interrupted.check()  # a Ctrl-C that Python swallowed elsewhere still ends the wait
+                    if deadline is not None and time.monotonic() >= deadline:
+                        self.stop()
+                        raise WorkerLost(self.note, hung=True)
+                    continue
                 try:
                     kind, payload = connection.recv()
                 except (EOFError, OSError):
@@ -219,6 +224,8 @@ class Worker:
         except (KeyboardInterrupt, SystemExit):
             self.stop()
             raise
+        finally:
+            interrupted.restore()
 
     def _start(self) -> None:
         ours, theirs, parent = *Pipe(), os.getpid()

@@ -70,6 +70,14 @@ def backend_named(name: str) -> Callable[[], Backend]:
             from csa_conform.device.cuda import CudaBackend
 
             return CudaBackend()
+
+        def forkable() -> bool:
+            """A forked worker can launch only where this process has not initialised CUDA itself."""
+            from csa_conform.device.cuda import initialised_here
+
+            return not initialised_here()
+
+        cuda.forkable = forkable  # type: ignore[attr-defined]
         return cuda
     if name == HOST:
         def host() -> Backend:

@@ -10,6 +10,7 @@ zero, approximate and fused binary32 instructions, library vs own lines).
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import re
@@ -31,6 +32,21 @@ from csa_conform.spec import POISON
 _COMPILED: dict[str, tuple[object, ModuleBuild]] = {}
 _PROBED: dict[str, bool] = {}  # compiled key -> whether its PTX declares csa_probe_log
 initialised = False  # whether this process has a CUDA context (a fork of it could not use CUDA)
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def initialised_here() -> bool:
+    """Whether this process has initialised CUDA, by csa-conform's backend or by anything else it hosts (CuPy,
+    PyTorch: a pytest session's other tests): a forked child could not use the device then. The driver is
+    asked without initialising it; no driver, no CUDA."""
+    if initialised:
+        return True
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int()
+    return driver.cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
 
 GUARD_BYTES = 256
 

@@ -101,10 +101,14 @@ class DeviceRunner:
         self.replayer = Replayer(self._launch_parameters, LAUNCH_STAGES) if replay else None
         self.provenance = RunProvenance(None, provider.describe() if provider else self.kernels.fingerprint())
         self.launch_timeout = launch_timeout
+        forkable = getattr(self._backend_factory, "forkable", None)
+        isolate = isolate and (forkable is None or forkable())
         self.worker = Worker(self._serve, launch_timeout) if isolate else None
         self._held: dict[Held, object] = {}  # in the worker: the last step's present_* buffers
         self._serial = 0
         self._herald: Callable | None = None
+        self._shares: tuple[frozenset[str], bool] | None = None  # a sibling's key in the worker it shares
+        self._siblings: dict[tuple[frozenset[str], bool], DeviceRunner] = {}  # in the worker
 
     def backend(self) -> Backend:
         """The backend (CUDA unless told), created on the first device launch (never for an all-host run)."""
@@ -123,10 +127,15 @@ class DeviceRunner:
 
     def sibling(self, force_host: frozenset[str], probes: bool = False) -> DeviceRunner:
         """An isolated runner on the same kernels and backend kind, with its own force-host set: explain's
-        probed and ablated re-runs of a step, which must not touch this runner's provenance."""
-        return DeviceRunner(self.kernels, mode=Mode.ISOLATED, force_host=force_host,
-                            backend_factory=self._backend_factory, provider=self.provider,
-                            isolate=self.worker is not None, launch_timeout=self.launch_timeout, probes=probes)
+        probed and ablated re-runs of a step, which must not touch this runner's provenance. It runs in this
+        runner's worker, where the modules are compiled and the device context made already (a worker of its
+        own would build both again for every re-run)."""
+        runner = DeviceRunner(self.kernels, mode=Mode.ISOLATED, force_host=force_host,
+                              backend_factory=self._backend_factory, provider=self.provider,
+                              launch_timeout=self.launch_timeout, probes=probes)
+        if self.worker is not None:
+            runner.worker, runner._shares = self.worker, (frozenset(force_host), probes)
+        return runner
 
     def plan(self, ratio: int) -> StepPlan:
         """Which stage runs where: a provider's stages on it, the ones it lacks on the host oracle."""
@@ -166,7 +175,8 @@ class DeviceRunner:
             if prepare is not None:
                 prepare()  # what every worker shares (the host backend's build folder), made once, here
         try:
-            result, device, builds, replay = self.worker.call(("step", request))
+            asked = ("step", request) if self._shares is None else ("sibling", (self._shares, request))
+            result, device, builds, replay = self.worker.call(asked)
         except KernelFault:
             self._device_of(self.worker.note)
             raise
@@ -219,6 +229,8 @@ class DeviceRunner:
         if kind == "call":
             name, args = payload
             return getattr(self.backend(), name)(*args)
+        if kind == "sibling":
+            return self._sibling_step(*payload, herald)
         attrs, inputs, output_names, reference, past, case, step, capacity = payload
         past = {name: self._held[value] if isinstance(value, Held) else value
                 for name, value in (past or {}).items()}
@@ -232,6 +244,23 @@ class DeviceRunner:
                 self._held[result.present[name]] = value
         self.provenance.launches.clear()
         return result, self.provenance.device, dict(self.provenance.compiled), self.provenance.replay
+
+    def _sibling_step(self, key: tuple[frozenset[str], bool], request: tuple, herald: Callable):
+        """In the worker: a sibling's step, on a runner of this process kept per force-host set and probing
+        (the process's compiled modules and device context shared); its outputs come back as arrays."""
+        runner = self._siblings.get(key)
+        if runner is None:
+            force_host, probes = key
+            runner = self._siblings[key] = DeviceRunner(self.kernels, mode=Mode.ISOLATED, force_host=force_host,
+                                                        backend_factory=self._backend_factory,
+                                                        provider=self.provider, probes=probes)
+        runner._herald = lambda launch: herald(None if launch is None else (launch, runner.provenance.device))
+        result = runner._run(*request)
+        for name, value in result.present.items():
+            if not isinstance(value, np.ndarray):
+                result.present[name] = runner.backend().download(value)
+        runner.provenance.launches.clear()
+        return result, runner.provenance.device, dict(runner.provenance.compiled), runner.provenance.replay
 
     def _run(self, attrs, inputs, output_names, reference, past, case, step, capacity) -> DeviceStepResult:
         geometry = validate_step(attrs, inputs, output_names)

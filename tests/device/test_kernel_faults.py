@@ -36,7 +36,7 @@ PLANTS = {
     "SIGSEGV": "output[1LL << 40] = 1.0f;",  # far outside every mapping (an illegal address on a GPU)
     "SIGABRT": "__trap();",
     "SIGFPE": "volatile int zero = 0; output[0] = (float)(batch / zero);",
-    "loop": "for (volatile int spin = 1; spin;) {}",
+    "loop": "for (;;) { asm volatile(\"\"); }",  # its asm is a side effect: NVRTC may not drop the loop
 }
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="the host backend needs g++")
@@ -228,3 +228,40 @@ def test_the_cuda_errors_that_kill_a_context_are_the_kernels_faults(message, nam
     from csa_conform.device.cuda import sticky_error
 
     assert sticky_error(RuntimeError(message)) == name
+
+
+def test_a_sibling_runs_in_its_runners_worker():
+    """explain's probed and ablated re-runs go to the worker that ran the step: its modules and context are
+    made once (a worker per re-run built them again each time, minutes over a whole suite on CUDA)."""
+    from csa_conform.contract import validate_step
+    from csa_conform.device import DeviceRunner, KernelDirectory
+    from csa_conform.device.backend import HOST, backend_named
+    from csa_conform.golden import GoldenFile
+    from csa_conform.spec import Mode
+
+    runner = DeviceRunner(KernelDirectory(), mode=Mode.ISOLATED, backend_factory=backend_named(HOST), isolate=True)
+    with GoldenFile(CI) as golden:
+        info, step = golden.case_info("boundaries.r4-prefill-4"), golden.read_step("boundaries.r4-prefill-4", 0)
+    validate_step(info.attrs, step.inputs, info.output_names)
+    plain = runner.run_step(info.attrs, step.inputs, info.output_names, reference=step.stages)
+    pid = runner.worker.child.pid
+    sibling = runner.sibling(frozenset(), probes=True)
+    probed = sibling.run_step(info.attrs, step.inputs, info.output_names, reference=step.stages)
+    assert sibling.worker is runner.worker and runner.worker.child.pid == pid
+    assert probed.probes and not plain.probes
+    for stage, tensors in plain.stages.items():
+        for name, array in tensors.items():
+            assert bytes(memoryview(probed.stages[stage][name])) == bytes(memoryview(array)), f"{stage}/{name}"
+    runner.worker.child.stop()
+
+
+def test_a_process_that_initialised_cuda_launches_in_itself(monkeypatch):
+    """A forked child cannot use a CUDA context its parent made (a pytest session whose other tests used the
+    GPU): the runner launches in its own process then, where a fault still is the case's verdict."""
+    import csa_conform.device.cuda as cuda
+    from csa_conform.device import DeviceRunner
+    from csa_conform.device.backend import CUDA, HOST, backend_named
+
+    monkeypatch.setattr(cuda, "initialised", True)
+    assert DeviceRunner(backend_factory=backend_named(CUDA), isolate=True).worker is None
+    assert DeviceRunner(backend_factory=backend_named(HOST), isolate=True).worker is not None

@@ -15,9 +15,10 @@ ratio-128 block inside a B = 2 step, whose first query then reads fewer records 
 holds (attention that strides the cache's batch rows by that count instead of the capacity
 diverges there only). Carries start reset where
 the case is about something other than pooling, which keeps the file small.
-Two streams move the compressor gates of a third of the pooled dimensions far above (+96) and another
-third far below (-112) every other score: the pooling softmax must subtract its maximum (exp(96)
-overflows binary32, exp(-112) underflows to 0) from a maximum that starts at -inf, not 0.
+Three streams (both ratios, both ratio-128 caches) move the compressor gates of a third of
+the pooled dimensions far above (+96) and another third far below (-112) every other score:
+the pooling softmax must subtract its maximum (exp(96) overflows binary32, exp(-112)
+underflows to 0) from a maximum that starts at -inf, not 0.
 
 The rounding classes quant-edge plants once per ratio get three cases each
 here (tests/kernels_mutants/test_rounding_classes.py counts them): its
@@ -221,6 +222,7 @@ def _specs() -> dict[str, tuple[StreamSpec, object]]:
         **_rope_tie_specs(),
         "r4-n2-i2-k2-far-gates": (StreamSpec(4, (8,), heads=2, index_heads=2, index_topk=2), far_gate_plan),
         "r128-f32-far-gates": (StreamSpec(128, (2,), cache_format="f32", start=126), far_gate_plan),
+        "r128-fp8-far-gates-b2": (StreamSpec(128, (2,), batch=2, cache_format=FP8, start=126), far_gate_plan),
     }
 
 
