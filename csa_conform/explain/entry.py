@@ -35,7 +35,8 @@ from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
-from csa_conform.explain.patterns import MIN_SUPPORT, STRUCTURAL, SUB_STEP, Finding, stage_findings
+from csa_conform.explain.patterns import (LAYOUT, MIN_SUPPORT, PERMUTATION, SCALE_EXPONENT, STRUCTURAL, SUB_STEP, Finding,
+                                         stage_findings)
 from csa_conform.explain.patterns.substeps import localize
 from csa_conform.explain.probes import PROBED, probe_claim, probe_step
 from csa_conform.explain.rows import Rerun
@@ -352,6 +353,9 @@ def _probed(explanation: Explanation, claim: Claim | None) -> None:
     other probe claim, or one beside a stronger finding (a transform), is added after the lead."""
     if claim is None:
         return
+    if "sub_step" in claim.detail:
+        explanation.diagnosis = [finding for finding in explanation.diagnosis
+                                 if not _refuted_by_probe(finding, claim.detail["sub_step"])]
     lead = explanation.diagnosis[0] if explanation.diagnosis else None
     if (explanation.verdict == UNEXPLAINED and claim.detail.get("exact") and "sub_step" in claim.detail
             and (lead is None or lead.established_by == FIT)):
@@ -361,6 +365,19 @@ def _probed(explanation: Explanation, claim: Claim | None) -> None:
                                               if finding.established_by != FIT]
         return
     explanation.claims.append(claim)
+
+
+# What a quantizer's own sub-steps are: where an exponent off by a step shows first.
+QUANTIZER_SUB_STEPS = ("FP8 block scale", "FP8 codes", "FP4 block scale", "FP4 codes")
+
+
+def _refuted_by_probe(finding: Finding, sub_step: str) -> bool:
+    """A finding that the device computed the reference's values and only misplaced them (a permutation, two
+    axes exchanged) or quantized the reference's block inputs at another exponent, where a probe saw a sub-step
+    before that hold other values: the bytes may still fit the transform, but it is not what went wrong."""
+    if finding.kind in (PERMUTATION, LAYOUT):
+        return True
+    return finding.kind == SCALE_EXPONENT and sub_step not in QUANTIZER_SUB_STEPS
 
 
 def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, step, outcome, g: StepGeometry,

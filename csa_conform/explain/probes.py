@@ -53,6 +53,9 @@ ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
 # Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
 SIGNLESS_ZERO = ("softmax_max",)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
+# The reference's values, every one, in other places: the kernel computed them in another order of calls or units
+# (a head loop run backwards), which says nothing of their values.
+REORDERED = "reordered"
 # The element format of a probe that is not binary32, for its value classes (packed FP4 codes get none).
 FORM = {"fp8_codes": "e4m3", "fp8_scale": "e8m0", "fp4_scale": "e8m0", "fp4_codes": ""}
 
@@ -122,7 +125,8 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
                 "reason": f"the device wrote {device.size:,} elements, the reference has {reference.size:,}"}
     reference = np.ascontiguousarray(reference).reshape(device.shape)
     differ = differing_bits(reference, device)
-    result = {"name": name, "sub_step": SUB_STEP.get(name, name), "status": DIFFERS if differ.any() else EQUAL,
+    status = EQUAL if not differ.any() else REORDERED if _same_values(reference, device) else DIFFERS
+    result = {"name": name, "sub_step": SUB_STEP.get(name, name), "status": status,
               "differing": int(differ.sum()), "elements": int(differ.size)}
     if differ.any():
         flat = int(np.argmax(differ.reshape(-1)))
@@ -134,6 +138,13 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
                            "reference": _value(reference, flat), "device": _value(device, flat)}
         result["classes"], result["class_counts"] = _classes(name, reference, device)
     return result
+
+
+def _same_values(reference: np.ndarray, device: np.ndarray) -> bool:
+    """Whether the device holds the reference's values bit for bit, each as often, wherever they sit."""
+    words = reference.dtype.itemsize
+    bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[words]
+    return bool(np.array_equal(np.sort(reference.reshape(-1).view(bits)), np.sort(device.reshape(-1).view(bits))))
 
 
 def _classes(name: str, reference: np.ndarray, device: np.ndarray) -> tuple[list[str], list[str]]:
@@ -240,20 +251,33 @@ def probe_text(observation: dict) -> str:
     first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
     equal = [probe["sub_step"] for probe in observation["probes"][: observation["probes"].index(first)]
              if probe["status"] == EQUAL] if first is not None else [probe["sub_step"] for probe in seen]
+    moved = _reordered(observation["probes"] if first is None else
+                       observation["probes"][: observation["probes"].index(first)])
     if first is None:
         unseen = [probe["sub_step"] for probe in observation["probes"] if probe["status"] == UNOBSERVED]
         unseen_text = f"; not observed: {', '.join(unseen)}" if unseen else ""
+        if moved:
+            equal = [probe["sub_step"] for probe in seen if probe["status"] == EQUAL]
+            return (f"probes: no observed sub-step holds a value the reference does not ({', '.join(equal)} "
+                    f"equal{moved}{unseen_text}): the divergence is in where values went or in what no probe saw")
         return (f"probes: every observed sub-step is the reference's bit for bit ({', '.join(equal)}{unseen_text}): "
                 "the divergence is in what no probe saw")
     where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
     ref, dev = first["first"]["reference"], first["first"]["device"]
     exact = "" if observation["exact"] else (
         f" (not observed before it: {', '.join(observation['unobserved_before'])}, so it may start there)")
-    agree = f"{', '.join(equal)} equal; " if equal else ""
+    agree = (f"{', '.join(equal)} equal" if equal else "") + moved
+    agree = f"{agree.removeprefix('; ')}; " if agree else ""
     classes = "".join(f"; {text}" for text in first.get("classes", []) + first.get("class_counts", []))
     return (f"probe: the first divergent sub-step is {first['sub_step']}{exact} — {agree}{first['sub_step']}: "
             f"{first['differing']:,} of {first['elements']:,} elements differ, first at {where}: reference "
             f"{ref['value']} ({ref['bits']}), device {dev['value']} ({dev['bits']}){classes}")
+
+
+def _reordered(probes: list[dict]) -> str:
+    """The probes among ``probes`` that hold the reference's values in other places, as a clause."""
+    names = [probe["sub_step"] for probe in probes if probe["status"] == REORDERED]
+    return f"; {', '.join(names)}: the reference's values, in other places" if names else ""
 
 
 def probe_claim(observation: dict | None) -> Claim | None:
@@ -272,8 +296,10 @@ def probe_claim(observation: dict | None) -> Claim | None:
     equal = [probe for probe in observation["probes"] if probe["status"] == EQUAL]
     if not equal:
         return None
-    return Claim(f"every probed sub-step ({', '.join(probe['sub_step'] for probe in equal)}) is the reference's bit "
-                 "for bit on the device", PROBE, sum(int(probe["elements"]) for probe in equal),
+    moved = _reordered(observation["probes"])
+    every = "every probed sub-step" if not moved else "the probed sub-steps"
+    return Claim(f"{every} ({', '.join(probe['sub_step'] for probe in equal)}) {'are' if moved else 'is'} the "
+                 f"reference's bit for bit on the device{moved}", PROBE, sum(int(probe["elements"]) for probe in equal),
                  {"equal": [probe["sub_step"] for probe in equal]})
 
 

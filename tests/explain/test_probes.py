@@ -5,13 +5,16 @@ probe before it equal."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from csa_conform.cli import main
 from csa_conform.contract import validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.probes import (ENTRY_HEADER, LOG_HEADER, ProbeEntry, compressor_units, empty_log, parse,
@@ -148,6 +151,33 @@ def test_an_index_scorer_without_its_relu_is_observed_at_the_relu(tmp_path):
     assert set(first["coords"]) == {"b", "s", "record", "i"}
     assert first["reference"]["bits"] == "0x00000000" and float(first["device"]["value"]) < 0
     assert "the first divergent sub-step is index ReLU — index dots equal; index ReLU:" in probe_text(observation)
+
+
+def test_a_head_loop_run_backwards_moves_the_dots_and_changes_only_the_score(tmp_path):
+    """The dots and ReLUs are the reference's values in other calls (not a divergence of theirs); the per-record
+    score, summed in the other order, is the first sub-step holding other values."""
+    kernels = _plant(tmp_path, "for (int h = 0; h < index_heads; ++h) {", "for (int h = index_heads - 1; h >= 0; --h) {",
+                     "csa_ratio4_index_select.cu")
+    observation = _observed(kernels, "random.r4-n4-i3-k1", 0, ("index_scoring",))["index_scoring"]
+    assert observation["first_divergent"] == "index score"
+    assert _statuses(observation) == {"index_dots": "reordered", "index_relu": "reordered", "index_score": "differs"}
+    assert "index dots, index ReLU: the reference's values, in other places; index score:" in probe_text(observation)
+
+
+def test_a_probe_that_saw_other_values_earlier_refutes_a_rearrangement_of_the_bytes(tmp_path):
+    """A Hadamard normalized by 1/n: on the tie cases the packed keys happen to fit two halves exchanged, but the
+    probes see the Hadamard's own values differ first, so the keys are not the reference's moved."""
+    kernels = _plant(tmp_path, "const float normalizer = 1.0f / sqrtf((float)width);",
+                     "const float normalizer = 1.0f / (float)width;")
+    result = CliRunner().invoke(main, ["diff", str(CI), "--kernels", str(kernels.path), "--backend", "host", "--case",
+                                       "edges.r4-ties-b1n1-i4", "--explain", "--json", "-q"])
+    assert result.exit_code == 1, result.output
+    explanation = next(entry for entry in json.loads(result.stdout)["explain"]["explanations"]
+                       if entry["stage"] == "index_key_update" and entry["step"] == 0)
+    assert explanation["probe"]["first_divergent"] == "Hadamard"
+    assert not {finding["kind"] for finding in explanation["diagnosis"]} & {"permutation", "layout"}
+    assert "exchanged" not in explanation["headline"] and "first divergent sub-step on the device is Hadamard" in (
+        explanation["headline"])
 
 
 def test_a_bug_in_the_softmax_probabilities_is_observed_there(tmp_path):
