@@ -140,6 +140,12 @@ def _running(pid: int) -> bool:
     return stat.exists() and stat.read_text().rpartition(")")[2].split()[0] != "Z"
 
 
+def _sees_ctrl_c() -> None:
+    """A test run started in the background (a shell's `&`) hands its children SIGINT ignored, which Python
+    keeps (no KeyboardInterrupt): the run under test gets the default back, as a terminal's would have."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("number", "code"), [(signal.SIGTERM, ExitCode.TERMINATED),
                                               (signal.SIGINT, ExitCode.INTERRUPTED),
                                               (signal.SIGKILL, -signal.SIGKILL)])
@@ -147,7 +153,8 @@ def test_sigterm_and_ctrl_c_end_a_run_whose_kernel_never_ends(number, code, tmp_
     """The worker spinning in the kernel ends with the run too, even with a run killed outright."""
     kernels = planted(tmp_path / "kernels", "loop", when="1")
     process = subprocess.Popen(command("diff", CI, "--backend", "host", "--kernels", kernels, "--case", FAULTING),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment())
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
+                               preexec_fn=_sees_ctrl_c)
     try:
         worker = _worker_of(process.pid)
         assert worker is not None, "no worker process was started"
