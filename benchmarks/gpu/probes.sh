@@ -88,17 +88,21 @@ planted = {
                      "code = (mbits >> 20) - (120u << 3);"), "FP8 codes", ("pooled", "bf16", "rmsnorm", "rope",
                                                                         "fp8_scale")),
 }
+def located(label, observation, expected, equal):
+    """The planted bug is seen first at its own sub-step, exactly, with the probes before it equal."""
+    statuses = {p["name"]: p["status"] for p in observation["probes"]}
+    ok = (observation["first_divergent"] == expected and observation["exact"] and observation["trusted"]
+          and all(statuses[n] == "equal" for n in equal))
+    print(f"[{'PASS' if ok else 'FAIL'}] planted {label}: {probe_text(observation)}")
+    if not ok:
+        failures.append(f"planted {label}")
+
+
 directories = {}
 for name, ((old, new), expected, equal) in planted.items():
     directories[name] = plant(name, old, new)
     for case in ("boundaries.r4-prefill-8", "edges.r128-fp8-b2n5-sinks"):
-        observation = observed(directories[name], case, 0)["compression_update"]
-        statuses = {p["name"]: p["status"] for p in observation["probes"]}
-        ok = (observation["first_divergent"] == expected and observation["exact"] and observation["trusted"]
-              and all(statuses[n] == "equal" for n in equal))
-        print(f"[{'PASS' if ok else 'FAIL'}] planted {name} on {case}: {probe_text(observation)}")
-        if not ok:
-            failures.append(f"planted {name} {case}")
+        located(f"{name} on {case}", observed(directories[name], case, 0)["compression_update"], expected, equal)
 
 later = {  # name: (file, (old, new), stage, expected sub-step, probes equal before it)
     "index-relu": ("csa_ratio4_index_select.cu", ("const float relu = fmaxf(dot, 0.0f);", "const float relu = dot;"),
@@ -111,13 +115,8 @@ later = {  # name: (file, (old, new), stage, expected sub-step, probes equal bef
 }
 for name, (file, (old, new), stage, expected, equal) in later.items():
     kernels = plant(name, old, new, file)
-    observation = observed(kernels, "random.r4-i4-k3-signed", 0)[stage]
-    statuses = {p["name"]: p["status"] for p in observation["probes"]}
-    ok = (observation["first_divergent"] == expected and observation["exact"] and observation["trusted"]
-          and all(statuses[n] == "equal" for n in equal))
-    print(f"[{'PASS' if ok else 'FAIL'}] planted {name} on random.r4-i4-k3-signed: {probe_text(observation)}")
-    if not ok:
-        failures.append(f"planted {name}")
+    located(f"{name} on random.r4-i4-k3-signed", observed(kernels, "random.r4-i4-k3-signed", 0)[stage], expected,
+            equal)
 
 bias = plant("bias", "(a.bias_h == 1 ? 0 : r.head))", "(a.bias_h == 1 ? 0 : 0))")
 case = "random.r128-bias-BNSC"

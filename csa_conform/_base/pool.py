@@ -115,8 +115,11 @@ def ordered_map(function: Callable[[Item], Result], items: Sequence[Item], proce
         stop_workers()
         raise
     finally:
-        interrupted.restore()
-        pool.shutdown(wait=True, cancel_futures=True)
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+            interrupted.check()  # one Python swallowed while the pool shut down (its weakref callbacks)
+        finally:
+            interrupted.restore()
 
 
 _WORKERS: weakref.WeakSet[Worker] = weakref.WeakSet()

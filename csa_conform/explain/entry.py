@@ -374,10 +374,9 @@ QUANTIZER_SUB_STEPS = ("FP8 block scale", "FP8 codes", "FP4 block scale", "FP4 c
 def _refuted_by_probe(finding: Finding, sub_step: str) -> bool:
     """A finding that the device computed the reference's values and only misplaced them (a permutation, two
     axes exchanged) or quantized the reference's block inputs at another exponent, where a probe saw a sub-step
-    before that hold other values: the bytes may still fit the transform, but it is not what went wrong."""
-    if finding.kind in (PERMUTATION, LAYOUT):
-        return True
-    return finding.kind == SCALE_EXPONENT and sub_step not in QUANTIZER_SUB_STEPS
+    before the quantizer hold other values: the bytes may still fit the transform, but it is not what went
+    wrong. The quantizer's own block scale and codes are where a moved exponent or a nibble order shows."""
+    return finding.kind in (PERMUTATION, LAYOUT, SCALE_EXPONENT) and sub_step not in QUANTIZER_SUB_STEPS
 
 
 def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, step, outcome, g: StepGeometry,
