@@ -28,8 +28,21 @@ def _terminated(_number, _frame) -> None:
     os._exit(143)
 
 
+def _interrupted(_number, _frame) -> None:
+    """Ctrl-C, remembered and then raised as Python's own handler would: one that Python swallows (it landed in
+    a weakref callback or a finalizer, which print it and go on) still ends the run with 130, and the waits
+    that look (csa_conform._base.pool) end at once."""
+    _interrupted.remembered.append(_number)  # type: ignore[attr-defined]
+    raise KeyboardInterrupt
+
+
+_interrupted.remembered = []  # type: ignore[attr-defined]
+
+
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it was inherited ignored
+        signal.signal(signal.SIGINT, _interrupted)
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
     limited = limit != resource.RLIM_INFINITY
     if limited and limit < TIGHT_ADDRESS_SPACE:
@@ -53,6 +66,11 @@ def run() -> None:
         # Before the command line's own handling starts, or after it ended.
         _say("csa-conform: error: interrupted\n")
         sys.exit(130)
+    except SystemExit as done:
+        if _interrupted.remembered and done.code not in (130, 143):  # type: ignore[attr-defined]
+            _say("csa-conform: error: interrupted\n")
+            sys.exit(130)
+        raise
 
 
 if __name__ == "__main__":

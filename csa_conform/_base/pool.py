@@ -69,7 +69,8 @@ class _Interrupts:
         raise KeyboardInterrupt
 
     def check(self) -> None:
-        if self.seen:
+        """Raise a Ctrl-C that was swallowed: seen here, or remembered by the command's own handler."""
+        if self.seen or getattr(signal.getsignal(signal.SIGINT), "remembered", None):
             raise KeyboardInterrupt
 
     def restore(self) -> None:
