@@ -114,10 +114,6 @@ if [ -n "$SANITIZER" ]; then
     sanitize memcheck-builtin --sanitize memcheck --case 'boundaries.r4-prefill-4'
     sanitize memcheck-guard-past-end --kernels "$WORK/index_scores_written_past_the_scratch" --sanitize memcheck \
         --case 'boundaries.r4-prefill-4'
-    for barrier in digit_published gather_counter; do
-        sanitize "racecheck-barrier-$barrier" --kernels "$WORK/barrier_$barrier" --sanitize racecheck \
-            --case 'boundaries.r4-chunks-*'
-    done
     for mutant in local_pooled_511 pooling_le_dim fp8_quantizer_le_64; do
         sanitize "memcheck-oob-$mutant" --kernels "$WORK/oob_$mutant" --sanitize memcheck --case 'boundaries.r4-prefill-4'
     done
@@ -125,9 +121,11 @@ if [ -n "$SANITIZER" ]; then
         --case 'edges.r128-fp8-rope-65536'
     sanitize memcheck-guard-before-start --kernels "$WORK/index_scores_written_before_the_scratch" --sanitize memcheck \
         --case 'boundaries.r4-prefill-4'
-    for barrier in digit_published gather_counter; do
-        sanitize "synccheck-barrier-$barrier" --kernels "$WORK/barrier_$barrier" --sanitize synccheck \
-            --case 'boundaries.r4-chunks-*'
+    for tool in racecheck synccheck; do
+        for barrier in digit_published gather_counter; do
+            sanitize "$tool-barrier-$barrier" --kernels "$WORK/barrier_$barrier" --sanitize $tool \
+                --case 'boundaries.r4-chunks-*'
+        done
     done
 fi
 echo "total $(( $(date +%s) - START )) s"
