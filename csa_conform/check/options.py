@@ -8,7 +8,7 @@ through ``RunOptions.to_argv`` for reproduce lines, so neither imports the other
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from csa_conform._base.case_glob import exact_glob
@@ -83,6 +83,7 @@ class RunOptions:
     invariance: tuple[str, ...] = ()
     backend: str = CUDA
     launch_timeout: float = LAUNCH_TIMEOUT
+    _first: list[DeviceRunner] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         refusal = self.build.refusals()
@@ -140,13 +141,20 @@ class RunOptions:
 
     def runner(self, mode: Mode | None = None) -> DeviceRunner:
         """The runner of a command: isolated, so a kernel that faults or hangs is a case's verdict (a Python
-        provider runs in this process: it owns its device, and a CUDA context made before a fork is unusable)."""
+        provider runs in this process: it owns its device, and a CUDA context made before a fork is unusable).
+        A later isolated runner of the same command (explain's re-runs after the diff, bisect's) is a sibling of
+        the first: it runs in the first's worker, where NVRTC built every module already."""
         if self.build.kernels is not None and self.build.provider:
             return DeviceRunner(None, mode=mode or self.mode, force_host=self.force_host, repeat=self.repeat,
                                 provider=load_provider(self.build.kernels))
-        return DeviceRunner(self.build.directory(), mode=mode or self.mode, force_host=self.force_host,
-                            backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay,
-                            isolate=True, launch_timeout=self.launch_timeout)
+        mode = Mode(mode or self.mode)
+        if self._first and mode is Mode.ISOLATED and self.repeat == 1 and not self.replay:
+            return self._first[0].sibling(self.force_host)  # the worker that built the modules already
+        runner = DeviceRunner(self.build.directory(), mode=mode, force_host=self.force_host,
+                              backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay,
+                              isolate=True, launch_timeout=self.launch_timeout)
+        self._first[:] = self._first or [runner]
+        return runner
 
     def describe(self) -> dict[str, Any]:
         """The run's options as the results document records them."""
