@@ -96,6 +96,10 @@ class RunOptions:
         if refusal is not None:
             raise UsageError(refusal)
 
+    def __getstate__(self) -> dict:
+        """A --devices worker gets the options without the parent's runner (its worker process is the parent's)."""
+        return {**self.__dict__, "_first": []}
+
     @property
     def forced(self) -> str:
         """The force-host set as --force-host spells it ('' when empty)."""

@@ -3,8 +3,8 @@
 CuPy is imported on first use, so everything else in csa-conform (and a run
 whose every stage is forced to the host) works on a machine without CUDA.
 Modules go through NVRTC directly (not RawModule, whose compile forces
--ftz=true) with their build's options plus line info, are cached per process
-by the sha256 of their source and the options, and get a PTX report (flush-to-
+-ftz=true) with their build's options plus line info, a step's modules side by side,
+are cached per process by the sha256 of their source and the options, and get a PTX report (flush-to-
 zero, approximate and fused binary32 instructions, library vs own lines).
 """
 
@@ -14,6 +14,7 @@ import ctypes
 import dataclasses
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -152,16 +153,7 @@ class CudaBackend:
         options = self.compile_options(module)
         key = module.sha256 + " " + " ".join(options)
         if key not in _COMPILED:
-            ptx = self._compile(module, options)
-            report = analyse(module.module, ptx, module.source, module.locate, module.path.name)
-            loaded = self.cp.cuda.function.Module()
-            try:
-                loaded.load(ptx.encode())
-            except Exception as error:
-                raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
-            _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report,
-                                                 module.declared_block(self._declared(loaded, module, ptx)))
-            _PROBED[key] = _declares(ptx, PROBE_SYMBOL)
+            self._load(module, options, key, self._compile(module, options))
         loaded, build = _COMPILED[key]
         self.builds[module.module] = build
         if module.build.strict_ptx and build.ptx.flagged:
@@ -171,6 +163,33 @@ class CudaBackend:
             return loaded.get_function(module.entry)
         except Exception as error:
             raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
+
+    def prebuild(self, modules: list[ModuleSource]) -> None:
+        """The modules a step launches, compiled side by side before its first launch: NVRTC releases the GIL,
+        so a directory builds in the time of its slowest module, not of all of them in a row (a cold
+        ``diff --explain`` builds the directory twice, plain and probed). Loading stays one module at a time."""
+        pending = {}
+        for module in modules:
+            options = self.compile_options(module)
+            pending.setdefault(module.sha256 + " " + " ".join(options), (module, options))
+        pending = {key: item for key, item in pending.items() if key not in _COMPILED}
+        if len(pending) < 2:
+            return
+        with ThreadPoolExecutor(min(len(pending), os.cpu_count() or 1)) as pool:
+            ptx = dict(zip(pending, pool.map(lambda item: self._compile(*item), pending.values())))
+        for key, (module, options) in pending.items():
+            self._load(module, options, key, ptx[key])
+
+    def _load(self, module: ModuleSource, options: tuple[str, ...], key: str, ptx: str) -> None:
+        report = analyse(module.module, ptx, module.source, module.locate, module.path.name)
+        loaded = self.cp.cuda.function.Module()
+        try:
+            loaded.load(ptx.encode())
+        except Exception as error:
+            raise DeviceUnavailable(f"the driver cannot load the PTX of {module.path}: {error}") from None
+        _COMPILED[key] = loaded, ModuleBuild(module.module, module.sha256, options, report,
+                                             module.declared_block(self._declared(loaded, module, ptx)))
+        _PROBED[key] = _declares(ptx, PROBE_SYMBOL)
 
     def _declared(self, loaded, module: ModuleSource, ptx: str) -> int | None:
         """The module's ``csa_block_<entry>`` (a __constant__ int), None when its PTX declares none.

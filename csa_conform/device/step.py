@@ -204,6 +204,10 @@ class StepRun:
 
     def execute(self) -> DeviceStepResult:
         pending = list(self.plan.launches)
+        if self.provider is None and pending:
+            prebuild = getattr(self.backend(), "prebuild", None)
+            if prebuild is not None:
+                prebuild([self.kernels.module(module) for module in dict.fromkeys(launch.module for launch in pending)])
         for stage in stages_for_ratio(self.g.ratio):
             while pending and pending[0].stages[0] == stage.name:
                 launch = pending.pop(0)

@@ -9,7 +9,9 @@ refuses, without a GPU.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -125,6 +127,37 @@ def test_modules_compile_without_flush_to_zero_for_the_device_arch(install):
     backend.function(module)
     assert len(nvrtc.compiled) == 1 and nvrtc.destroyed == 1
     assert backend.builds["csa_ratio4_index_replicate"].options == tuple(options)
+
+
+class SideBySideNvrtc(FakeNvrtc):
+    """Each compile waits until ``parties`` compiles are in flight: it passes only when they run side by side."""
+
+    def __init__(self, parties: int):
+        super().__init__()
+        self.barrier, self.lock = threading.Barrier(parties, timeout=10), threading.Lock()
+
+    def createProgram(self, *args):
+        with self.lock:
+            return super().createProgram(*args)
+
+    def compileProgram(self, program, options):
+        self.barrier.wait()
+        with self.lock:
+            super().compileProgram(program, options)
+
+
+def test_a_steps_modules_compile_side_by_side_once_each(install, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    names = ("csa_ratio4_index_replicate", "csa_ratio4_index_select", "csa_ratio4_attention")
+    nvrtc = SideBySideNvrtc(parties=len(names))
+    backend = install(nvrtc)
+    modules = [KernelDirectory().module(name) for name in names]
+    backend.prebuild(modules + modules[:1])
+    assert sorted(name for name, _ in nvrtc.compiled) == sorted(f"{name}.cu" for name in names)
+    for module in modules:
+        backend.function(module)
+    backend.prebuild(modules)
+    assert len(nvrtc.compiled) == len(names) and set(backend.builds) == set(names)
 
 
 def test_production_build_passes_only_the_architecture(install, tmp_path):
