@@ -27,6 +27,7 @@ from rich.console import Console
 from csa_conform._base.memory import headroom as memory_headroom
 from csa_conform._base.memory import human, shared_headroom
 from csa_conform._base.pool import ordered_map, stop_workers
+from csa_conform._base.scratch import remove_scratch
 from csa_conform._base.terminal import one_line
 from csa_conform.check.results import COMMANDS, error_document
 from csa_conform.cli.output import final_exit_code, guard_streams, say_error
@@ -209,8 +210,10 @@ def fan_out(function: Callable[[Item], Result], items: list[Item], jobs: int,
 
 
 def _terminated(_number, _frame) -> None:
-    """SIGTERM outside a file write: workers stopped, one line, exit 143 (atomic_file has its own)."""
+    """SIGTERM outside a file write: workers stopped, scratch removed, one line, exit 143 (atomic_file has its
+    own)."""
     stop_workers()
+    remove_scratch()
     say_error(f"{PROGRAM}: error: terminated")
     os._exit(int(ExitCode.TERMINATED))
 

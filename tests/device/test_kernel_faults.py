@@ -151,11 +151,14 @@ def _sees_ctrl_c() -> None:
                                               (signal.SIGINT, ExitCode.INTERRUPTED),
                                               (signal.SIGKILL, -signal.SIGKILL)])
 def test_sigterm_and_ctrl_c_end_a_run_whose_kernel_never_ends(number, code, tmp_path):
-    """The worker spinning in the kernel ends with the run too, even with a run killed outright."""
+    """The worker spinning in the kernel ends with the run too, even with a run killed outright; a run that
+    ends itself (not one killed outright) leaves no build folder behind."""
     kernels = planted(tmp_path / "kernels", "loop", when="1")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     process = subprocess.Popen(command("diff", CI, "--backend", "host", "--kernels", kernels, "--case", FAULTING),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
-                               preexec_fn=_sees_ctrl_c)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**environment(), "TMPDIR": str(scratch)}, preexec_fn=_sees_ctrl_c)
     try:
         worker = _worker_of(process.pid)
         assert worker is not None, "no worker process was started"
@@ -172,6 +175,8 @@ def test_sigterm_and_ctrl_c_end_a_run_whose_kernel_never_ends(number, code, tmp_
         process.kill()
     assert process.returncode == code, stderr
     assert "Traceback" not in stderr, stderr
+    left = [path.name for path in scratch.iterdir()]
+    assert (left == []) if number != signal.SIGKILL else (len(left) == 1), left
 
 
 CUDA_FAULTS = {  # plant -> the CUDA error its launch leaves (sticky: the context is dead)

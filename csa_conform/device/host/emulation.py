@@ -15,18 +15,17 @@ ctypes access to the prelude's libm ports and block codecs.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
+from csa_conform._base.scratch import scratch_folder
 from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.device.kernels import KernelDirectory, ModuleSource
 from csa_conform.device.probes import PROBE_SYMBOL
@@ -196,9 +195,7 @@ def thread_stacks(threads: int) -> int:
 @cache
 def process_build_dir() -> Path:
     """Where this process builds host modules (once per source and flags); removed when it exits."""
-    path = Path(tempfile.mkdtemp(prefix="csa-conform-host-"))
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    return path
+    return scratch_folder("csa-conform-host-")
 
 
 class HostEmulationBackend:
