@@ -177,7 +177,8 @@ class Worker:
     raises comes back as itself and raised here (one that cannot cross, as an internal error); one with
     ``ends_worker`` set (its process is unusable, a dead CUDA context) ends the worker after it is sent,
     so the next request gets a fresh one. The worker ignores SIGINT, which the terminal sends the whole
-    process group: the caller answers Ctrl-C and kills it.
+    process group: the caller answers Ctrl-C and kills it. Requests from several threads (the oracle's query
+    chunks asking for the device's libm) take turns: one pipe carries one request and its answer at a time.
     """
 
     def __init__(self, serve: Serve, timeout: float | None = None):
@@ -185,6 +186,7 @@ class Worker:
         self.timeout = timeout
         self.child = _Child()
         self.note: Any = None  # the last note of the last request
+        self._turn = threading.Lock()
         weakref.finalize(self, self.child.stop)
         _WORKERS.add(self)
 
@@ -194,6 +196,10 @@ class Worker:
 
     def call(self, request: Any) -> Any:
         """``serve(request)`` in the worker; raises what it raised, or WorkerLost."""
+        with self._turn:
+            return self._call(request)
+
+    def _call(self, request: Any) -> Any:
         if not self.running:
             self._start()
         connection = self.child.connection

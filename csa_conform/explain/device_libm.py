@@ -9,6 +9,7 @@ counted; ``measured()`` is that evidence for the whole run, reported once at the
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import numpy as np
@@ -24,6 +25,7 @@ class DeviceLibm:
 
     def __init__(self, probe: Callable, build, where: str):
         self._probe, self._build, self.where = probe, build, where
+        self._lock = threading.Lock()  # the oracle's query chunks evaluate it from several threads
         self._keys: dict[str, np.ndarray] = {}
         self._values: dict[str, np.ndarray] = {}
         self._differing: dict[str, int] = {}
@@ -31,7 +33,8 @@ class DeviceLibm:
     def function(self, name: str) -> Callable:
         def evaluate(*args):
             arrays = np.broadcast_arrays(*(np.asarray(arg, dtype=np.float32) for arg in args))
-            return self._evaluate(name, arrays).reshape(arrays[0].shape)
+            with self._lock:
+                return self._evaluate(name, arrays).reshape(arrays[0].shape)
         return evaluate
 
     def _evaluate(self, name: str, arrays: list[np.ndarray]) -> np.ndarray:

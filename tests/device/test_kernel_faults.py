@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,21 @@ def test_a_worker_lost_to_a_signal_or_a_deadline_is_replaced_and_says_why():
     assert worker.call("answer") not in (first, second)
     worker.stop()
     assert not worker.running
+
+
+def _echo(request, note):
+    """Answers a request with itself, after a pause that lets requests from other threads overlap it."""
+    time.sleep(0.005)
+    return request
+
+
+def test_requests_from_several_threads_each_get_their_own_answer():
+    """The oracle's query chunks ask the worker for the device's libm from several threads at once."""
+    worker = Worker(_echo)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(worker.call, range(64)))
+    worker.stop()
+    assert answers == list(range(64))
 
 
 @pytest.mark.parametrize(("message", "name"), [

@@ -305,6 +305,29 @@ def test_the_device_libm_is_measured_once_per_argument_and_counts_where_it_diffe
     assert libm.measured() == {"sinf": {"arguments": 4, "differing": 1}}
 
 
+def test_the_device_libm_asked_from_several_threads_measures_each_argument_once():
+    """The oracle's query chunks evaluate a device-libm hypothesis on several threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from csa_conform.explain.device_libm import DeviceLibm
+    from csa_conform.numerics.variant import GLIBC
+
+    evaluated = []
+
+    def probe(name, args, build):
+        evaluated.extend(args[0].tolist())
+        return np.nextafter(np.array(GLIBC[name](*args), dtype=np.float32), np.float32(9))
+
+    libm = DeviceLibm(probe, None, "a fake device")
+    chunks = [np.arange(start, start + 40, dtype=np.float32) / 64 for start in range(0, 320, 20)]  # overlapping
+    with ThreadPoolExecutor(8) as pool:
+        values = list(pool.map(libm.function("expf"), chunks))
+    for chunk, found in zip(chunks, values):
+        assert np.array_equal(found.view(np.uint32), np.nextafter(GLIBC["expf"](chunk), np.float32(9)).view(np.uint32))
+    assert sorted(evaluated) == sorted(set(evaluated)) and len(evaluated) == 340
+    assert libm.measured() == {"expf": {"arguments": 340, "differing": 340}}
+
+
 def test_an_unexplained_divergence_a_structural_finding_names_is_counted_as_such():
     """The summary of a kernel that never writes its carry must not read as if nothing were found: its
     divergences stay unexplained (no cause), and the count says how many a structural finding names."""
