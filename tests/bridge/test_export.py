@@ -140,9 +140,9 @@ def test_the_whole_ci_suite_round_trips(tmp_path, golden, layout):
     assert result.exit_code == ExitCode.OK, result.output
     check = round_trips_bridge if layout == "nxrt-bridge" else round_trips_node_test
     assert sum(check(tmp_path / "out", golden, case) for case in golden.case_ids()) == (
-        243 if layout == "nxrt-bridge" else 141)  # the ci suite's steps; 102 of them the reference rejects
+        247 if layout == "nxrt-bridge" else 145)  # the ci suite's steps; 102 of them the reference rejects
     if layout == "onnx-node-test":
-        assert len(load_model_tests(data_dir=str(tmp_path), kind="out")) == 141
+        assert len(load_model_tests(data_dir=str(tmp_path), kind="out")) == 145
 
 
 def test_an_existing_folder_needs_force(tmp_path):

@@ -74,7 +74,7 @@ def test_the_stand_in_refuses_bad_arguments_as_the_runner_does(tmp_path):
 
 # One glob per family of the ci suite, both ratios, f32 and FP8 caches, streams and rejected steps:
 # each step through the runner costs a process start (the onnx import is most of it), so the whole
-# suite (243 steps) is `csa-conform bridge goldens/ci.h5 --runner ...` by hand, not a unit test.
+# suite (247 steps) is `csa-conform bridge goldens/ci.h5 --runner ...` by hand, not a unit test.
 FAMILIES = {"boundaries.r*-resumed-*": 3, "edges.r128-fp8-*b2*": 3, "quant-edge.r4-*": 3,
             "seed-closed-form.r128-stream-*": 1, "errors.attr-r4-*": 4}
 

@@ -15,7 +15,7 @@ from csa_conform.oracle import run_step
 # Both ratios, f32 and FP8 caches, multi-step streams with batch 2, a bias that masks whole
 # rows, a 5-output node, a step the oracle rejects (the first case matching each pattern) and
 # a decode step a replayed graph can serve (same extents as the step before it), negative index dots,
-# a block end inside a B > 1 ratio-128 step.
+# a block end inside a B > 1 ratio-128 step, index scores apart in the last radix digit only.
 DEVICE_CASE_PATTERNS = (
     "boundaries.r128-*",
     "boundaries.r128-resumed-247-*",
@@ -24,6 +24,7 @@ DEVICE_CASE_PATTERNS = (
     "boundaries.r4-prefill-5",
     "edges.r128-*-block-end-in-step*",
     "edges.r4-*-far-gates",
+    "edges.r4-near-tie-b2n2*",
     "errors.topk*",
     "random.r128-bias*",
     "random.r128-f32*",

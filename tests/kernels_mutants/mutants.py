@@ -97,6 +97,18 @@ MUTANTS = (
         "exponentiates them unshifted: only the far-gate cases' -112 gates underflow every weight to 0",
     ),
     Mutant(
+        "sincosf_polynomial_unreduced_above_pio4",
+        "block_quant.cuh",
+        "    if (top < 0x3f4u) {",
+        "    if (top <= 0x3f4u) {",
+        "index_query_finalize",
+        frozenset({"index_query_finalize", "index_scoring", "selection"}),
+        "edges.r4-near-tie-*",
+        "sinf/cosf take |x| in [0.75, 0.8125) for small (mutate's 308:13 `<` -> `<=`) and skip the reduction "
+        "above pi/4, one ulp off there: only the near-tie cases' index query (pair 10 at position 34) carries "
+        "the ulp through bf16 and FP4",
+    ),
+    Mutant(
         "fp8_scale_rounded_down",
         "block_quant.cuh",
         "const int power = csa_block_power(in, 64, 1.0e-4f, 448.0f);",
@@ -166,6 +178,18 @@ MUTANTS = (
         "random.r4-*-signed",
         "a negative index dot counts as itself instead of 0 (relu(dot) * w -> dot * w): only the -signed cases "
         "have negative dots (the others' index rows are offset)",
+    ),
+    Mutant(
+        "radix_select_stops_a_digit_early",
+        "csa_ratio4_index_select.cu",
+        "for (int shift = 24; shift >= 0; shift -= 8) {",
+        "for (int shift = 24; shift > 0; shift -= 8) {",
+        "selection",
+        frozenset({"selection"}),
+        "edges.r4-near-tie-*",
+        "the radix select skips its last digit (mutate's 51:35 `0` -> `0 + 1`), so the k-th key keeps only its "
+        "top 24 bits: a row whose k-th and (k+1)-th scores share them gathers both, past its k slots; only the "
+        "near-tie cases have such a row",
     ),
     Mutant(
         "selection_ignores_causal_limit",

@@ -103,7 +103,7 @@ def test_main_job_runs_from_the_wheel(installed, workdir):
     run([cli, "bisect", "--case", "seed-closed-form.r4-prefill-8", "--force-host", "all"], workdir, env)
 
     summary = run([cli, "report", "verify.json", "diff.json", "--junit", "junit.xml", "--json", "summary.json"], workdir, env)
-    assert summary.stdout.startswith("report: 2 runs, 392 cases, 0 failed")
+    assert summary.stdout.startswith("report: 2 runs, 400 cases, 0 failed")
     assert (workdir / "junit.xml").read_text().startswith("<?xml")
 
 

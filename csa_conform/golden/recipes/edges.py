@@ -19,6 +19,12 @@ Three streams (both ratios, both ratio-128 caches) move the compressor gates of 
 the pooled dimensions far above (+96) and another third far below (-112) every other score:
 the pooling softmax must subtract its maximum (exp(96) overflows binary32, exp(-112)
 underflows to 0) from a maximum that starts at -inf, not 0.
+Four top-1 decodes score every record they read from crafted index keys: the first two apart in
+the last 8 bits of the selection's key only, where a radix select that stops a digit early picks
+the wrong one. Three sit at position 34, whose index-query RoPE pair 10 turns just above pi/4 (a
+sinf/cosf without its argument reduction there moves a whole FP4 block of the transformed query);
+the fourth, B = 2 at 28, starts the past cache's second batch row at an odd byte (7 * 583), where
+a copy of 8-byte words faults on a GPU.
 
 The rounding classes quant-edge plants once per ratio get three cases each
 here (tests/kernels_mutants/test_rounding_classes.py counts them): its
@@ -33,16 +39,21 @@ whose first position rotates a chosen RoPE tail onto bf16 ties both ways.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
+from csa_conform.errors import FixtureError
 from csa_conform.golden.recipes.long_context import MIN_WINDOW, long_plan
 from csa_conform.golden.recipes.quant_edge import UNIT_ROW, crafted_plan, walsh_vector
 from csa_conform.golden.recipes.randomized import StreamSpec, case_seed, describe, reset_carry_plan, spec_recipe
-from csa_conform.golden.recipes.stream import Recipe, StreamPlan, empty_state
+from csa_conform.golden.recipes.stream import INDEX_DIM, Recipe, StreamPlan, empty_state
+from csa_conform.numerics.fp4 import pack_nibbles, quantize_fp4_blocks, unpack_nibbles
+from csa_conform.numerics.index_query import finalize_index_query
+from csa_conform.numerics.records import decode_fp4_record, pack_fp4_record
 from csa_conform.numerics.rope import rope_frequencies
 from csa_conform.numerics.variant import REFERENCE
+from csa_conform.oracle.index_scoring import head_weight_scale
 
 FAMILY = "edges"
 FP8 = "fp8_e4m3_block64"
@@ -183,6 +194,97 @@ def rope_tie_plan(spec: StreamSpec, seed: int, weights_seed: int) -> StreamPlan:
     return plan
 
 
+# Index-query RoPE pair 10 at position 34 turns by 0.8039 rad, above pi/4, where sinf must reduce its
+# argument (the polynomial at the unreduced angle is one ulp off); a query that is dim 0 at 1 and this tail
+# carries the ulp through bf16 and the Hadamard into a whole FP4 block of the transformed query.
+REDUCTION_POSITION, REDUCTION_PAIR = 34, 10
+REDUCTION_TAIL = np.array([0.96875, 1.78125], dtype=np.float32)
+NEAR_TIE_SCALE_LIFT = 3  # E8M0 steps that lift the near-tie keys' scores over every other record's
+NEAR_TIE_DRAWS = 1024  # last-block code draws per block scale the near-tie search scores
+FP4_BLOCKS = INDEX_DIM // 32
+
+
+def _reduction_query(shape: tuple[int, ...]) -> np.ndarray:
+    """Index query rows that are zero but for dim 0 at 1 and REDUCTION_TAIL in the RoPE pair REDUCTION_PAIR."""
+    query = np.zeros(shape, dtype=np.float32)
+    first = INDEX_DIM - ROPE_DIM + 2 * REDUCTION_PAIR
+    query[..., 0] = 1.0
+    query[..., first : first + 2] = REDUCTION_TAIL
+    return query
+
+
+def _row_scores(transformed: np.ndarray, weights: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The reference's index scores of one query row (heads' transformed queries [I, 128], weights [I])
+    over packed keys [n, 68]: dots ascending in d, then the head sum, every step binary32."""
+    logical = decode_fp4_record(keys)
+    scale = head_weight_scale(INDEX_DIM, len(weights))
+    total = np.zeros(len(keys), dtype=np.float32)
+    for query, weight in zip(transformed, weights):
+        dot = np.zeros(len(keys), dtype=np.float32)
+        for d in range(INDEX_DIM):
+            dot += query[d] * logical[:, d]
+        total += np.fmax(dot, np.float32(0)) * weight * scale
+    return total
+
+
+def _select_keys(scores: np.ndarray) -> np.ndarray:
+    """f32::total_cmp's order as unsigned keys (the index select's csa_select_key)."""
+    bits = scores.astype(np.float32).view(np.uint32)
+    return np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
+
+
+def near_tie_keys(transformed: np.ndarray, weights: np.ndarray, records: int) -> np.ndarray:
+    """Packed index keys [records, 68] for one query row (positive weights): keys 0..2 score in one bin of
+    the top 24 bits of the selection's key, 1 above 0 above 2, whose key is the bin's least (low byte 0),
+    so a radix select that stops a digit early gathers 0 before 1 and its tie walk ends at 2; the others
+    score far below, halving. All are the first head's FP4 query lifted NEAR_TIE_SCALE_LIFT steps with the
+    last block cleared; the three draw last-block codes at a lower block scale until three such sums turn
+    up (the FP4 lattice makes the rest of every dot exact)."""
+    query = transformed[0]
+    scales, packed, _ = quantize_fp4_blocks(query.reshape(FP4_BLOCKS, 32))
+    scales = scales + np.uint8(NEAR_TIE_SCALE_LIFT)
+    codes = unpack_nibbles(packed)
+    codes[-1] = 0
+    live = np.flatnonzero(query[-32:])
+    if live.size == 0:
+        raise FixtureError("the near-tie keys need a query whose last FP4 block is not zero")
+    sign = np.where(query[-32:][live] > 0, 0, 8).astype(np.uint8)  # E2M1 sign bit: positive products
+    lowered = [pack_fp4_record(scales - np.uint8(step), pack_nibbles(codes)) for step in range(1, records - 2)]
+    rng = np.random.default_rng(0)
+    for drop in range(1, int(scales[-1])):
+        drawn = np.broadcast_to(codes, (NEAR_TIE_DRAWS, *codes.shape)).copy()
+        drawn[:, -1, live] = rng.integers(0, 8, (NEAR_TIE_DRAWS, live.size), dtype=np.uint8) | sign
+        drawn_scales = np.broadcast_to(scales, (NEAR_TIE_DRAWS, FP4_BLOCKS)).copy()
+        drawn_scales[:, -1] -= np.uint8(drop)
+        keys = pack_fp4_record(drawn_scales, pack_nibbles(drawn))
+        selection = _select_keys(_row_scores(transformed, weights, keys))
+        for least in np.flatnonzero(selection & np.uint32(0xFF) == 0):
+            same_bin = selection >> np.uint32(8) == selection[least] >> np.uint32(8)
+            above = np.unique(selection[same_bin & (selection > selection[least])])
+            if above.size >= 2:
+                second, first = (np.flatnonzero(selection == key)[0] for key in above[-2:])
+                return np.stack([keys[second], keys[first], keys[least], *lowered])
+    raise FixtureError("no near-tie index keys for this query")
+
+
+def near_tie_plan(spec: StreamSpec, seed: int, weights_seed: int, reduction_query: bool = True) -> StreamPlan:
+    """A reset-carry random stream of one token whose every candidate record is one of the row's
+    near_tie_keys (positive index weights; a decode before its block's end reads past records only):
+    with top-1 the row's first and second scores differ only in the last radix digit of the selection's
+    key. With ``reduction_query`` the index queries are the reduction design."""
+    plan = quiet_history_plan(spec, seed, weights_seed)
+    (step,) = plan.steps
+    fresh = step.fresh
+    if reduction_query:
+        fresh["index_query"] = _reduction_query(fresh["index_query"].shape)
+    fresh["index_weight"] = np.abs(fresh["index_weight"])
+    transformed = finalize_index_query(fresh["index_query"], ROPE_DIM, step.start)
+    keys = plan.initial_state["past_index_key"]
+    for row in range(spec.batch):
+        keys[row] = near_tie_keys(transformed[row, 0], fresh["index_weight"][row, 0], keys.shape[1])
+    return plan
+
+
 def _rope_tie_specs() -> dict[str, tuple[StreamSpec, object]]:
     shapes = (("fp8", 1, 1), ("f32", 1, 2), ("f32", 1, 1))
     return {f"r128-{cache}-rope-tie-block{block}": (
@@ -236,6 +338,20 @@ def _block_end_specs() -> dict[str, StreamSpec]:
             "r128-fp8-b2-block-end-in-step-scale": replace(base, scale=0.0625)}
 
 
+def _near_tie_specs() -> dict[str, tuple[StreamSpec, object]]:
+    """Top-1 decodes that read past records only, each one of near_tie_keys: the row's first two scores
+    differ in the last radix digit only (a radix select that stops a digit early selects the second). At
+    position 34, the index queries are the reduction design, three shapes; at 28 with B = 2 the past cache's
+    second batch row starts at byte 7 * 583, odd (a copy that takes 8-byte words there faults on a GPU),
+    with random queries. The cases share their seed, so those at 34 differ only in their index arrays."""
+    at_pi4 = dict(index_topk=1, start=REDUCTION_POSITION)
+    return {"r4-near-tie-i1": (StreamSpec(4, (1,), **at_pi4), near_tie_plan),
+            "r4-near-tie-i3": (StreamSpec(4, (1,), index_heads=3, **at_pi4), near_tie_plan),
+            "r4-near-tie-b2n2-i2": (StreamSpec(4, (1,), batch=2, heads=2, index_heads=2, **at_pi4), near_tie_plan),
+            "r4-near-tie-b2-unaligned-rows": (StreamSpec(4, (1,), batch=2, index_topk=1, start=28),
+                                              partial(near_tie_plan, reduction_query=False))}
+
+
 def recipes(suite: str, seed: int) -> list[Recipe]:
     if suite not in ("ci", "full"):
         return []
@@ -245,4 +361,7 @@ def recipes(suite: str, seed: int) -> list[Recipe]:
         recipe = spec_recipe(FAMILY, name, spec, seed, f"{describe(spec)}; kv rows before the step zero",
                              plan=quiet_history_plan)
         cases.append(replace(recipe, seed=shared))
+    shared = case_seed(seed, f"{FAMILY}.near-tie")
+    for name, (spec, plan) in _near_tie_specs().items():
+        cases.append(replace(spec_recipe(FAMILY, name, spec, seed, plan=plan), seed=shared))
     return cases
