@@ -96,7 +96,7 @@ class RunOptions:
         if refusal is not None:
             raise UsageError(refusal)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         """A --devices worker gets the options without the parent's runner (its worker process is the parent's)."""
         return {**self.__dict__, "_first": []}
 
