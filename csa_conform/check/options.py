@@ -157,7 +157,8 @@ class RunOptions:
         runner = DeviceRunner(self.build.directory(), mode=mode, force_host=self.force_host,
                               backend_factory=backend_named(self.backend), repeat=self.repeat, replay=self.replay,
                               isolate=True, launch_timeout=self.launch_timeout)
-        self._first[:] = self._first or [runner]
+        if not self._first:
+            self._first.append(runner)
         return runner
 
     def describe(self) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 CuPy is imported on first use, so everything else in csa-conform (and a run
 whose every stage is forced to the host) works on a machine without CUDA.
 Modules go through NVRTC directly (not RawModule, whose compile forces
--ftz=true) with their build's options plus line info, a step's modules side by side,
-are cached per process by the sha256 of their source and the options, and get a PTX report (flush-to-
-zero, approximate and fused binary32 instructions, library vs own lines).
+-ftz=true) with their build's options plus line info, a step's modules side by
+side; they are cached per process by the sha256 of their source and the
+options, and get a PTX report (flush-to-zero, approximate and fused binary32
+instructions, library vs own lines).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class CudaBackend:
             cupy.cuda.set_allocator(None)  # every buffer its own allocation, as compute-sanitizer must see it
         self.cp = cupy
         self.builds: dict[str, ModuleBuild] = {}
+        self._architecture: str | None = None
 
     def info(self) -> DeviceInfo:
         runtime = self.cp.cuda.runtime
@@ -134,8 +136,11 @@ class CudaBackend:
         )
 
     def architecture(self) -> str:
-        properties = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
-        return f"compute_{properties['major']}{properties['minor']}"
+        """The device's virtual architecture, asked once (every compile option set and module key needs it)."""
+        if self._architecture is None:
+            properties = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
+            self._architecture = f"compute_{properties['major']}{properties['minor']}"
+        return self._architecture
 
     def compile_options(self, module: ModuleSource) -> tuple[str, ...]:
         """NVRTC options as given: the module's build and the device's virtual architecture."""

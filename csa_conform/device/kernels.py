@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import tomllib
@@ -152,7 +153,7 @@ class ModuleSource:
     prelude_path: Path | None = None
     prelude_lines: int = 0
 
-    @property
+    @cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 

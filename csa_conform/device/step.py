@@ -21,7 +21,7 @@ from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
 from csa_conform.device.determinism import repeat_launch
 from csa_conform.device.guards import GuardedWrites
-from csa_conform.device.kernels import KernelDirectory
+from csa_conform.device.kernels import KernelDirectory, ModuleSource
 from csa_conform.device.plan import DEVICE, StepPlan, reads_own
 from csa_conform.device.probes import ProbeLog, ProbeRecorder
 from csa_conform.device.provenance import HOST_PATH, NVRTC_PATH, LaunchRecord, RunProvenance
@@ -101,6 +101,7 @@ class StepRun:
         self.launches: list[LaunchRecord] = []
         self.findings: list = []
         self.current: str | None = None  # the host stage running
+        self._sources: dict[str, ModuleSource] = {}
 
     def backend(self):
         """The run's backend, seen through this step's guard bands (csa_conform.device.guards)."""
@@ -162,9 +163,15 @@ class StepRun:
 
     # --- the records of what ran -----------------------------------------------------------
 
+    def source(self, module: str) -> ModuleSource:
+        """A module as this step compiles it, read from the directory once per step."""
+        if module not in self._sources:
+            self._sources[module] = self.kernels.module(module)
+        return self._sources[module]
+
     def launch(self, launch: Launch, grid: int, block: int, args: tuple, scratch: dict) -> None:
         backend = self.backend()
-        source = self.kernels.module(launch.module)
+        source = self.source(launch.module)
         function = backend.function(source)
         declared = backend.builds[launch.module].block
         grid3, block3 = (int(grid), 1, 1), (int(declared or block), 1, 1)
@@ -207,7 +214,7 @@ class StepRun:
         if self.provider is None and pending:
             prebuild = getattr(self.backend(), "prebuild", None)
             if prebuild is not None:
-                prebuild([self.kernels.module(module) for module in dict.fromkeys(launch.module for launch in pending)])
+                prebuild([self.source(launch.module) for launch in pending])
         for stage in stages_for_ratio(self.g.ratio):
             while pending and pending[0].stages[0] == stage.name:
                 launch = pending.pop(0)

@@ -27,7 +27,7 @@ from csa_conform.errors import ContractError
 from csa_conform.explain.claims import PROBE, Claim
 from csa_conform.explain.stages import run_stage
 from csa_conform.explain.values import Part, part_claims
-from csa_conform.numerics.bits import differing_bits
+from csa_conform.numerics.bits import differing_bits, unsigned
 from csa_conform.numerics.variant import Numerics
 from csa_conform.oracle.index_scoring import causal_records
 from csa_conform.spec import STAGE_NAMES, launches_for_ratio
@@ -142,9 +142,7 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
 
 def _same_values(reference: np.ndarray, device: np.ndarray) -> bool:
     """Whether the device holds the reference's values bit for bit, each as often, wherever they sit."""
-    words = reference.dtype.itemsize
-    bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[words]
-    return bool(np.array_equal(np.sort(reference.reshape(-1).view(bits)), np.sort(device.reshape(-1).view(bits))))
+    return bool(np.array_equal(np.sort(unsigned(reference).reshape(-1)), np.sort(unsigned(device).reshape(-1))))
 
 
 def _classes(name: str, reference: np.ndarray, device: np.ndarray) -> tuple[list[str], list[str]]:
