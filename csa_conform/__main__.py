@@ -39,10 +39,20 @@ def _interrupted(_number, _frame) -> None:
 _interrupted.remembered = []  # type: ignore[attr-defined]
 
 
+def _unraisable(unraisable) -> None:
+    """A remembered Ctrl-C that Python swallowed in a weakref callback or a finalizer is not printed as
+    "Exception ignored ... Traceback": the run still ends with its one line and 130. Anything else is
+    printed as Python would."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and _interrupted.remembered:  # type: ignore[attr-defined]
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminated)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it was inherited ignored
         signal.signal(signal.SIGINT, _interrupted)
+        sys.unraisablehook = _unraisable
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
     limited = limit != resource.RLIM_INFINITY
     if limited and limit < TIGHT_ADDRESS_SPACE:
