@@ -1,7 +1,7 @@
 #!/bin/bash
 # `csa-conform mutate` on one H100 (16 cores + 1 GPU). A stratified sample of 300 mutants of
 # the built-in kernels (seed 40, the sample benchmarks/README.md reports), each judged by a chained diff of
-# goldens/ci.h5 on the CUDA backend, 12 worker processes sharing the GPU. Run as two shards one after the other (so a
+# goldens/ci.h5 on the CUDA backend (survivors again with the release gate's staggered --repeat 3), 12 worker processes sharing the GPU. Run as two shards one after the other (so a
 # shard's results survive if the other runs out of time), merged by `report --merged`; then the whole sample again
 # on the verdict cache, which must judge nothing. Checks: the two shards' wall times add up to <= 15 min (the
 # acceptance) for >= 300 mutants; prints the score, the per-operator table, the survivors (source line before and
@@ -9,7 +9,7 @@
 # installed from .whl/ by the caller. Expected: 5-9 minutes (each shard is bounded at 280 s).
 # Outputs: $OUT/mutate-shard-1.json, -2.json, mutate.json (merged), mutate.html, mutate-junit.xml, progress-*.txt.
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
-SAMPLE="--sample 300 --seed 40"
+SAMPLE="--sample 300 --seed 40 --repeat 3"
 JOBS=12
 CACHE=/tmp/k40-mutate-cache
 rm -rf $CACHE

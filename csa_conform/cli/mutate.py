@@ -129,7 +129,8 @@ def report_lines(section: dict, kernels: str) -> list[str]:
               help="Seconds one mutant may take before it is judged a hang (its worker killed); default: 3 times "
               "the unmutated kernels' run plus 30 s.")
 @click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
-              help="Judge each mutant with diff --repeat N (launches on poisoned scratch, N patterns).")
+              help="Judge each survivor of the plain gate again with diff --repeat N (launches on poisoned scratch, N "
+                   "patterns; the later runs in other thread or warp orders).")
 @click.option("--sanitize", type=click.Choice(SANITIZER_TOOLS), default=None,
               help="Run each survivor again under compute-sanitizer with this tool; an error it reports kills.")
 @click.option("--min-score", "min_score", default=None, callback=_min_score, metavar="SCORE",

@@ -256,8 +256,9 @@ device_depth_options = compose(
     grouped("depth", DepthOptions),
     click.option("--repeat", default=1, type=click.IntRange(min=1), show_default=True, metavar="N",
                  help="Run every launch N times on fresh scratch poisoned with a different byte pattern per run "
-                 "(--backend host: the even runs with blocks and threads in reverse order); any byte that differs "
-                 "between runs is a non-deterministic finding (exit 1)."),
+                 "(--backend host: the even runs with blocks and threads in reverse order; CUDA: the later runs "
+                 "with the warps leaving every barrier staggered, last warp first, then first warp first); any byte "
+                 "that differs between runs is a non-deterministic finding (exit 1)."),
     click.option("--replay", type=click.Choice(REPLAY_MODES), default=None,
                  help="Also replay every step's launches on a CUDA graph captured once per stream, inputs updated "
                  "in place; bytes that differ from the eager run are a replay-mismatch (exit 1)."),

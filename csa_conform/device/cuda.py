@@ -27,6 +27,7 @@ from csa_conform.device.probes import PROBE_SYMBOL
 from csa_conform.device.provenance import DeviceInfo, ModuleBuild
 from csa_conform.device.ptx import analyse
 from csa_conform.device.sanitizer import INITCHECK, MEMCHECK, SANITIZER_ENV
+from csa_conform.device.schedule import staggered
 from csa_conform._base.statuses import FAULT, HANG
 from csa_conform.errors import DeviceUnavailable, KernelFault
 from csa_conform.spec import POISON
@@ -120,6 +121,12 @@ class CudaBackend:
         self.cp = cupy
         self.builds: dict[str, ModuleBuild] = {}
         self._architecture: str | None = None
+        self.order = 0
+
+    def schedule(self, order: int) -> None:
+        """Launch the next entries from builds whose warps leave each barrier staggered in ``order``
+        (csa_conform.device.schedule; 0: the module as built), for ``diff --repeat``'s later runs."""
+        self.order = order
 
     def info(self) -> DeviceInfo:
         runtime = self.cp.cuda.runtime
@@ -155,12 +162,15 @@ class CudaBackend:
         flushes, approximates or fuses binary32 is refused before its entry is
         handed out.
         """
+        if self.order:
+            module = staggered(module, self.order)
         options = self.compile_options(module)
         key = module.sha256 + " " + " ".join(options)
         if key not in _COMPILED:
             self._load(module, options, key, self._compile(module, options))
         loaded, build = _COMPILED[key]
-        self.builds[module.module] = build
+        if not self.order:  # a staggered build is a depth mode's, not the one the document describes
+            self.builds[module.module] = build
         if module.build.strict_ptx and build.ptx.flagged:
             raise DeviceUnavailable(f"{module.path}: NVRTC emitted {', '.join(build.ptx.flagged)} instructions "
                                     f"({build.ptx.summary()}) with {' '.join(options)} (--strict-ptx)")
@@ -169,12 +179,13 @@ class CudaBackend:
         except Exception as error:
             raise DeviceUnavailable(f"{module.path} has no entry {module.entry}: {error}") from None
 
-    def prebuild(self, modules: list[ModuleSource]) -> None:
+    def prebuild(self, modules: list[ModuleSource], orders: tuple[int, ...] = (0,)) -> None:
         """The modules a step launches, compiled side by side before its first launch: NVRTC releases the GIL,
         so a directory builds in the time of its slowest module, not of all of them in a row (a cold
-        ``diff --explain`` builds the directory twice, plain and probed). Loading stays one module at a time."""
+        ``diff --explain`` builds the directory twice, plain and probed; ``--repeat`` builds the staggered
+        ``orders`` too). Loading stays one module at a time."""
         pending = {}
-        for module in modules:
+        for module in (staggered(module, order) if order else module for order in orders for module in modules):
             options = self.compile_options(module)
             pending.setdefault(module.sha256 + " " + " ".join(options), (module, options))
         pending = {key: item for key, item in pending.items() if key not in _COMPILED}

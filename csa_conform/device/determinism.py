@@ -12,7 +12,10 @@ Any byte that differs between runs is a finding of its own kind,
 ``non-deterministic``, distinct from a divergence from the oracle. On the
 host backend, whose threads take turns in a fixed order, the even runs go
 the other way round (blocks and threads from the last down), so a missing
-barrier that only a later thread running first exposes differs between runs.
+barrier that only a later thread running first exposes differs between runs;
+on CUDA the later runs stagger the warps' departures from every barrier, the
+last warp first in the even runs and the first warp first in the odd ones
+(csa_conform.device.schedule).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 
 from csa_conform._base.statuses import NONDETERMINISTIC
+from csa_conform.device.schedule import turn
 from csa_conform.numerics.bits import unsigned
 
 # One byte pattern per run, cycled; 0xA5 first, the pattern a plain run's scratch holds (spec.POISON).
@@ -118,21 +122,22 @@ def _bits(array: np.ndarray) -> np.ndarray:
 
 def repeat_launch(backend: PoisonedScratch, launch: Callable[[tuple], None], args: tuple, runs: int, *,
                   entry: str, module: str, stages: tuple[str, ...], parameters: Sequence[str]) -> list[Nondeterminism]:
-    """Run ``launch(args)`` then ``runs - 1`` more times on remade buffers; what differs, per buffer."""
+    """Run ``launch(args)`` then ``runs - 1`` more times on remade buffers, each later run in the backend's
+    other thread order for it (``schedule``, where the backend has one); what differs, per buffer."""
     fresh = [item for item in backend.take_fresh() if any(arg is item.buffer for arg in args)]
     launch(args)
     first = [_bits(backend.download(item.buffer)) for item in fresh]
     differing: dict[int, list[tuple[int, int, int]]] = {}
-    schedule = getattr(backend, "schedule", None)  # the host backend's thread order; a GPU has its own
+    schedule = getattr(backend, "schedule", None)
     for run in range(1, runs):
         remade = {id(item.buffer): backend.remake(item, POISON[run % len(POISON)]) for item in fresh}
         if schedule is not None:
-            schedule(run % 2 == 1)
+            schedule(turn(run))
         try:
             launch(tuple(remade.get(id(arg), arg) for arg in args))
         finally:
             if schedule is not None:
-                schedule(False)
+                schedule(0)
         for index, item in enumerate(fresh):
             bits = _bits(backend.download(remade[id(item.buffer)]))
             where = np.flatnonzero(bits != first[index])

@@ -20,6 +20,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry, attention_bias
 from csa_conform.device import launches
 from csa_conform.device.determinism import repeat_launch
+from csa_conform.device.schedule import turn
 from csa_conform.device.guards import GuardedWrites
 from csa_conform.device.kernels import KernelDirectory, ModuleSource
 from csa_conform.device.plan import DEVICE, StepPlan, reads_own
@@ -181,8 +182,9 @@ class StepRun:
         def run(arguments: tuple) -> None:
             if self.herald is not None:
                 self.herald(record)
-            try:
-                backend.launch(source.entry, function, grid3, block3, arguments)
+            try:  # a repeated run asks again: the backend may launch another build in another order
+                backend.launch(source.entry, backend.function(source) if self.repeat > 1 else function, grid3, block3,
+                               arguments)
             except KernelFault as fault:
                 fault.launch = fault.launch or record
                 raise
@@ -214,7 +216,8 @@ class StepRun:
         if self.provider is None and pending:
             prebuild = getattr(self.backend(), "prebuild", None)
             if prebuild is not None:
-                prebuild([self.source(launch.module) for launch in pending])
+                orders = tuple(sorted({turn(run) for run in range(self.repeat)}))
+                prebuild([self.source(launch.module) for launch in pending], orders)
         for stage in stages_for_ratio(self.g.ratio):
             while pending and pending[0].stages[0] == stage.name:
                 launch = pending.pop(0)

@@ -207,28 +207,35 @@ class Judge:
                                         "in an exclusive compute mode only --jobs 1 can") from None
 
     def judge(self, task: Task) -> Judged:
+        """The plain gate first; a survivor again with ``--repeat`` and then under the sanitizer, where asked.
+        A mutant the plain gate kills is killed by the deeper ones too (their first run is the plain run), so
+        only survivors pay for them."""
         started = time.perf_counter()
         kernels = self.base if task.mutant is None else MutantDirectory(self.base, task.mutant.file, task.text)
-        runner = DeviceRunner(kernels, mode=Mode.CHAINED, backend_factory=lambda: self._backend,
-                              repeat=self.setup.repeat)
         times: dict[str, float] = {}
-        for count, case in enumerate(task.order, 1):
-            case_started = time.perf_counter()
-            try:
-                report = check_case(self.golden, case, runner, self.setup.stages, self.setup.ulp)
-            except Exception as error:  # a build failure or a faulted launch is the mutant's verdict
-                verdict = classify(case, error=error)
-                retire = verdict.verdict == FAULT and self.setup.backend != HOST
-                return Judged(_timed(verdict, started, count), times, retire)
-            times[case] = time.perf_counter() - case_started
-            verdict = classify(case, report)
-            if verdict.verdict != SURVIVED:
-                retire = verdict.verdict == FAULT and self.setup.backend != HOST
-                return Judged(_timed(verdict, started, count), times, retire)
+        repeats = (1, self.setup.repeat) if task.mutant is not None and self.setup.repeat > 1 else (self.setup.repeat,)
+        cases = 0
+        for repeat in repeats:
+            runner = DeviceRunner(kernels, mode=Mode.CHAINED, backend_factory=lambda: self._backend, repeat=repeat)
+            for case in task.order:
+                cases += 1
+                case_started = time.perf_counter()
+                try:
+                    report = check_case(self.golden, case, runner, self.setup.stages, self.setup.ulp)
+                except Exception as error:  # a build failure or a faulted launch is the mutant's verdict
+                    verdict = classify(case, error=error)
+                    retire = verdict.verdict == FAULT and self.setup.backend != HOST
+                    return Judged(_timed(verdict, started, cases), times, retire)
+                if repeat == repeats[0]:
+                    times[case] = time.perf_counter() - case_started
+                verdict = classify(case, report)
+                if verdict.verdict != SURVIVED:
+                    retire = verdict.verdict == FAULT and self.setup.backend != HOST
+                    return Judged(_timed(verdict, started, cases), times, retire)
         verdict = Verdict(SURVIVED)
         if self.setup.sanitize and task.mutant is not None:
             verdict = self._sanitized(task) or verdict
-        return Judged(_timed(verdict, started, len(task.order)), times)
+        return Judged(_timed(verdict, started, cases), times)
 
     def _sanitized(self, task: Task) -> Verdict | None:
         """A survivor run again under compute-sanitizer (the whole diff, in a child): killed when the tool

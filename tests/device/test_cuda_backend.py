@@ -32,10 +32,12 @@ class FakeNvrtc:
     def __init__(self, ptx: str = CLEAN_PTX, fails: bool = False):
         self.ptx, self.fails = ptx, fails
         self.compiled: list[tuple[str, list[str]]] = []
+        self.sources: list[str] = []
         self.destroyed = 0
 
     def createProgram(self, source, name, headers, include_names):
         self.compiled.append((name, []))
+        self.sources.append(source)
         return len(self.compiled)
 
     def compileProgram(self, program, options):
@@ -158,6 +160,31 @@ def test_a_steps_modules_compile_side_by_side_once_each(install, monkeypatch):
         backend.function(module)
     backend.prebuild(modules)
     assert len(nvrtc.compiled) == len(names) and set(backend.builds) == set(names)
+
+
+def test_repeated_runs_launch_staggered_builds_that_the_document_does_not_describe(install):
+    """diff --repeat on CUDA: orders 1 and 2 compile the module behind the staggering header, once each (and
+    side by side with the plain build when a step prebuilds them); the build the document reports stays the
+    module as written."""
+    nvrtc = FakeNvrtc()
+    backend = install(nvrtc)
+    module = KernelDirectory().module("csa_ratio4_index_select")
+    backend.prebuild([module], (0, 1, 2))
+    assert len(nvrtc.compiled) == 3
+    plain = [source for source in nvrtc.sources if source == module.source]
+    staggered = [source for source in nvrtc.sources if source != module.source]
+    assert len(plain) == 1 and len(staggered) == 2
+    for order, source in zip((1, 2), sorted(staggered, key=lambda text: f"{order_of(text)}")):
+        assert order_of(source) == order and source.endswith("#line 1\n" + module.source)
+    for order in (1, 2, 0):
+        backend.schedule(order)
+        backend.function(module)
+    assert len(nvrtc.compiled) == 3
+    assert backend.builds["csa_ratio4_index_select"].source_sha256 == module.sha256
+
+
+def order_of(source: str) -> int:
+    return int(source.split("const unsigned int place = ", 1)[1].split(" ", 1)[0])
 
 
 def test_production_build_passes_only_the_architecture(install, tmp_path):

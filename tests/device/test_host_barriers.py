@@ -120,13 +120,13 @@ def test_the_reversed_schedule_runs_the_last_thread_first_and_the_blocks_from_th
     backend = HostEmulationBackend()
     function = backend.function(ModuleSource("neighbour", "neighbour", Path("neighbour.cu"), NEIGHBOUR))
     out = backend.empty((2 * THREADS,), np.int32)
-    backend.schedule(True)
+    backend.schedule(1)
     backend.launch("neighbour", function, (2, 1, 1), (THREADS, 1, 1), (out, np.int32(0)))
     raced = backend.download(out).reshape(2, THREADS)
     poison = np.frombuffer(b"\xa5" * 4, np.int32)[0]
     assert raced[:, :-1].tolist() == [[1000 * b + t + 1 for t in range(THREADS - 1)] for b in range(2)]
     assert raced[:, -1].tolist() == [poison, poison]
-    backend.schedule(False)
+    backend.schedule(0)
     backend.launch("neighbour", function, (2, 1, 1), (THREADS, 1, 1), (out, np.int32(0)))
     assert (backend.download(out).reshape(2, THREADS)[:, :-1] == poison).all()
 

@@ -121,3 +121,26 @@ def test_a_survivor_the_sanitizer_flags_is_killed(tmp_path, monkeypatch):
     assert seen["tool"] == "racecheck" and "if (count <= element) return;" in seen["text"]
     assert seen["words"][seen["words"].index("--build") + 1] == "strict"  # the built-ins' build, not production
     assert seen["words"][-2:] == ["--case", CASE]
+
+
+def test_repeat_judges_only_survivors_again(tmp_path):
+    """--repeat N: the plain gate first; a mutant it kills is not run again, a survivor is, and the host
+    backend's reversed second run sees the barrier whose deletion the plain gate passes."""
+    select = "csa_ratio4_index_select.cu"
+    text = KernelDirectory().read(select)
+    barrier = "__syncthreads();  // thread 0 has published the digit and is done with the histogram"
+    start = text.index(barrier)
+    deleted = Mutant(select, text.count("\n", 0, start) + 1, 9, "barrier-delete", start,
+                     start + len("__syncthreads();"), "__syncthreads();", ";", "digit-published")
+    case = "random.r4-n4-i3-k1"
+
+    def judged(repeat: int, mutant: Mutant, file_text: str, order: tuple[str, ...]):
+        setup = Setup(str(ci_goldens()), BuildChoice(), "host", 0, repeat, STAGE_NAMES, str(tmp_path))
+        return Judge(setup).judge(Task(mutant, mutant.apply(file_text), order)).verdict
+
+    plain = judged(1, deleted, text, (case,))
+    assert (plain.verdict, plain.cases_run) == (SURVIVED, 1)
+    repeated = judged(2, deleted, text, (case,))
+    assert (repeated.verdict, repeated.case, repeated.cases_run) == (KILLED, case, 2)
+    killed = judged(2, MUTANTS[KILLED], KernelDirectory().read(FILE), (CASE,))
+    assert (killed.verdict, killed.cases_run) == (KILLED, 1)

@@ -209,11 +209,11 @@ class HostEmulationBackend:
         self.builds: dict[str, ModuleBuild] = {}
         self.reversed = False
 
-    def schedule(self, reversed: bool) -> None:
-        """Run the next launches' blocks, and each block's threads between barriers, from the last down
-        (``diff --repeat``'s even runs): a missing barrier whose race only a later thread running first
-        shows becomes a difference between runs."""
-        self.reversed = reversed
+    def schedule(self, order: int) -> None:
+        """In order 1 (``diff --repeat``'s even runs) run the next launches' blocks, and each block's threads
+        between barriers, from the last down: a missing barrier whose race only a later thread running first
+        shows becomes a difference between runs. Order 2 is index order, as the first run's."""
+        self.reversed = order == 1
 
     def info(self) -> DeviceInfo:
         return DeviceInfo(name="host emulation (g++)", compute_capability="host")
