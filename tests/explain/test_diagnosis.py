@@ -309,3 +309,16 @@ def test_a_few_reordered_ids_are_an_observation_naming_no_order():
     other = ids.copy()
     other[0, 2, 0] = 999  # a value the reference's row does not hold: no reordering
     assert all(finding.kind != PERMUTATION for finding in _kinds("selection", "selected", ids, other, ("b", "s", "k")))
+
+
+def test_scores_whose_slots_moved_are_an_observation_that_leaves_the_numeric_search_on():
+    scores = np.full((1, 3, 2, 8), -np.inf, np.float32)
+    scores[..., :5] = RNG.standard_normal((1, 3, 2, 5)).astype(np.float32)
+    device = scores.copy()
+    device[0, 1, 0, [0, 3]] = scores[0, 1, 0, [3, 0]]
+    finding = _kinds("sparse_sink_softmax_attention", "scores", scores, device, ("b", "s", "h", "c"))[0]
+    assert finding.kind == PERMUTATION and finding.established_by == "observation"
+    assert finding.evidence["structural"] is False and "at c = 0, 3" in finding.headline
+    device[0, 1, 0, 3] = np.nextafter(device[0, 1, 0, 3], np.float32(np.inf))  # one ulp off: no longer its value
+    assert all(finding.kind != PERMUTATION for finding in
+               _kinds("sparse_sink_softmax_attention", "scores", scores, device, ("b", "s", "h", "c")))

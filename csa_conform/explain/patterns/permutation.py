@@ -42,7 +42,7 @@ from csa_conform.explain.patterns.findings import (
     spans,
 )
 from csa_conform.explain.patterns.shift import meaningful
-from csa_conform.numerics.bits import equal_bits
+from csa_conform.numerics.bits import equal_bits, unsigned
 
 
 PREDICTED = 0.75  # share of the elements a pattern moves (in the differing rows) the device must hold
@@ -121,7 +121,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
         same_values &= np.isfinite(expected_rows).all(axis=1)
     same_values &= meaningful(actual_rows).any(axis=1)
     if not same_values.all():
-        return None
+        return _reordered_ids(stage, tensor, expected, actual, differ, axes, rows)
     if expected.dtype.kind in "iu":
         ordered = _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context, considered,
                                coincidences)
@@ -201,16 +201,20 @@ def _placed(ids: np.ndarray, valid: np.ndarray, keys: tuple[np.ndarray, ...]) ->
 
 
 def _reordered_ids(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
-    """An observation of a tensor of ids: every differing row holds the reference row's values, each as often,
-    in another order (no order claimed: too few elements to tell one from a coincidence, or none fits)."""
-    if expected.dtype.kind not in "iu" or expected.ndim < 2 or not rows.any():
+    """An observation: every differing row holds the reference row's values bit for bit, each as often, in
+    another order (no order claimed: too few elements to tell one from a coincidence, or none fits). Of ids
+    (integers) it is structural; of floats (scores whose slots moved) it leaves the numeric search to run."""
+    if expected.dtype.kind not in "iuf" or expected.ndim < 2 or not rows.any():
         return None
-    reference, device = _rows(expected)[rows], _rows(actual)[rows]
-    if not (np.sort(reference, axis=1) == np.sort(device, axis=1)).all() or not meaningful(device).any():
+    reference, device = _rows(unsigned(expected))[rows], _rows(unsigned(actual))[rows]
+    if not (np.sort(reference, axis=1) == np.sort(device, axis=1)).all():
+        return None
+    if not (meaningful(_rows(actual)[rows]) & _rows(differ)[rows]).any():
         return None
     count, differing = int(rows.sum()), int(np.count_nonzero(differ))
     columns = spans(np.flatnonzero(_rows(differ).any(axis=0)))
     headline = (f"each differing row of {tensor} holds the reference row's values in another order ({count:,} of "
                 f"{count:,} rows; the {differing:,} differing elements at {axes[-1]} = {columns})")
     return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
-                   {"pattern": "reordered", "rows": count, "support": differing}, source=OBSERVATION)
+                   {"pattern": "reordered", "rows": count, "support": differing,
+                    "structural": expected.dtype.kind in "iu"}, source=OBSERVATION)
