@@ -85,3 +85,12 @@ def test_packed_records_are_compared_decoded():
     device = {name: np.array(array, copy=True) for name, array in expected[COMPRESSOR].items()}
     device["present_compressed_kv"][..., 0] ^= 1  # a scale byte one step off: no sub-step's output
     assert earlier_sub_step(COMPRESSOR, g, inputs, expected, expected[COMPRESSOR], device) is None
+
+
+def test_a_step_that_completes_no_record_has_no_held_values():
+    g, inputs, expected = first_step("boundaries.r4-prefill-3")
+    device = {name: np.array(array, copy=True) for name, array in expected[COMPRESSOR].items()}
+    carry = device["present_compression_carry"].view(np.uint32)
+    carry[...] ^= 1
+    assert np.asarray(expected[COMPRESSOR]["present_compressed_kv"]).shape[1] == 0
+    assert earlier_sub_step(COMPRESSOR, g, inputs, expected, expected[COMPRESSOR], device) is None
