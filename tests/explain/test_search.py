@@ -131,3 +131,14 @@ def test_an_accumulation_difference_no_variant_makes_is_not_claimed():
     explanation = explain_payload(ATTENTION, g, inputs, expected, payload)
     assert explanation.verdict != EXPLAINED
     assert not any(trial.reproduces for trial in explanation.trials if trial.key.startswith("values:"))
+
+
+def test_a_binary64_value_sum_rounded_per_tile_is_told_from_one_rounded_once_where_a_row_spans_two_tiles():
+    g, inputs, expected = first_step("boundaries.r128-resumed-247-to-257")
+    assert g.candidate_count > 128  # the dense slots and the records: a row spans tiles of 64 and of 128
+    tiled = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_values=64))
+    once = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_values=0))
+    assert np.asarray(tiled["Y"]).tobytes() != np.asarray(once["Y"]).tobytes()
+    explanation = explain_payload(ATTENTION, g, inputs, expected, tiled)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "values:binary64-tile64"
+    assert [trial.key for trial in explanation.rivals] == ["values:binary64-tile64"]
