@@ -19,11 +19,12 @@ Rows of ids (a selection, candidate ids) are padded with -1 and ordered only
 in part: there the canonical orders (ORDERS) move only the valid entries,
 from the first column where a row differs: written back to front, sorted by
 record id either way, or ascending by the reference's own score. One is
-claimed only when it alone makes the whole tensor the device's bit for bit
-(every differing row, and the matching rows left as they are) on at least
-MIN_SUPPORT identifying elements. Below that, a tensor whose every differing
-row holds the reference row's values, each as often, is an observation:
-the reference's values in another order, which order unsaid.
+claimed only when it makes the whole tensor the device's bit for bit (every
+differing row, and the matching rows left as they are) on at least
+MIN_SUPPORT identifying elements beyond chance; any other that does too is
+named as its equal. Below that, a tensor whose every differing row holds the
+reference row's values bit for bit, each as often, is an observation: the
+reference's values in another order, which order unsaid.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     identifying = differ & meaningful(actual)
     considered = int(np.count_nonzero(identifying))
     if considered < MIN_SUPPORT:
-        return _reordered_ids(stage, tensor, expected, actual, differ, axes, rows)
+        return _reordered(stage, tensor, expected, actual, differ, axes, rows)
     # a reordering of the row fits about this many identifying elements by coincidence of their values alone
     coincidences = chance(expected, actual, identifying)
     for pattern, what, moved in _candidates(expected):
@@ -121,7 +122,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
         same_values &= np.isfinite(expected_rows).all(axis=1)
     same_values &= meaningful(actual_rows).any(axis=1)
     if not same_values.all():
-        return _reordered_ids(stage, tensor, expected, actual, differ, axes, rows)
+        return _reordered(stage, tensor, expected, actual, differ, axes, rows)
     if expected.dtype.kind == "i":  # ids (bytes of packed records are no ids)
         ordered = _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context, considered,
                                coincidences)
@@ -133,7 +134,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
                     "is a reordering of the reference row")
         return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
                        {"pattern": "reordered", "rows": count, "support": considered})
-    return _reordered_ids(stage, tensor, expected, actual, differ, axes, rows)
+    return _reordered(stage, tensor, expected, actual, differ, axes, rows)
 
 
 # The canonical orders of a row of ids: (pattern, what the device's rows are) for the valid entries (not -1)
@@ -200,7 +201,7 @@ def _placed(ids: np.ndarray, valid: np.ndarray, keys: tuple[np.ndarray, ...]) ->
     return placed
 
 
-def _reordered_ids(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
+def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
     """An observation: every differing row holds the reference row's values bit for bit, each as often, in
     another order (no order claimed: too few elements to tell one from a coincidence, or none fits). Of ids
     (integers) it is structural; of floats (scores whose slots moved) it leaves the numeric search to run."""
