@@ -5,7 +5,8 @@ index query's bf16 → RoPE → Hadamard → FP4 round trip) keeps each sub-step
 probes' named intermediates, csa_conform.explain.probes). Where the stage's differing elements hold, bit
 for bit in the tensor's own format (a packed record decoded as its format defines), the reference's
 output of one sub-step at the same place, the sub-steps after it were not applied there: a fact about the
-bytes, stated as an observation. The latest sub-step that matches is the one named (an earlier one that
+bytes, stated as an observation (the index query's own input, unrounded, counts as the output before its
+first sub-step). The latest sub-step that matches is the one named (an earlier one that
 the later leaves alone at those places holds the same values); claimed on every differing element, or on
 at least DECISIVE of them (the count stated), and never on fewer than MIN_SUPPORT non-zero values, since a
 zero is everyone's value.
@@ -33,6 +34,9 @@ RECORDS = {"compression_update": (("present_compressed_kv", "logical_records"), 
 # The intermediates of each sub-step, full width, in pipeline order: the probes' names; RoPE's probe holds only
 # the rotated tail, which replaces the tail of the sub-step before it.
 INTERMEDIATES = {"pooled": "pool", "bf16": "bf16", "rmsnorm": "RMSNorm", "rope": "RoPE", "hadamard": "Hadamard"}
+# The stage input a first sub-step takes as it is (the index query's unrounded f32, before its bf16 rounding).
+INPUT = "input"
+FIRST_INPUT = {"index_query_finalize": "index_query"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ def earlier_sub_step(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarra
     intermediates = _full_width(probes, g.rope_dim)
     if not intermediates:
         return None
+    if FIRST_INPUT.get(stage) in inputs:
+        intermediates = {INPUT: np.asarray(inputs[FIRST_INPUT[stage]], dtype=np.float32), **intermediates}
     for held in _held(stage, g, inputs, expected, actual, intermediates):
         found = _observed(stage, held)
         if found is not None:
@@ -84,16 +90,16 @@ def _full_width(probes: Mapping[str, np.ndarray], rope_dim: int) -> dict[str, np
 
 def _held(stage: str, g: StepGeometry, inputs, expected, actual, intermediates: dict[str, np.ndarray]):
     """Each judged tensor of the stage as Held: the new records of a compressor (decoded), the query rows."""
-    width = next(iter(intermediates.values())).shape
     if stage == "index_query_finalize":
         if "transformed" not in actual:
             return
         reference, device = np.asarray(expected["transformed"]), np.asarray(actual["transformed"])
-        if reference.shape != device.shape or reference.size != int(np.prod(width)):
+        if reference.shape != device.shape:
             return
-        yield Held("transformed", device.reshape(width), reference.reshape(width),
-                   {step: values.reshape(width) for step, values in intermediates.items() if values.shape == width}, 0)
+        yield Held("transformed", device, reference, {step: values.reshape(reference.shape) for step, values
+                                                      in intermediates.items() if values.size == reference.size}, 0)
         return
+    width = next(iter(intermediates.values())).shape
     tensors, past_input = RECORDS.get(stage, ((), ""))
     past = int(np.shape(inputs[past_input])[1]) if past_input in inputs else -1
     for tensor in tensors:
@@ -131,20 +137,22 @@ def _observed(stage: str, held: Held) -> Finding | None:
     if not differ.any():
         return None
     device = held.device[differ].view(np.uint32)
-    steps = [step for step in SUB_STEPS[stage] if step in held.intermediates]
+    order = (INPUT,) + SUB_STEPS[stage]
+    steps = [step for step in order if step in held.intermediates]
     for step in reversed(steps):
-        values = held.intermediates[step][differ]
+        values = np.ascontiguousarray(held.intermediates[step][differ])
         same = values.view(np.uint32) == device
         matched = int(np.count_nonzero(same))
         support = int(np.count_nonzero(same & (values != 0)))
         if support < MIN_SUPPORT or matched < DECISIVE * total:
             continue
-        after = list(SUB_STEPS[stage][SUB_STEPS[stage].index(step) + 1:])
+        after = list(order[order.index(step) + 1:])
         if not after:
             continue
         listing = _listing(after)
-        headline = (f"at the {total:,} differing elements of {held.tensor} the device holds the reference's {step} "
-                    f"output, before {listing} (bit for bit at {matched:,} of {total:,}): {listing} "
+        what = f"the stage's {FIRST_INPUT[stage]} input as it is" if step == INPUT else f"the reference's {step} output"
+        headline = (f"at the {total:,} differing elements of {held.tensor} the device holds {what}, "
+                    f"before {listing} (bit for bit at {matched:,} of {total:,}): {listing} "
                     f"{'is' if len(after) == 1 else 'are'} not applied there")
         return Finding(SUB_STEP, stage, held.tensor, headline, matched, total,
                        {"sub_step": step, "not_applied": after, "held": step, "support": support,

@@ -94,3 +94,14 @@ def test_a_step_that_completes_no_record_has_no_held_values():
     carry[...] ^= 1
     assert np.asarray(expected[COMPRESSOR]["present_compressed_kv"]).shape[1] == 0
     assert earlier_sub_step(COMPRESSOR, g, inputs, expected, expected[COMPRESSOR], device) is None
+
+
+def test_query_values_that_are_its_own_input_say_every_sub_step_is_not_applied():
+    g, inputs, expected = first_step("boundaries.r4-prefill-9")
+    raw = np.asarray(inputs["index_query"], dtype=np.float32)
+    device = {"transformed": raw.reshape(np.shape(expected[QUERY]["transformed"])).copy()}
+    finding = earlier_sub_step(QUERY, g, inputs, expected, expected[QUERY], device)
+    assert finding is not None and finding.evidence["held"] == "input"
+    assert finding.evidence["not_applied"] == ["bf16", "RoPE", "Hadamard", "FP4 round trip"]
+    assert "the device holds the stage's index_query input as it is, before bf16, RoPE, the Hadamard and the FP4 round trip" in \
+        finding.headline
