@@ -44,7 +44,7 @@ class Held:
     """The device's values at a tensor's differing elements and the reference's sub-step outputs there."""
 
     tensor: str
-    device: np.ndarray  # [units, width] in the values domain
+    device: np.ndarray  # the new records or query rows, in the values domain (records decoded)
     reference: np.ndarray  # the reference's final values, same shape
     intermediates: dict[str, np.ndarray]  # sub-step -> its output, same shape
     outside: int  # differing elements of the tensor that no unit here covers (past records)
