@@ -32,6 +32,7 @@ from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.ablation import NOT_RUN, ablate, ablation_claim, ablation_runner
 from csa_conform.explain.claims import FIT, PROBE, RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
+from csa_conform.explain.earlier import earlier_sub_step
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.experiments import Witnesses, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
@@ -259,6 +260,9 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     explanation.baseline = mismatches(expected[stage], target)[0]
     explanation.claims, explanation.values = value_classes(expected[stage], target)
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
+    held = earlier_sub_step(stage, g, inputs, upstream, expected[stage], target)
+    if held is not None:  # a fact about the bytes that no numeric ingredient makes: it leads
+        explanation.diagnosis.insert(0, held)
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL and finding.evidence.get("structural", True)
            for finding in explanation.diagnosis):

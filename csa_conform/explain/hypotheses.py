@@ -10,9 +10,10 @@ compressed RoPE (every pair, or the sums only); flush-to-zero of subnormals; the
 exponent from the device's log2f; a bf16 rounding convention other than ties to even (ties away from
 zero, truncation); index scoring's head weight scale 1/sqrt(d)/sqrt(I) rounded as one product or one
 folded square root, or ported without its 1/sqrt(I) or with I for sqrt(I); attention's softmax weights
-multiplied by the rounded reciprocal of their denominator; expf as exp2f(x·log2 e) (a fast-math exp); and,
+multiplied by the rounded reciprocal of their denominator; expf as exp2f(x·log2 e) (a fast-math exp);
 as attention's kernel may recompute its P·V weights after the denominator, each expf variant for those
-weights alone. Each stage is tried only with the ingredients it
+weights alone; and attention's value sum accumulated as flash-attention kernels do (divided by Z once at
+the end, or carried in binary64). Each stage is tried only with the ingredients it
 contains (its ``libm`` and ``fusions`` in csa_conform.spec).
 """
 
@@ -42,6 +43,8 @@ from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
 LOG2_E = np.float32(1.4426950408889634)  # 1.44269504f: log2 e as a binary32 literal
 WEIGHTS_ONLY = "weights-"  # key prefix of an expf variant for attention's P·V weights alone
+BINARY64_VALUES = "values:binary64"  # key prefix of attention's value sum carried in binary64
+BINARY64_TILES = (0, 64, 128, 256)  # candidate slots per binary32 rounding of a binary64 value sum (0: once)
 # Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
 BF16_STAGES = ("compression_update", "index_key_update", "index_query_finalize")
 BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even)",
@@ -129,6 +132,22 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
     if stage == "sparse_sink_softmax_attention":
         found.append(Hypothesis("softmax:reciprocal", "the softmax weights multiplied by the rounded reciprocal 1/Z "
                                 "of their denominator instead of divided by Z", softmax_reciprocal=True))
+        found += value_sums()
+    return found
+
+
+def value_sums() -> list[Hypothesis]:
+    """Attention's value sum accumulated as flash-attention kernels do: normalized once at the end (sum
+    exp(s - m)·v, then / Z per output element), or carried in binary64 and rounded to binary32 once, or once
+    per tile of candidate slots (BINARY64_TILES: one ingredient, the tile a variant of it)."""
+    found = [Hypothesis("values:deferred-normalization", "deferred normalization: the value sum taken over the "
+                        "weights exp(s - m) and divided by the denominator Z once per output element (not a sum of "
+                        "p = exp(s - m) / Z times the value)", port=(("deferred_normalization", True),))]
+    for tile in BINARY64_TILES:
+        when = f"once per tile of {tile} candidate slots" if tile else "once"
+        found.append(Hypothesis(f"{BINARY64_VALUES}{f'-tile{tile}' if tile else ''}", "the P·V value sum carried in "
+                                f"binary64 (exact products) and rounded to binary32 {when}",
+                                port=(("binary64_values", tile),)))
     return found
 
 

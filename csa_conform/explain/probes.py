@@ -56,6 +56,16 @@ EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
 # The reference's values, every one, in other places: the kernel computed them in another order of calls or units
 # (a head loop run backwards), which says nothing of their values.
 REORDERED = "reordered"
+# What each probed stage computes after its last probe: where a divergence arises when every probe is equal.
+AFTER_PROBES = {
+    "compression_update": ("the record's packing (E8M0 scale bytes, E4M3 codes, bf16 RoPE tail) or f32 dequantization",
+                           "the record's write into present_compressed_kv", "the compression carry's update"),
+    "index_key_update": ("the record's packing (E8M0 scale bytes, E2M1 codes)",
+                         "the record's write into present_index_key", "the index carry's update"),
+    "index_query_finalize": ("the FP4 round trip's dequantization", "the write of transformed"),
+    "index_scoring": ("the write of scores",),
+    "sparse_sink_softmax_attention": ("the P·V value sum", "the write of Y"),
+}
 # The element format of a probe that is not binary32, for its value classes (packed FP4 codes get none).
 FORM = {"fp8_codes": "e4m3", "fp8_scale": "e8m0", "fp4_scale": "e8m0", "fp4_codes": ""}
 
@@ -225,7 +235,8 @@ def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tu
     unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
     return {"module": module, "probes": probes, "first_divergent": None if first is None else first["sub_step"],
             "exact": first is not None and not unobserved, "unobserved_before": unobserved,
-            "dropped": dropped, "moved": moved, "trusted": not moved and not dropped}
+            "after_probes": list(AFTER_PROBES[stage]), "dropped": dropped, "moved": moved,
+            "trusted": not moved and not dropped}
 
 
 def probe_text(observation: dict) -> str:
@@ -259,7 +270,7 @@ def probe_text(observation: dict) -> str:
             return (f"probes: no observed sub-step holds a value the reference does not ({', '.join(equal)} "
                     f"equal{moved}{unseen_text}): the divergence is in where values went or in what no probe saw")
         return (f"probes: every observed sub-step is the reference's bit for bit ({', '.join(equal)}{unseen_text}): "
-                "the divergence is in what no probe saw")
+                f"the divergence is in what no probe saw{_unprobed(observation)}")
     where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
     ref, dev = first["first"]["reference"], first["first"]["device"]
     exact = "" if observation["exact"] else (
@@ -296,9 +307,18 @@ def probe_claim(observation: dict | None) -> Claim | None:
         return None
     moved = _reordered(observation["probes"])
     every = "every probed sub-step" if not moved else "the probed sub-steps"
+    after = "" if moved else f": the divergence arises in what no probe observed{_unprobed(observation)}"
     return Claim(f"{every} ({', '.join(probe['sub_step'] for probe in equal)}) {'are' if moved else 'is'} the "
-                 f"reference's bit for bit on the device{moved}", PROBE, sum(int(probe["elements"]) for probe in equal),
-                 {"equal": [probe["sub_step"] for probe in equal]})
+                 f"reference's bit for bit on the device{moved}{after}", PROBE,
+                 sum(int(probe["elements"]) for probe in equal), {"equal": [probe["sub_step"] for probe in equal]})
+
+
+def _unprobed(observation: dict) -> str:
+    """The sub-steps no probe observed when every observed one is equal: the unobserved probes and everything the
+    stage computes after its last probe, all of them (the divergence arises there), as a clause."""
+    unseen = [probe["sub_step"] for probe in observation["probes"] if probe["status"] == UNOBSERVED]
+    steps = unseen + list(observation.get("after_probes", ()))
+    return f" ({'; '.join(steps)})" if steps else ""
 
 
 def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed: Mapping, g: StepGeometry,

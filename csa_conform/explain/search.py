@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 
-from csa_conform.explain.hypotheses import Hypothesis, stage_hypotheses
+from csa_conform.explain.hypotheses import BINARY64_VALUES, Hypothesis, stage_hypotheses
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.trial import Trial
 from csa_conform.numerics.variant import PAIR_FUSIONS
@@ -42,6 +42,8 @@ def ingredient(hypothesis: Hypothesis) -> str:
         return "ftz"
     if hypothesis.scale_folding:
         return "weight scale"
+    if hypothesis.key.startswith(BINARY64_VALUES):  # the tile is a variant: where no row spans two, all agree
+        return BINARY64_VALUES
     return hypothesis.key
 
 

@@ -35,6 +35,7 @@ SUMS_SECOND = "sums-second"  # only a*b + c*d -> fma(c, d, a*b)
 PAIR_FUSIONS = (PAIRS_FIRST, PAIRS_SECOND, SUMS_FIRST, SUMS_SECOND)
 
 _SMALLEST_NORMAL = np.float32(2.0**-126)
+VALUE_SUM = "value-sum output"  # the tally of attention's output elements a value-sum variant changes
 
 
 def fmaf(a, b, c) -> np.ndarray:
@@ -91,6 +92,11 @@ class Numerics:
     hadamard_variant: str | None = None  # "difference-reversed" (b - a for a - b) or "skipped" (left out)
     softmax_reciprocal: bool = False  # softmax weights times the rounded 1/Z instead of divided by Z
     weights_expf: Callable | None = None  # attention's P·V weights' exp, recomputed apart from the denominator's
+    # Attention's value sum accumulated as flash-attention kernels do: over the weights exp(s - m), divided by Z
+    # once per output element (deferred normalization); and/or carried in binary64, rounded to binary32 once
+    # per tile of this many candidate slots (0: once, at the end; None: the reference's binary32 sum).
+    deferred_normalization: bool = False
+    binary64_values: int | None = None
     # A step of the stage's data flow ported another way (explain's structural hypotheses; the reference: none).
     codes_truncated: bool = False  # FP8 codes of normal values truncated toward zero instead of rounded to even
     pool_skipped: str | None = None  # a candidate slot ("first", "last") left out of the pooled sums, not the max
@@ -108,6 +114,7 @@ class Numerics:
                 and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves
                 and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None
                 and not self.softmax_reciprocal and self.weights_expf is None and not self.codes_truncated
+                and not self.deferred_normalization and self.binary64_values is None
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
                 and self.selection_pad == -1 and not self.sink_in_max and not self.dense_extra
                 and self.rms_norm is None)
@@ -115,6 +122,14 @@ class Numerics:
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""
         self._count("bf16 rounding", np.asarray(reference, np.uint32), np.asarray(swapped, np.uint32))
+
+    def count(self, name: str, reference, swapped) -> None:
+        """Tally the values a swapped step of a stage's own code changed (while explain counts)."""
+        self._count(name, reference, swapped)
+
+    @property
+    def counting(self) -> bool:
+        return self.tallies is not None
 
     def _count(self, name: str, reference, swapped) -> None:
         if self.tallies is not None:

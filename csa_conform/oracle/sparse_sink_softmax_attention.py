@@ -19,7 +19,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import invalid
 from csa_conform.numerics.records import decode_fp8_record
-from csa_conform.numerics.variant import REFERENCE, Numerics
+from csa_conform.numerics.variant import REFERENCE, VALUE_SUM, Numerics
 from csa_conform.oracle.compiled.parallel import map_chunks, query_chunks
 from csa_conform.oracle.payloads import StagePayload
 
@@ -87,17 +87,18 @@ def sparse_sink_softmax_attention(
 
     def attend(chunk: slice):
         live, row_ids, live_scores = chunk_scores(chunk)
-        probed = {} if probes is not None else None
+        deferred = numerics.deferred_normalization
+        probed = {} if probes is not None or deferred else None
         probabilities, failure = softmax_with_sink(live_scores, head_sink, chunk.start, numerics.expf,
-                                                   numerics.normalized,
+                                                   _unnormalized if deferred else numerics.normalized,
                                                    None if numerics.weights_expf is None else numerics.weight_exp,
                                                    numerics.sink_in_max, probed)
         if probes is not None:
-            for name, values in probed.items():
-                probes[name][:, chunk] = values
+            for name in SOFTMAX_PROBES:
+                probes[name][:, chunk] = probed[name]
             probes[SLOT_PROBE][:, chunk, :, live] = np.moveaxis(probabilities, 0, -1)
         values = source[batch_index.transpose(1, 0, 2), row_ids.transpose(2, 0, 1)]
-        output[:, chunk] = _weighted_values(probabilities, values, numerics)
+        output[:, chunk] = _value_sum(probabilities, values, live, probed, numerics)
         if scores is not None:
             keep(scores, chunk, live, live_scores)
         return failure
@@ -237,6 +238,45 @@ def softmax_with_sink(scores, head_sink, first_query, exp, normalized=np.divide,
         b, s, h = np.argwhere(invalid)[0]
         return probabilities, (int(b), first_query + int(s), int(h))
     return probabilities, None
+
+
+def _unnormalized(weights: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """The weights exp(s - m) as they are: a deferred normalization divides the finished value sum by Z."""
+    return weights
+
+
+def _value_sum(weights, values, slots, probed, numerics: Numerics) -> np.ndarray:
+    """[B,s,N,D] = the value sum over candidates: the reference's ascending binary32 sum of p_c * value_c, or
+    (explain's variants) carried in binary64 and rounded once per tile of candidate slots, and/or over the
+    weights exp(s_c - m), divided by the row's denominator once per output element (deferred normalization).
+    ``weights`` are then the unnormalized ones and ``probed`` holds the row's maximum and denominator."""
+    if numerics.binary64_values is None:
+        summed = _weighted_values(weights, values, numerics)
+    else:
+        summed = _binary64_values(weights, values, slots, numerics.binary64_values)
+    if numerics.deferred_normalization:
+        active = probed["softmax_max"] != -np.inf
+        denominator = np.where(active, probed["softmax_denominator"], np.float32(1))
+        summed = np.where(active[..., None], summed / denominator[..., None], np.float32(0))
+        weights = np.where(active, weights / denominator, np.float32(0))  # the reference's probabilities
+    if numerics.counting and (numerics.deferred_normalization or numerics.binary64_values is not None):
+        numerics.count(VALUE_SUM, _weighted_values(weights, values, numerics), summed)
+    return summed.astype(np.float32, copy=False)
+
+
+def _binary64_values(weights, values, slots, tile: int) -> np.ndarray:
+    """The ascending sum of p_c * value_c in binary64 (each product exact), rounded to binary32 at the end of
+    each tile of ``tile`` candidate slots (0: once), as a kernel keeping a wide accumulator per tile does."""
+    output = np.zeros(values.shape[1:3] + weights.shape[-1:] + values.shape[-1:], dtype=np.float64)
+    current = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for weight, value, slot in zip(weights, values, slots):
+            block = int(slot) // tile if tile else 0
+            if current is not None and block != current:
+                output = output.astype(np.float32).astype(np.float64)
+            current = block
+            output += weight[..., None].astype(np.float64) * value[:, :, None, :].astype(np.float64)
+        return output.astype(np.float32)
 
 
 def _weighted_values(probabilities, values, numerics: Numerics) -> np.ndarray:

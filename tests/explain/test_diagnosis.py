@@ -237,3 +237,88 @@ def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_
             assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE", sub_step]
         else:
             assert found.evidence["rule"] != "quantizer"
+
+
+def _padded_ids(rows=6, width=8, seed=3):
+    """Rows of distinct record ids, each a prefix of 3 to 6 valid entries padded with -1."""
+    rng = np.random.default_rng(seed)
+    ids = np.full((1, rows, width), -1, np.int32)
+    for s in range(rows):
+        ids[0, s, :3 + s % 4] = rng.choice(1000, 3 + s % 4, replace=False)
+    return ids
+
+
+def _reversed_from(ids, start=0):
+    device = ids.copy()
+    for s in range(ids.shape[1]):
+        valid = np.flatnonzero((ids[0, s] != -1) & (np.arange(ids.shape[2]) >= start))
+        device[0, s, valid] = ids[0, s, valid[::-1]]
+    return device
+
+
+def test_padded_rows_reversed_in_their_valid_entries_are_that_order():
+    ids = _padded_ids()
+    finding = _kinds("selection", "selected", ids, _reversed_from(ids), ("b", "s", "k"))[0]
+    assert finding.kind == PERMUTATION and finding.evidence["pattern"] == "valid entries reversed"
+    assert finding.confidence == "strong" and finding.evidence["rows"] == 6 and finding.evidence["from"] == 0
+
+
+def test_a_span_after_the_dense_slots_reversed_names_where_it_starts():
+    ids = _padded_ids(width=12)
+    ids[0, :, :4] = np.arange(4)  # slots every row holds alike, before the span
+    ids[0, :, 4:] = _padded_ids(width=8, seed=5)[0]
+    finding = _kinds("candidate_assembly", "candidates", ids, _reversed_from(ids, 4), ("b", "s", "c"))[0]
+    assert finding.evidence["pattern"] == "valid entries reversed" and finding.evidence["from"] == 4
+    assert "from c = 4" in finding.headline
+
+
+def test_a_selection_in_ascending_score_order_is_named_with_ties_by_id():
+    ids = _padded_ids()
+    scores = np.zeros((1, 6, 1000), np.float32)
+    device = ids.copy()
+    for s in range(6):
+        valid = ids[0, s][ids[0, s] != -1]
+        scores[0, s, valid] = np.arange(len(valid))[::-1] // 2  # descending in the reference's order, with ties
+        device[0, s, :len(valid)] = sorted(valid, key=lambda r, s=s: (scores[0, s, r], r))
+    context = Context("selection", expected={"index_scoring": {"scores": scores}})
+    finding = _kinds("selection", "selected", ids, device, ("b", "s", "k"), context)[0]
+    assert finding.evidence["pattern"] == "ascending by score"
+    # without the scores nothing canonical fits: the reordering is all that is said
+    plain = _kinds("selection", "selected", ids, device, ("b", "s", "k"))[0]
+    assert plain.evidence["pattern"] == "reordered"
+
+
+def test_a_reversal_that_misses_one_row_is_not_claimed():
+    ids = _padded_ids()
+    device = _reversed_from(ids)
+    device[0, 5, :4] = ids[0, 5, [1, 0, 3, 2]]  # this row reordered another way
+    finding = _kinds("selection", "selected", ids, device, ("b", "s", "k"))[0]
+    assert finding.kind == PERMUTATION and finding.evidence["pattern"] == "reordered"
+
+
+def test_a_few_reordered_ids_are_an_observation_naming_no_order():
+    ids = _padded_ids()
+    device = ids.copy()
+    device[0, 2, :2] = ids[0, 2, [1, 0]]
+    device[0, 4, :2] = ids[0, 4, [1, 0]]
+    finding = _kinds("selection", "selected", ids, device, ("b", "s", "k"))[0]
+    assert finding.kind == PERMUTATION and finding.established_by == "observation"
+    assert finding.confidence == "observed" and finding.evidence["pattern"] == "reordered"
+    assert finding.headline == ("each differing row of selected holds the reference row's values in another order "
+                                "(2 of 2 rows; the 4 differing elements at k = 0..1)")
+    other = ids.copy()
+    other[0, 2, 0] = 999  # a value the reference's row does not hold: no reordering
+    assert all(finding.kind != PERMUTATION for finding in _kinds("selection", "selected", ids, other, ("b", "s", "k")))
+
+
+def test_scores_whose_slots_moved_are_an_observation_that_leaves_the_numeric_search_on():
+    scores = np.full((1, 3, 2, 8), -np.inf, np.float32)
+    scores[..., :5] = RNG.standard_normal((1, 3, 2, 5)).astype(np.float32)
+    device = scores.copy()
+    device[0, 1, 0, [0, 3]] = scores[0, 1, 0, [3, 0]]
+    finding = _kinds("sparse_sink_softmax_attention", "scores", scores, device, ("b", "s", "h", "c"))[0]
+    assert finding.kind == PERMUTATION and finding.established_by == "observation"
+    assert finding.evidence["structural"] is False and "at c = 0, 3" in finding.headline
+    device[0, 1, 0, 3] = np.nextafter(device[0, 1, 0, 3], np.float32(np.inf))  # one ulp off: no longer its value
+    assert all(finding.kind != PERMUTATION for finding in
+               _kinds("sparse_sink_softmax_attention", "scores", scores, device, ("b", "s", "h", "c")))

@@ -312,3 +312,20 @@ def test_an_unexplained_divergences_headline_leads_with_the_sub_step_its_probes_
     headline = next(line for line in result.output.splitlines() if "step 0 compression_update" in line)
     assert ": unexplained: sub-step: the first divergent sub-step on the device is RMSNorm (probes: " in headline
     assert "consistent with" not in headline
+
+
+def test_every_probe_equal_lists_all_that_no_probe_observed_where_the_divergence_arises():
+    from csa_conform.explain.probes import AFTER_PROBES, probe_claim
+
+    equal = {"status": "equal", "differing": 0, "elements": 4}
+    observation = {"moved": [], "dropped": 0, "after_probes": list(AFTER_PROBES["index_query_finalize"]),
+                   "probes": [{"name": "bf16", "sub_step": "bf16", **equal},
+                              {"name": "hadamard", "sub_step": "Hadamard", **equal},
+                              {"name": "fp4_codes", "sub_step": "FP4 codes", "status": "unobserved",
+                               "reason": "the kernel wrote no such probe"}]}
+    claim = probe_claim(observation)
+    assert claim.text == ("every probed sub-step (bf16, Hadamard) is the reference's bit for bit on the device: the "
+                          "divergence arises in what no probe observed (FP4 codes; the FP4 round trip's "
+                          "dequantization; the write of transformed)")
+    assert probe_text(observation).endswith("the divergence is in what no probe saw (FP4 codes; the FP4 round trip's "
+                                            "dequantization; the write of transformed)")

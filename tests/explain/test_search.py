@@ -101,3 +101,44 @@ def test_a_single_that_comes_closer_lifts_the_cap_to_the_full_one():
     explanation = explain_payload(ATTENTION, g, inputs, expected, payload)
     assert explanation.verdict == UNEXPLAINED and explanation.closest.key == "expf:correctly-rounded"
     assert explanation.search["cap"] == explain_search.COMBINATION_CAP
+
+
+def test_a_value_sum_normalized_once_at_the_end_is_named_by_its_re_run():
+    g, inputs, expected = first_step("boundaries.r4-prefill-7")
+    deferred = run_stage(ATTENTION, g, inputs, expected, Numerics(deferred_normalization=True))
+    assert differing_rows(deferred, expected[ATTENTION]).size
+    explanation = explain_payload(ATTENTION, g, inputs, expected, deferred)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "values:deferred-normalization"
+    assert explanation.cause.confidence == "strong"
+
+
+def test_a_value_sum_in_binary64_is_named_and_its_tiles_are_variants_of_one_ingredient():
+    g, inputs, expected = first_step("boundaries.r4-prefill-7")
+    wide = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_values=0))
+    explanation = explain_payload(ATTENTION, g, inputs, expected, wide)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key.startswith("values:binary64")
+    # no row of this step has more than 64 candidate slots: every tile rounds once, the same payload
+    assert g.candidate_count <= 64
+    assert {trial.key for trial in explanation.rivals} == {"values:binary64", "values:binary64-tile64",
+                                                           "values:binary64-tile128", "values:binary64-tile256"}
+
+
+def test_an_accumulation_difference_no_variant_makes_is_not_claimed():
+    g, inputs, expected = first_step("boundaries.r4-prefill-7")
+    payload = {name: np.array(array, copy=True) for name, array in expected[ATTENTION].items()}
+    output = payload["Y"].reshape(-1).view(np.uint32)
+    output[::97] ^= 1  # the last bit of some outputs, as no accumulation order makes them
+    explanation = explain_payload(ATTENTION, g, inputs, expected, payload)
+    assert explanation.verdict != EXPLAINED
+    assert not any(trial.reproduces for trial in explanation.trials if trial.key.startswith("values:"))
+
+
+def test_a_binary64_value_sum_rounded_per_tile_is_told_from_one_rounded_once_where_a_row_spans_two_tiles():
+    g, inputs, expected = first_step("boundaries.r128-resumed-247-to-257")
+    assert g.candidate_count > 128  # the dense slots and the records: a row spans tiles of 64 and of 128
+    tiled = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_values=64))
+    once = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_values=0))
+    assert np.asarray(tiled["Y"]).tobytes() != np.asarray(once["Y"]).tobytes()
+    explanation = explain_payload(ATTENTION, g, inputs, expected, tiled)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "values:binary64-tile64"
+    assert [trial.key for trial in explanation.rivals] == ["values:binary64-tile64"]

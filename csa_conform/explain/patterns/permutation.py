@@ -14,12 +14,24 @@ a coincidence. And it must beat chance (findings.beats_chance): fit twice
 the coincidences expected of the values alone (for each differing element,
 the share of its reference row holding the device's value: FP4 bytes and
 small ids repeat often), and more than they make with probability 10^-3.
+
+Rows of ids (a selection, candidate ids) are padded with -1 and ordered only
+in part: there the canonical orders (ORDERS) move only the valid entries,
+from the first column where a row differs: written back to front, sorted by
+record id either way, or ascending by the reference's own score. One is
+claimed only when it makes the whole tensor the device's bit for bit (every
+differing row, and the matching rows left as they are) on at least
+MIN_SUPPORT identifying elements beyond chance; any other that does too is
+named as its equal. Below that, a tensor whose every differing row holds the
+reference row's values bit for bit, each as often, is an observation: the
+reference's values in another order, which order unsaid.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from csa_conform.explain.claims import OBSERVATION
 from csa_conform.explain.patterns.findings import (
     MIN_SUPPORT,
     PERMUTATION,
@@ -28,9 +40,10 @@ from csa_conform.explain.patterns.findings import (
     beats_chance,
     chance,
     coordinates,
+    spans,
 )
 from csa_conform.explain.patterns.shift import meaningful
-from csa_conform.numerics.bits import equal_bits
+from csa_conform.numerics.bits import equal_bits, unsigned
 
 
 PREDICTED = 0.75  # share of the elements a pattern moves (in the differing rows) the device must hold
@@ -78,7 +91,7 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     identifying = differ & meaningful(actual)
     considered = int(np.count_nonzero(identifying))
     if considered < MIN_SUPPORT:
-        return None
+        return _reordered(stage, tensor, expected, actual, differ, axes, rows)
     # a reordering of the row fits about this many identifying elements by coincidence of their values alone
     coincidences = chance(expected, actual, identifying)
     for pattern, what, moved in _candidates(expected):
@@ -108,10 +121,101 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
     if expected.dtype.kind == "f":
         same_values &= np.isfinite(expected_rows).all(axis=1)
     same_values &= meaningful(actual_rows).any(axis=1)
-    if same_values.all() and beats_chance(considered, coincidences, considered):
+    if not same_values.all():
+        return _reordered(stage, tensor, expected, actual, differ, axes, rows)
+    if expected.dtype.kind == "i":  # ids (bytes of packed records are no ids)
+        ordered = _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context, considered,
+                               coincidences)
+        if ordered is not None:
+            return ordered
+    if beats_chance(considered, coincidences, considered):
         count = int(rows.sum())
         headline = (f"{tensor} holds the reference's values in another order: each of the {count:,} differing rows "
                     "is a reordering of the reference row")
         return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
                        {"pattern": "reordered", "rows": count, "support": considered})
-    return None
+    return _reordered(stage, tensor, expected, actual, differ, axes, rows)
+
+
+# The canonical orders of a row of ids: (pattern, what the device's rows are) for the valid entries (not -1)
+# from the first column where a row differs; the score order needs the reference's scores of the row's ids.
+ORDERS = (("valid entries reversed", "written back to front"),
+          ("sorted by id", "sorted by record id, ascending"),
+          ("sorted by id, descending", "sorted by record id, descending"),
+          ("ascending by score", "sorted by the reference's own score ascending (lowest first, ties by id)"))
+SCORED = {"selection": ("index_scoring", "scores")}  # where a stage's ids index the reference's score rows
+
+
+def _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context: Context, considered: int,
+                 coincidences: float) -> Finding | None:
+    """The canonical order of the valid entries that makes the whole tensor the device's bit for bit, on at
+    least MIN_SUPPORT identifying elements that beat chance (any other that does too named as equal); None when
+    none does."""
+    if not beats_chance(considered, coincidences, considered):
+        return None
+    reference, device = _rows(expected), _rows(actual)
+    start = int(np.flatnonzero(_rows(differ).any(axis=0))[0])
+    valid = (reference != -1) & (np.arange(reference.shape[1]) >= start)
+    scores = _scores(stage, context, reference)
+    keys = {"valid entries reversed": (-np.arange(reference.shape[1]) * np.ones_like(reference),),
+            "sorted by id": (reference,), "sorted by id, descending": (-reference.astype(np.int64),),
+            "ascending by score": None if scores is None else (reference, scores)}
+    fitting = [(pattern, what) for pattern, what in ORDERS
+               if keys[pattern] is not None and np.array_equal(_placed(reference, valid, keys[pattern]), device)]
+    if not fitting:
+        return None
+    (pattern, what), others = fitting[0], fitting[1:]
+    count, differing = int(rows.sum()), int(np.count_nonzero(differ))
+    where = f" from {axes[-1]} = {start}" if start else ""
+    equally = f" (equally: {'; '.join(other for _, other in others)})" if others else ""
+    headline = (f"{tensor} is the reference's with each row's valid entries (not -1){where} {what}{equally}: all "
+                f"{count:,} differing rows ({differing:,} elements) are that order bit for bit, and the matching rows "
+                "keep it")
+    return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
+                   {"pattern": pattern, "equally": [other for other, _ in others], "rows": count,
+                    "support": considered, "from": start, "chance": round(coincidences, 2)})
+
+
+def _scores(stage: str, context: Context, reference: np.ndarray) -> np.ndarray | None:
+    """Each id's score in the reference's score row of its own row (where the stage's ids index one), else None."""
+    source = SCORED.get(stage)
+    held = context.expected.get(source[0], {}).get(source[1]) if source else None
+    if held is None:
+        return None
+    held = np.asarray(held)
+    table = held.reshape(-1, held.shape[-1])
+    if table.shape[0] != reference.shape[0] or reference.max(initial=-1) >= table.shape[1]:
+        return None
+    return np.take_along_axis(table, np.maximum(reference, 0).astype(np.int64), axis=1)
+
+
+def _placed(ids: np.ndarray, valid: np.ndarray, keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Each row with its valid entries put in the order ``keys`` sort them in (the last key primary), in the
+    valid entries' own places; the other entries stay."""
+    order = np.lexsort(keys + (~valid,), axis=-1)
+    places = np.argsort(~valid, axis=-1, kind="stable")
+    kept = np.arange(ids.shape[1]) < valid.sum(axis=1)[:, None]
+    placed = ids.copy()
+    row = np.broadcast_to(np.arange(ids.shape[0])[:, None], ids.shape)
+    placed[row[kept], places[kept]] = np.take_along_axis(ids, order, axis=1)[kept]
+    return placed
+
+
+def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
+    """An observation: every differing row holds the reference row's values bit for bit, each as often, in
+    another order (no order claimed: too few elements to tell one from a coincidence, or none fits). Of ids
+    (integers) it is structural; of floats (scores whose slots moved) it leaves the numeric search to run."""
+    if expected.dtype.kind not in "iuf" or expected.ndim < 2 or not rows.any():
+        return None
+    reference, device = _rows(unsigned(expected))[rows], _rows(unsigned(actual))[rows]
+    if not (np.sort(reference, axis=1) == np.sort(device, axis=1)).all():
+        return None
+    if not (meaningful(_rows(actual)[rows]) & _rows(differ)[rows]).any():
+        return None
+    count, differing = int(rows.sum()), int(np.count_nonzero(differ))
+    columns = spans(np.flatnonzero(_rows(differ).any(axis=0)))
+    headline = (f"each differing row of {tensor} holds the reference row's values in another order ({count:,} of "
+                f"{count:,} rows; the {differing:,} differing elements at {axes[-1]} = {columns})")
+    return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
+                   {"pattern": "reordered", "rows": count, "support": differing,
+                    "structural": expected.dtype.kind in "iu"}, source=OBSERVATION)
