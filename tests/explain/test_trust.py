@@ -416,3 +416,19 @@ def test_a_rounding_convention_a_re_run_found_on_one_step_is_dropped_when_the_ke
     assert fitted.diagnosis == [] and "the kernel's bf16 by truncation" not in fitted.headline()
     assert fitted.headline().count("bf16 by truncation reproduces this step bit for bit, but its re-run leaves 2 "
                                    "of 2 other divergent steps") == 1
+
+
+def test_an_observation_of_reordered_ids_leaves_the_re_runs_to_name_the_reading():
+    """Batch row 1 reading batch row 0's selection: its candidates row holds the reference row's ids in
+    another order, an observation that names no cause; the re-runs still run, and `selected` read without its
+    batch offset reproduces the device."""
+    g, inputs, expected = first_step("random.r4-bias-1")
+    selection = {tensor: np.array(values) for tensor, values in expected["selection"].items()}
+    for values in selection.values():
+        values[1:] = values[0]
+    device = run_stage("candidate_assembly", g, inputs, dict(expected, selection=selection), Numerics())
+    explanation = explain_payload("candidate_assembly", g, inputs, expected, device)
+    assert explanation.verdict == EXPLAINED, explanation.headline()
+    assert "selected read without its offset along axis 0" in explanation.headline()
+    assert any(finding.evidence.get("pattern") == "reordered" and finding.established_by == "observation"
+               for finding in explanation.diagnosis)

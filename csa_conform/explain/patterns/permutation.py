@@ -203,8 +203,10 @@ def _placed(ids: np.ndarray, valid: np.ndarray, keys: tuple[np.ndarray, ...]) ->
 
 def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
     """An observation: every differing row holds the reference row's values bit for bit, each as often, in
-    another order (no order claimed: too few elements to tell one from a coincidence, or none fits). Of ids
-    (integers) it is structural; of floats (scores whose slots moved) it leaves the numeric search to run."""
+    another order (no order claimed: too few elements to tell one from a coincidence, or none fits). It ends
+    nothing: the re-runs still run (a row read at another row's offset also holds a reordering of it, and a
+    re-run that reproduces the bytes names why) and the numeric search runs on floats (scores whose slots
+    moved)."""
     if expected.dtype.kind not in "iuf" or expected.ndim < 2 or not rows.any():
         return None
     reference, device = _rows(unsigned(expected))[rows], _rows(unsigned(actual))[rows]
@@ -217,5 +219,5 @@ def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) ->
     headline = (f"each differing row of {tensor} holds the reference row's values in another order ({count:,} of "
                 f"{count:,} rows; the {differing:,} differing elements at {axes[-1]} = {columns})")
     return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
-                   {"pattern": "reordered", "rows": count, "support": differing,
-                    "structural": expected.dtype.kind in "iu"}, source=OBSERVATION)
+                   {"pattern": "reordered", "rows": count, "support": differing, "structural": False},
+                   source=OBSERVATION)
