@@ -103,30 +103,42 @@ def sub_step_finding(stage: str, tensors: str, baseline: int, hypothesis: Hypoth
 
 def read_as(array: np.ndarray, first: int, second: int) -> np.ndarray:
     """What a kernel reads from ``array``'s bytes when it indexes them with axes ``first`` and ``second``
-    exchanged in memory (the layout of another contract)."""
+    exchanged in memory (the layout of another contract; negative axes count from the right)."""
     shape = list(array.shape)
     shape[first], shape[second] = shape[second], shape[first]
     return np.ascontiguousarray(np.ascontiguousarray(array).reshape(shape).swapaxes(first, second))
 
 
+# Inputs of a rank that varies by case, broadcast right-aligned to these axes.
+RIGHT_ALIGNED = {"attention_bias": ("B", "N", "S", "C")}
+
+
 def layout_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothesis, Trial, dict]]:
     """The stage re-run with one input read in another layout: two of its leading axes (both longer than
-    one) exchanged in memory. Each is a hypothesis of its own; what reproduces names the input and axes."""
+    one) exchanged in memory. Each is a hypothesis of its own; what reproduces names the input and axes. The
+    axes are counted from the right and named in the full layout (RIGHT_ALIGNED), so one reading means the
+    same on a conformant step whose bias has another rank (a [N, S, C] bias's axes 0 and 1 are [B, N, S, C]'s
+    axes 1 and 2 there)."""
     found = []
     for name in BY_NAME[stage].inputs:
         array = inputs.get(name)
         if array is None or np.ndim(array) < 3:
             continue
         array = np.asarray(array)
+        axes = RIGHT_ALIGNED.get(name)
+        offset = len(axes) - array.ndim if axes else 0
         for first, second in ((0, 1), (1, 2), (0, 2)):
             if second >= array.ndim - 1 or array.shape[first] < 2 or array.shape[second] < 2:
                 continue
-            hypothesis = Hypothesis(f"layout:{name}:{first}{second}",
-                                    f"{name} read with its axes {first} and {second} exchanged in memory",
-                                    reading=_input_read(name, partial(read_as, first=first, second=second)))
+            named = (first + offset, second + offset)
+            which = (f"its {axes[named[0]]} and {axes[named[1]]} axes" if axes
+                     else f"its axes {named[0]} and {named[1]}")
+            hypothesis = Hypothesis(f"layout:{name}:{named[0]}{named[1]}",
+                                    f"{name} read with {which} exchanged in memory",
+                                    reading=_input_read(name, partial(read_as, first=first - array.ndim,
+                                                                      second=second - array.ndim)))
             trial = Rerun(stage, g, *hypothesis.reading(inputs, upstream), target).trial(hypothesis)
-            found.append((hypothesis, trial, {"input": name, "axes": [first, second],
-                                              "shape": list(array.shape)}))
+            found.append((hypothesis, trial, {"input": name, "axes": list(named), "shape": list(array.shape)}))
     return found
 
 
@@ -188,7 +200,9 @@ def offset_finding(stage: str, tensors: str, baseline: int, trial: Trial, eviden
 def layout_finding(stage: str, tensors: str, baseline: int, trial: Trial, evidence: dict) -> Finding:
     """A read in another layout that reproduces the device bit for bit."""
     first, second = evidence["axes"]
-    headline = (f"the kernel reads {evidence['input']} (shape {tuple(evidence['shape'])}) with axes {first} and "
-                f"{second} exchanged: the stage re-run from that reading reproduces the device bit for bit")
+    axes = RIGHT_ALIGNED.get(evidence["input"])
+    which = f"its {axes[first]} and {axes[second]} axes" if axes else f"axes {first} and {second}"
+    headline = (f"the kernel reads {evidence['input']} (shape {tuple(evidence['shape'])}) with {which} "
+                "exchanged: the stage re-run from that reading reproduces the device bit for bit")
     return Finding(LAYOUT, stage, tensors, headline, baseline, baseline,
                    dict(evidence, trial=trial.key, support=trial.support), RERUN)

@@ -5,6 +5,7 @@ kernel reads its data is re-run on conformant steps reading their inputs the sam
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from csa_conform.check.model import CaseVerdict, StageVerdict
@@ -12,7 +13,7 @@ from csa_conform.explain import EXPLAINED
 from csa_conform.explain.experiments import Witnesses
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.stages import run_stage
-from csa_conform.explain.structural import offset_trials
+from csa_conform.explain.structural import layout_trials, offset_trials, read_as
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
 
@@ -79,3 +80,21 @@ def test_the_steps_before_a_case_diverged_are_witnesses():
     passed.stages["index_scoring"] = StageVerdict("index_scoring", "device", "identical")
     cases = Witnesses(None, [diverged, at_once, host, passed]).cases("index_scoring", 4)
     assert [(report.case, steps) for report, steps in cases] == [("passed", 3), ("later", 1)]
+
+
+def test_a_bias_read_with_two_axes_exchanged_is_one_reading_on_every_bias_rank():
+    """attention_bias broadcasts right-aligned to [B, N, S, C]: an [N, S, C] bias read with its first two axes
+    exchanged is the reading that exchanges a [B, N, S, C] bias's N and S, the same hypothesis on a step of
+    either rank (a witness of the other rank must not refute the true cause)."""
+    stage = "sparse_sink_softmax_attention"
+    readings = {}
+    for case in ("random.r4-bias-NS1", "random.r4-bias-BNS1"):
+        g, inputs, expected = first_step(case)
+        readings[case] = {hypothesis.key: hypothesis for hypothesis, *_ in
+                          layout_trials(stage, g, inputs, expected, expected[stage])}
+        assert readings[case]["layout:attention_bias:12"].name == \
+            "attention_bias read with its N and S axes exchanged in memory"
+    _, inputs, _ = first_step("random.r4-bias-BNS1")
+    read, _ = readings["random.r4-bias-NS1"]["layout:attention_bias:12"].reading(inputs, {})
+    bias = np.asarray(inputs["attention_bias"])
+    assert bias.ndim == 4 and np.array_equal(read["attention_bias"], read_as(bias, 1, 2))
