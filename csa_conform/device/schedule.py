@@ -2,7 +2,7 @@
 
 A GPU runs a block's warps in an order of its own, nearly the same on every
 run: a race that goes one way in run 1 goes the same way in run 2, and a plain
-``--repeat`` sees nothing (an H100 mutation run found ten deleted or moved
+``--repeat`` sees nothing (an H100 mutation run found nine deleted or moved
 barriers that way). The host backend reverses its threads for the even runs;
 the analogue on a GPU is to let the warps leave every barrier at staggered
 times. The repeated runs launch a build of the module whose source starts
@@ -13,10 +13,11 @@ the first warp leaves first and the others come late. A kernel whose barriers
 are all in place writes the same bytes in every order; one missing a barrier
 between a warp's write and another warp's read reads too early in one of the
 two orders, and its bytes differ from run 1's (a ``non-deterministic``
-finding). Barriers the header does not rename (``__syncthreads_count`` and
-its kin, cooperative groups, ``bar.sync`` in inline PTX) are not staggered,
-nor is anything before compute capability 7.0 (no ``__nanosleep``), and
-races between the threads of one warp are out of reach.
+finding). Not staggered: the code before a kernel's first barrier (every warp
+starts at once), barriers the header does not rename (``__syncthreads_count``
+and its kin, cooperative groups, ``bar.sync`` in inline PTX) and devices before
+compute capability 7.0 (no ``__nanosleep``); races between the threads of one
+warp stay out of reach.
 """
 
 from __future__ import annotations
