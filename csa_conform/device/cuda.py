@@ -122,11 +122,21 @@ class CudaBackend:
         self.builds: dict[str, ModuleBuild] = {}
         self._architecture: str | None = None
         self.order = 0
+        self._staggered: dict[tuple[str, int], ModuleSource] = {}
 
     def schedule(self, order: int) -> None:
         """Launch the next entries from builds whose warps leave each barrier staggered in ``order``
         (csa_conform.device.schedule; 0: the module as built), for ``diff --repeat``'s later runs."""
         self.order = order
+
+    def _in_order(self, module: ModuleSource, order: int) -> ModuleSource:
+        """The module as ``order`` launches it: as written (0), or its staggered build's source, made once."""
+        if not order:
+            return module
+        key = (module.sha256, order)
+        if key not in self._staggered:
+            self._staggered[key] = staggered(module, order)
+        return self._staggered[key]
 
     def info(self) -> DeviceInfo:
         runtime = self.cp.cuda.runtime
@@ -162,8 +172,7 @@ class CudaBackend:
         flushes, approximates or fuses binary32 is refused before its entry is
         handed out.
         """
-        if self.order:
-            module = staggered(module, self.order)
+        module = self._in_order(module, self.order)
         options = self.compile_options(module)
         key = module.sha256 + " " + " ".join(options)
         if key not in _COMPILED:
@@ -185,7 +194,7 @@ class CudaBackend:
         ``diff --explain`` builds the directory twice, plain and probed; ``--repeat`` builds the staggered
         ``orders`` too). Loading stays one module at a time."""
         pending = {}
-        for module in (staggered(module, order) if order else module for order in orders for module in modules):
+        for module in (self._in_order(module, order) for order in orders for module in modules):
             options = self.compile_options(module)
             pending.setdefault(module.sha256 + " " + " ".join(options), (module, options))
         pending = {key: item for key, item in pending.items() if key not in _COMPILED}

@@ -182,9 +182,9 @@ class StepRun:
         def run(arguments: tuple) -> None:
             if self.herald is not None:
                 self.herald(record)
-            try:  # a repeated run asks again: the backend may launch another build in another order
-                backend.launch(source.entry, backend.function(source) if self.repeat > 1 else function, grid3, block3,
-                               arguments)
+            try:  # a backend staggering this run's warps (csa_conform.device.schedule) launches another build
+                backend.launch(source.entry, backend.function(source) if getattr(backend, "order", 0) else function,
+                               grid3, block3, arguments)
             except KernelFault as fault:
                 fault.launch = fault.launch or record
                 raise
