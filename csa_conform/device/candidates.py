@@ -10,7 +10,9 @@ id is identified by its scores instead, as the reference's candidate a few
 slots away or as the dense position a few places off, scored on the host
 the reference's way. So a window shifted by one shows up at stage 6, not
 only as a different Y; a slot whose scores match nothing keeps the
-cursors' id and is left to stage 7.
+cursors' id and is left to stage 7. Scores that any key of zeros gets (0,
+or the bias alone, on every head) name no key: a slot the kernel decoded
+to zeros is not the neighbouring zero record, so it keeps the cursors' id.
 """
 
 from __future__ import annotations
@@ -61,12 +63,19 @@ def _same(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (left.view(np.uint32) == right.view(np.uint32)).all(axis=2)
 
 
+def _zero_key(scores: np.ndarray, bias: np.ndarray | None, scale: float) -> np.ndarray:
+    """f32[B,S,N,C]: what a slot whose key is all zeros scores, 0·scale (+ its bias)."""
+    zero = np.zeros_like(scores) * np.float32(scale)
+    return zero if bias is None else zero + bias.transpose(0, 2, 1, 3).astype(np.float32)
+
+
 def _observed(g, ids, valid, scores, reference, bias, query, current_kv) -> np.ndarray:
     expected_ids = reference.get("candidate_assembly", {}).get("candidates")
     expected_scores = reference.get("sparse_sink_softmax_attention", {}).get("scores")
     if expected_ids is None or expected_scores is None or expected_scores.shape != scores.shape:
         return ids
     unmatched = valid & ~_same(scores, expected_scores)
+    unmatched &= ~_same(scores, _zero_key(scores, bias, g.scale))
     if not unmatched.any():
         return ids
     ids = ids.copy()

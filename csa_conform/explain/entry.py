@@ -266,6 +266,10 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
     if any(finding.decisive and finding.kind in STRUCTURAL and finding.evidence.get("structural", True)
            for finding in explanation.diagnosis):
+        if stage not in SUB_STEPS:  # the pattern says where values went; the step ported another way may say why
+            reruns = sub_step_trials(stage, g, inputs, upstream, target)
+            explanation.trials = [trial for _, trial in reruns]
+            _decide(explanation, [pair for pair in reruns if pair[1].reproduces], None, witnesses, g.ratio)
         return explanation
     carry = unwritten_state(stage, explanation.tensors(), explanation.baseline, g, inputs, upstream, target)
     if carry is not None:
@@ -313,14 +317,16 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
 
 def _read_layouts(explanation: Explanation, g, inputs, upstream, target, witnesses: Witnesses | None) -> None:
     """Nothing else reproduced: one input read in another layout (two leading axes exchanged), or without its
-    offset along one axis (every row reads row 0's data), may. Rivals, or one reading on less than strong
-    evidence, are re-run on the conformant steps of the same kernel reading their inputs the same way first."""
+    offset along one axis (every row reads row 0's data), may. Every reading that reproduces is re-run first on
+    the conformant steps of the same kernel, reading their inputs the same way: however many elements it
+    reproduces, a row 0 that holds what the kernel computed for another reason (a carry slot cleared like the
+    ones the kernel wrongly cleared) makes a reading reproduce by coincidence, and a step where the device
+    read its data right refutes it."""
     reruns = [(*rerun, layout_finding) for rerun in layout_trials(explanation.stage, g, inputs, upstream, target)]
     reruns += [(*rerun, offset_finding) for rerun in offset_trials(explanation.stage, g, inputs, upstream, target)]
     explanation.trials += [trial for _, trial, _, _ in reruns]
     reproducing = [rerun for rerun in reruns if rerun[1].reproduces]
-    if witnesses is not None and reproducing and (len(reproducing) > 1 or
-                                                  any(rerun[1].confidence != "strong" for rerun in reproducing)):
+    if witnesses is not None and reproducing:
         explanation.experiments = witnesses.run(explanation.stage, g.ratio, [rerun[0] for rerun in reproducing])
         explanation.refuted = refuted(explanation.experiments)
         reproducing = [rerun for rerun in reproducing if rerun[1].key not in explanation.refuted]

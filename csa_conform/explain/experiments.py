@@ -4,7 +4,9 @@ a stage is an input on which every true hypothesis about that kernel must predic
 When rival hypotheses reproduce a divergence (or one reproduces on thin evidence), each is re-run on the
 golden inputs of up to WITNESS_CASES cases of the same ratio whose chained run was conformant with that
 stage on the device, or whose first steps were conformant before a later one diverged (WITNESS_STEPS steps
-each; the case is its own one-case input, already in the golden file); a hypothesis about how the kernel
+each; the case is its own one-case input, already in the golden file). Steps that resume a stream come
+first, in the cases and within each: a fresh prefill reads no past carry, cache or window, so it cannot
+refute a hypothesis about how a kernel reads its past state. A hypothesis about how the kernel
 reads its data (a layout, an offset left out) reads the witness's inputs that way. A hypothesis that
 predicts any differing element there is refuted: the device computed the reference's bytes. What survives
 is kept; every experiment is reported (case, step, each hypothesis's predicted differing elements, what the
@@ -23,6 +25,7 @@ from csa_conform.errors import ContractError
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.stages import mismatches, run_stage
 from csa_conform.golden import GoldenFile
+from csa_conform.golden.layout import WINDOW
 
 WITNESS_CASES = 6  # conformant cases a hypothesis is re-run on
 WITNESS_STEPS = 2  # steps of each
@@ -51,15 +54,29 @@ class Witnesses:
                 first = min(v.step for v in report.diverged())
                 if first > 0:
                     leading.append((report, first))
-        return (whole + leading)[:WITNESS_CASES]
+        return whole + leading
+
+    def steps(self, stage: str, ratio: int) -> list[tuple[CaseVerdict, list[int]]]:
+        """(report, its witness steps) of up to WITNESS_CASES cases, WITNESS_STEPS steps each: steps that resume
+        a stream first (a later step, or a first one whose kv window starts past position 0)."""
+        chosen = []
+        for report, conformant in self.cases(stage, ratio):
+            steps = [index for index in range(conformant) if index not in report.rejected_steps]
+            steps.sort(key=lambda index: not self._resumes(report.case, index))
+            if steps:
+                chosen.append((report, steps[:WITNESS_STEPS]))
+        chosen.sort(key=lambda pair: not self._resumes(pair[0].case, pair[1][0]))
+        return chosen[:WITNESS_CASES]
+
+    def _resumes(self, case: str, index: int) -> bool:
+        return index > 0 or self.golden.step_attrs(case, index).get(WINDOW, [0])[0] > 0
 
     def run(self, stage: str, ratio: int, hypotheses: Sequence[Hypothesis]) -> list[dict]:
         """One experiment per (witness case, step): what each hypothesis predicts there, and the device's 0."""
         experiments = []
-        for report, conformant in self.cases(stage, ratio):
+        for report, steps in self.steps(stage, ratio):
             info = self.golden.case_info(report.case)
-            steps = [index for index in range(conformant) if index not in report.rejected_steps][:WITNESS_STEPS]
-            for index in steps:
+            for index in sorted(steps):
                 step = self.golden.read_step(report.case, index)
                 g = validate_step(info.attrs, step.inputs, info.output_names)
                 if stage not in step.stages:

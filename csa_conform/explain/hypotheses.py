@@ -176,8 +176,9 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     rounding ties away from zero, FP8 codes truncated, RoPE at the wrong position (the block's last position
     for a record, one off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed
     or the rotation left out; and one step of a single-step stage done another way: index scoring's causal
-    count one off, selection padding with record 0, the dense window one slot longer, the sink logit in
-    attention's running max."""
+    count one off, selection padding with record 0 or ranking the whole cache, the dense window one slot
+    longer, the dense window or (ratio 128) the causal records taken from the step's first position for every
+    query, the sink logit in attention's running max."""
     found = []
     if stage in ("compression_update", "index_key_update"):
         for skipped in ("first", "last"):
@@ -225,9 +226,20 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     if stage == "selection":
         found.append(Hypothesis("selection:pad-0", "the slots past a row's causal records padded with record 0 "
                                 "instead of -1", port=(("selection_pad", 0),)))
+        found.append(Hypothesis("selection:over-cache", "the selection ranking every record of the cache, not the "
+                                "query's causal ones: the non-causal records (score -inf, lowest id first) fill the "
+                                "slots past a row's causal records instead of -1",
+                                port=(("selection_over_cache", True),)))
     if stage == "candidate_assembly":
         found.append(Hypothesis("dense:one-longer", "the dense window one slot longer than the contract's (the record "
                                 "slots one place up, the last dropped)", port=(("dense_extra", 1),)))
+        found.append(Hypothesis("dense:from-step-start", "every query's dense window started from the step's first "
+                                "position instead of its own",
+                                port=(("from_step_start", frozenset({"dense window"})),)))
+        if ratio == 128:
+            found.append(Hypothesis("records:from-step-start", "every query's causal records counted from the step's "
+                                    "first position instead of its own",
+                                    port=(("from_step_start", frozenset({"causal records"})),)))
     if stage == "sparse_sink_softmax_attention":
         found.append(Hypothesis("softmax:sink-in-max", "the sink logit taken into the softmax's running max",
                                 port=(("sink_in_max", True),)))

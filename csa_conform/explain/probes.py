@@ -53,6 +53,9 @@ ELEMENT = {"logits": "c"}  # the axis of a probe's elements (else d)
 # Probes compared with either zero as +0: which zero a maximum holds is the order's pick, and no x - max moves.
 SIGNLESS_ZERO = ("softmax_max",)
 EQUAL, DIFFERS, UNOBSERVED = "equal", "differs", "unobserved"
+# The device's calls of a probe wrote another number of elements than the reference's sub-step computes: that
+# sub-step ran over another extent (a width or count passed wrong), a divergence of the sub-step itself.
+EXTENT = "extent"
 # The reference's values, every one, in other places: the kernel computed them in another order of calls or units
 # (a head loop run backwards), which says nothing of their values.
 REORDERED = "reordered"
@@ -131,8 +134,9 @@ def _compare(name: str, reference: np.ndarray, device: np.ndarray, axes: tuple[s
     """The element-level difference of one probe; ``device`` is [*units, calls per unit, elements]."""
     per = device.shape[-2]
     if reference.size != device.size:
-        return {"name": name, "sub_step": SUB_STEP.get(name, name), "status": UNOBSERVED,
-                "reason": f"the device wrote {device.size:,} elements, the reference has {reference.size:,}"}
+        return {"name": name, "sub_step": SUB_STEP.get(name, name), "status": EXTENT,
+                "reason": f"the device wrote {device.size:,} elements, the reference has {reference.size:,}",
+                "elements": int(device.size), "reference_elements": int(reference.size)}
     reference = np.ascontiguousarray(reference).reshape(device.shape)
     differ = differing_bits(reference, device)
     status = EQUAL if not differ.any() else REORDERED if _same_values(reference, device) else DIFFERS
@@ -230,7 +234,7 @@ def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tu
         else:
             expected_values = reference[name]
         probes.append(_compare(name, expected_values, device, name_axes))
-    first = next((probe for probe in probes if probe["status"] == DIFFERS), None)
+    first = next((probe for probe in probes if probe["status"] in (DIFFERS, EXTENT)), None)
     before = probes[: probes.index(first)] if first is not None else probes
     unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
     return {"module": module, "probes": probes, "first_divergent": None if first is None else first["sub_step"],
@@ -257,7 +261,7 @@ def probe_text(observation: dict) -> str:
             reasons.setdefault(probe["reason"], []).append(probe["sub_step"])
         return "probes: none observed (" + "; ".join(
             f"{', '.join(steps)}: {reason}" for reason, steps in reasons.items()) + ")"
-    first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
+    first = next((probe for probe in observation["probes"] if probe["status"] in (DIFFERS, EXTENT)), None)
     equal = [probe["sub_step"] for probe in observation["probes"][: observation["probes"].index(first)]
              if probe["status"] == EQUAL] if first is not None else [probe["sub_step"] for probe in seen]
     moved = _reordered(observation["probes"] if first is None else
@@ -271,16 +275,24 @@ def probe_text(observation: dict) -> str:
                     f"equal{moved}{unseen_text}): the divergence is in where values went or in what no probe saw")
         return (f"probes: every observed sub-step is the reference's bit for bit ({', '.join(equal)}{unseen_text}): "
                 f"the divergence is in what no probe saw{_unprobed(observation)}")
-    where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
-    ref, dev = first["first"]["reference"], first["first"]["device"]
     exact = "" if observation["exact"] else (
         f" (not observed before it: {', '.join(observation['unobserved_before'])}, so it may start there)")
     agree = (f"{', '.join(equal)} equal" if equal else "") + moved
     agree = f"{agree.removeprefix('; ')}; " if agree else ""
+    if first["status"] == EXTENT:
+        return (f"probe: the first divergent sub-step is {first['sub_step']}{exact} — {agree}{first['sub_step']}: "
+                f"{_extent(first)}")
+    where = ", ".join(f"{axis}={index}" for axis, index in first["first"]["coords"].items())
+    ref, dev = first["first"]["reference"], first["first"]["device"]
     classes = "".join(f"; {text}" for text in first.get("classes", []) + first.get("class_counts", []))
     return (f"probe: the first divergent sub-step is {first['sub_step']}{exact} — {agree}{first['sub_step']}: "
             f"{first['differing']:,} of {first['elements']:,} elements differ, first at {where}: reference "
             f"{ref['value']} ({ref['bits']}), device {dev['value']} ({dev['bits']}){classes}")
+
+
+def _extent(probe: dict) -> str:
+    return (f"its calls wrote {probe['elements']:,} elements where the reference's {probe['sub_step']} computes "
+            f"{probe['reference_elements']:,}: it ran over another extent")
 
 
 def _reordered(probes: list[dict]) -> str:
@@ -295,9 +307,13 @@ def probe_claim(observation: dict | None) -> Claim | None:
     failed, were not trusted or saw nothing."""
     if not observation or "error" in observation or observation["moved"] or observation["dropped"]:
         return None
-    first = next((probe for probe in observation["probes"] if probe["status"] == DIFFERS), None)
+    first = next((probe for probe in observation["probes"] if probe["status"] in (DIFFERS, EXTENT)), None)
     if first is not None:
         exact = "" if observation["exact"] else f" or an unobserved one before it ({', '.join(observation['unobserved_before'])})"
+        if first["status"] == EXTENT:
+            return Claim(f"the first divergent sub-step on the device is {first['sub_step']}{exact} (probes: "
+                         f"{_extent(first)})", PROBE, int(first["elements"]),
+                         {"sub_step": first["sub_step"], "exact": observation["exact"]})
         classes = "".join(f"; {text}" for text in first.get("classes", ()))
         return Claim(f"the first divergent sub-step on the device is {first['sub_step']}{exact} (probes: "
                      f"{first['differing']:,} of {first['elements']:,} elements differ there{classes})", PROBE,

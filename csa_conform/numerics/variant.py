@@ -103,8 +103,12 @@ class Numerics:
     overlap_boundary: int = 0  # slots the ratio-4 pool's previous/current half boundary moves (slot 4 + this)
     causal_shift: int = 0  # index scoring's causal count as (position + 1 + this) / 4
     selection_pad: int = -1  # what selection writes past a row's causal records
+    selection_over_cache: bool = False  # selection ranks every record of the cache, the non-causal ones (-inf) last
     sink_in_max: bool = False  # the sink logit taken into the softmax's running max
     dense_extra: int = 0  # slots candidate assembly's dense window takes beyond the contract's
+    # what candidate assembly takes from the step's first position instead of each query's own: "dense window"
+    # (its start), "causal records" (ratio 128: the records a query may attend)
+    from_step_start: frozenset[str] = frozenset()
     rms_norm: str | None = None  # a key of csa_conform.oracle.pooling.RMS_NORM_PORTS (the reference: None)
     probes: dict[str, np.ndarray] | None = None  # the named sub-step outputs a probed kernel copies (explain)
 
@@ -116,8 +120,8 @@ class Numerics:
                 and not self.softmax_reciprocal and self.weights_expf is None and not self.codes_truncated
                 and not self.deferred_normalization and self.binary64_values is None
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
-                and self.selection_pad == -1 and not self.sink_in_max and not self.dense_extra
-                and self.rms_norm is None)
+                and self.selection_pad == -1 and not self.selection_over_cache and not self.sink_in_max
+                and not self.dense_extra and not self.from_step_start and self.rms_norm is None)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""

@@ -15,18 +15,23 @@ import numpy as np
 from csa_conform.contract import DENSE_WINDOW, StepGeometry
 
 
-def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None,
-                       dense_extra: int = 0) -> dict[str, np.ndarray]:
+def candidate_assembly(geometry: StepGeometry, selected: np.ndarray | None, dense_extra: int = 0,
+                       from_step_start: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
     """``dense_extra``: slots a variant's dense window takes beyond the contract's (its record slots move up
-    as many places, the last ones dropped); 0 is the reference."""
+    as many places, the last ones dropped); ``from_step_start``: what a variant computes from the step's first
+    position for every query ("dense window": its start; "causal records": the ratio-128 records a query may
+    attend). 0 and none are the reference."""
     positions = geometry.start + np.arange(geometry.sequence)
-    dense_start = np.maximum(geometry.current_kv_base, np.maximum(positions + 1 - DENSE_WINDOW, 0))
+    first = np.full_like(positions, geometry.start)
+    window_from = first if "dense window" in from_step_start else positions
+    dense_start = np.maximum(geometry.current_kv_base, np.maximum(window_from + 1 - DENSE_WINDOW, 0))
     absolute = dense_start[:, None] + np.arange(geometry.dense_candidates + dense_extra)[None, :]
     in_window = (absolute <= positions[:, None]) & (absolute - geometry.current_kv_base < geometry.current_kv_len)
     dense = np.where(in_window, absolute, -1)
     if selected is None:
         records = np.arange(geometry.next_records)[None, :]
-        compressed = np.where(records < ((positions + 1) // geometry.ratio)[:, None], records, -1)
+        causal_from = first if "causal records" in from_step_start else positions
+        compressed = np.where(records < ((causal_from + 1) // geometry.ratio)[:, None], records, -1)
         compressed = np.broadcast_to(compressed, (geometry.batch,) + compressed.shape)
     else:
         compressed = selected

@@ -21,7 +21,7 @@ CHUNK_ELEMENTS = 1 << 20
 
 
 def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None,
-              pad: int = -1):
+              pad: int = -1, over_cache: bool = False):
     """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure.
 
     Equal neighbours among a row's sorted live scores are the ties the
@@ -31,13 +31,17 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
     than Kw (a decode at 2^20 tokens) is sorted by value for the tie check
     and partitioned for its top Kw; shorter rows are argsorted once. Rows
     are independent, so they go in chunks of query rows over the cores.
+    ``over_cache``: a variant that ranks every record of the cache, so the
+    non-causal ones (score -inf, lowest id first) follow a row's causal
+    records: slot j past them holds record j (the causal records are 0..n-1).
     """
     batch, sequence, records = scores.shape
     width = geometry.topk_width
     selected = np.empty((batch, sequence, width), dtype=np.int32)
 
     def select_chunk(rows: slice) -> RowFailure | None:
-        return _select_rows(scores[:, rows], live[:, rows], width, rows.start, sequence, selected[:, rows], pad)
+        return _select_rows(scores[:, rows], live[:, rows], width, rows.start, sequence, selected[:, rows], pad,
+                            over_cache)
 
     failure = earliest(*prior, *map_chunks(select_chunk, query_chunks(sequence, batch * records, CHUNK_ELEMENTS)))
     if failure is not None:
@@ -49,7 +53,7 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
 
 
 def _select_rows(scores, live, width: int, first_query: int, sequence: int, selected,
-                 pad: int = -1) -> RowFailure | None:
+                 pad: int = -1, over_cache: bool = False) -> RowFailure | None:
     """Query rows first_query.. of the step: writes their top ``width`` into ``selected``, or returns
     their first tie (the caller raises the step's earliest failure, so a tied chunk's slots are left)."""
     keys = np.where(live, -scores, np.inf)
@@ -62,7 +66,11 @@ def _select_rows(scores, live, width: int, first_query: int, sequence: int, sele
     if failure is not None:
         return failure
     order = _smallest(keys, width) if order is None else order[..., :width]
-    selected[...] = np.where(np.take_along_axis(live, order, axis=-1), order, pad)
+    filler = pad
+    if over_cache:
+        slots = np.arange(width)
+        filler = np.where(slots < keys.shape[-1], slots, pad)
+    selected[...] = np.where(np.take_along_axis(live, order, axis=-1), order, filler)
     return None
 
 

@@ -84,13 +84,14 @@ def _select(run: StageInputs) -> dict:
     return selection(
         run.geometry, scores, live,
         run.prior_failure("index_query_finalize"), run.prior_failure("index_scoring"),
-        pad=run.engine.numerics.selection_pad,
+        pad=run.engine.numerics.selection_pad, over_cache=run.engine.numerics.selection_over_cache,
     )
 
 
 def _assemble_candidates(run: StageInputs) -> dict:
     selected = run.upstream("selection", "selected") if run.geometry.ratio == 4 else None
-    return candidate_assembly(run.geometry, selected, run.engine.numerics.dense_extra)
+    numerics = run.engine.numerics
+    return candidate_assembly(run.geometry, selected, numerics.dense_extra, numerics.from_step_start)
 
 
 def _attend(run: StageInputs) -> dict:

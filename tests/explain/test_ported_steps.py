@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from csa_conform.check.model import CaseVerdict, StageVerdict
+from csa_conform.contract import validate_step
 from csa_conform.explain import EXPLAINED
 from csa_conform.explain.experiments import Witnesses
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.stages import run_stage
 from csa_conform.explain.structural import layout_trials, offset_trials, read_as
 from csa_conform.golden import GoldenFile
+from csa_conform.golden.carries import cleared_carry
 from csa_conform.numerics.variant import Numerics
 
 from ci_steps import CI_GOLDENS, explain_payload, first_step
@@ -34,7 +36,13 @@ PORTED = [
     ("boundaries.r4-prefill-8", "index_scoring", {"scale_folding": "heads-unrooted"}, "scale:heads-unrooted",
      "scale:folded"),
     ("boundaries.r4-prefill-8", "selection", {"selection_pad": 0}, "selection:pad-0", None),
+    ("boundaries.r4-prefill-8", "selection", {"selection_over_cache": True}, "selection:over-cache",
+     "selection:pad-0"),
     ("boundaries.r4-prefill-8", "candidate_assembly", {"dense_extra": 1}, "dense:one-longer", None),
+    ("edges.r128-f32-b2-block-end-in-step", "candidate_assembly", {"from_step_start": frozenset({"dense window"})},
+     "dense:from-step-start", "records:from-step-start"),
+    ("edges.r128-f32-b2-block-end-in-step", "candidate_assembly", {"from_step_start": frozenset({"causal records"})},
+     "records:from-step-start", "dense:from-step-start"),
     ("boundaries.r4-prefill-5", "sparse_sink_softmax_attention", {"sink_in_max": True}, "softmax:sink-in-max",
      "softmax:reciprocal"),
 ]
@@ -98,3 +106,24 @@ def test_a_bias_read_with_two_axes_exchanged_is_one_reading_on_every_bias_rank()
     read, _ = readings["random.r4-bias-NS1"]["layout:attention_bias:12"].reading(inputs, {})
     bias = np.asarray(inputs["attention_bias"])
     assert bias.ndim == 4 and np.array_equal(read["attention_bias"], read_as(bias, 1, 2))
+
+
+def test_a_reading_that_fits_by_coincidence_is_refuted_by_a_step_that_resumes_a_stream():
+    """A kernel that clears the carry whenever no record precedes the step (not only at position 0): on
+    step 1 of a stream in its first block, reading the past carry without its slot offset reads slot 0, which
+    is cleared there, so that reading reproduces the device bit for bit on thousands of elements. A
+    conformant step that resumes a stream with a real carry refutes it, however strong the fit: the cause is
+    not claimed."""
+    case, stage = "boundaries.r4-chunks-3-3-6-2", "compression_update"
+    with GoldenFile(CI_GOLDENS) as golden:
+        info, step = golden.case_info(case), golden.read_step(case, 1)
+        g = validate_step(info.attrs, step.inputs, info.output_names)
+        cleared = dict(step.inputs, past_compression_carry=cleared_carry(step.inputs["past_compression_carry"].shape))
+        device = run_stage(stage, g, cleared, step.stages, Numerics())
+        resumed = "edges.r4-n1-i2-k2-b2-past128"
+        report = CaseVerdict(resumed, ratio=4, step_count=golden.step_count(resumed))
+        report.stages[stage] = StageVerdict(stage, "device", "identical")
+        explanation = explain_payload(stage, g, step.inputs, step.stages, device, Witnesses(golden, [report]))
+    assert any(trial.key == "offset:past_compression_carry:1" and trial.reproduces for trial in explanation.trials)
+    assert "offset:past_compression_carry:1" in explanation.refuted
+    assert explanation.verdict != EXPLAINED and "without its offset" not in explanation.headline()

@@ -329,3 +329,21 @@ def test_every_probe_equal_lists_all_that_no_probe_observed_where_the_divergence
                           "dequantization; the write of transformed)")
     assert probe_text(observation).endswith("the divergence is in what no probe saw (FP4 codes; the FP4 round trip's "
                                             "dequantization; the write of transformed)")
+
+
+def test_a_probe_whose_calls_wrote_another_extent_is_the_first_divergent_sub_step(tmp_path):
+    """The ratio-4 compressor passing the RoPE its pair count as its width: the RoPE probe holds half the
+    reference's values. That sub-step ran over another extent, which is a divergence of its own, observed."""
+    from csa_conform.explain.probes import probe_claim
+
+    kernels = _plant(tmp_path, "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start);",
+                     "csa_compressed_rope(pooled + dim - rope_dim, rope_dim / 2, block_start);",
+                     "csa_ratio4_main_compression.cu")
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    rope = next(probe for probe in observation["probes"] if probe["sub_step"] == "RoPE")
+    assert rope["status"] == "extent" and rope["elements"] * 2 == rope["reference_elements"]
+    assert observation["first_divergent"] == "RoPE" and observation["exact"]
+    assert probe_claim(observation).text == (
+        f"the first divergent sub-step on the device is RoPE (probes: its calls wrote {rope['elements']:,} elements "
+        f"where the reference's RoPE computes {rope['reference_elements']:,}: it ran over another extent)")
+    assert "the first divergent sub-step is RoPE — " in probe_text(observation)

@@ -4,8 +4,11 @@ one row holds another row's data.
 A kernel that writes [B,H,S,D] where the contract lays out [B,S,H,D] leaves
 the reference's values in the device's bytes, each at the offset the other
 order gives it; a batch or head offset left out (or taken from the wrong
-index) makes row b hold row b′'s values whole. Both are claimed only on at
-least MIN_SUPPORT identifying differing elements (not fillers) that fit.
+index) makes row b hold row b′'s values whole, but so does a kernel whose rows
+all compute the same thing: an alias is stated as the fact it is, and which
+offset a kernel leaves out is only the reading re-runs' to say. Both are
+claimed only on at least MIN_SUPPORT identifying differing elements (not
+fillers) that fit.
 """
 
 from __future__ import annotations
@@ -89,8 +92,7 @@ def aliased(stage: str, tensor: str, expected, actual, differ, axes, context: Co
             pairs = ", ".join(f"{name}={k} holds {name}={j}" for k, j in list(mapping.items())[:6])
             more = f" and {len(mapping) - 6} more" if len(mapping) > 6 else ""
             targets = set(mapping.values())
-            common = (f"; every one holds {name}={next(iter(targets))}'s data (an offset along {name} left out)"
-                      if len(targets) == 1 else "")
+            common = f"; every one holds {name}={next(iter(targets))}'s data" if len(targets) == 1 else ""
             headline = (f"{tensor} rows alias: {pairs}{more}, whole and bit for bit{common}; {covered:,} of "
                         f"{differing:,} differing elements")
             return Finding(ROW_ALIASING, stage, tensor, headline, covered, differing,
