@@ -6,7 +6,9 @@
 # on the verdict cache, which must judge nothing. Checks: the two shards' wall times add up to <= 15 min (the
 # acceptance) for >= 300 mutants; prints the score, the per-operator table, the survivors (source line before and
 # after), faults/hangs with their details, and the time. Run from the repository root; jsonschema's wheels
-# installed from .whl/ by the caller. Expected: 5-9 minutes (each shard is bounded at 280 s).
+# installed from .whl/ by the caller. Expected: 8-11 minutes. Each shard is bounded at 450 s, half the
+# acceptance: an H100 judged shard 2 in 208 s, and shard 1 needs more than 280 s (two of its mutants
+# hang, each until --timeout 120).
 # Outputs: $OUT/mutate-shard-1.json, -2.json, mutate.json (merged), mutate.html, mutate-junit.xml, progress-*.txt.
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 SAMPLE="--sample 300 --seed 40 --repeat 3"
@@ -18,18 +20,18 @@ TOTAL=0
 for K in 1 2; do
   echo "== shard $K/2 of mutate $SAMPLE, CUDA, --jobs $JOBS"
   START=$(date +%s.%N)
-  timeout 280 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --shard $K/2 --jobs $JOBS --timeout 120 \
+  timeout 450 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --shard $K/2 --jobs $JOBS --timeout 120 \
       --cache-dir $CACHE --json > $OUT/mutate-shard-$K.json 2> $OUT/progress-$K.txt
   RC=$?; END=$(date +%s.%N)
   WALL=$(python3 -c "print(f'{$END - $START:.1f}')"); TOTAL=$(python3 -c "print(f'{$TOTAL + $WALL:.1f}')")
-  echo "rc=$RC wall ${WALL} s (124: the shard ran out of its 280 s; its verdicts so far are in the cache)"
+  echo "rc=$RC wall ${WALL} s (124: the shard ran out of its 450 s; its verdicts so far are in the cache)"
   grep -c ": killed\|: survived\|: fault\|: hang\|: did-not-build" $OUT/progress-$K.txt; tail -2 $OUT/progress-$K.txt
 done
 echo "== both shards: ${TOTAL} s wall for the 300 mutants (acceptance: <= 900 s)"
 python3 -m csa_conform report $OUT/mutate-shard-1.json $OUT/mutate-shard-2.json --merged $OUT/mutate.json \
     --html $OUT/mutate.html --junit $OUT/mutate-junit.xml; echo "report rc=$?"
 echo "== the whole sample again on the cache (expect: nothing judged again), the text report"
-time timeout 250 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --jobs $JOBS --timeout 120 --cache-dir $CACHE
+time timeout 120 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --jobs $JOBS --timeout 120 --cache-dir $CACHE
 echo "rc=$?"
 python3 - <<PY
 import json
