@@ -142,23 +142,25 @@ def ablate(attrs: Mapping, output_names: Sequence[str], inputs: Mapping[str, np.
         if isinstance(edited, str):
             results.append({**result, "outcome": NOT_RUN, "reason": edited})
             continue
-        results.append({**result, **_run(edited, stage, runner, ulp)})
+        results.append({**result, **_run(edited, stage, runner, ulp, {diff.tensor for diff in diffs})})
     return results
 
 
-def _idle(stage: str, g) -> str | None:
-    """Why the stage does none of its work on a variant (so that nothing differing there is no result)."""
-    if stage in ("compression_update", "index_key_update") and g.emitted == 0:
+def _idle(stage: str, g, tensors: set[str]) -> str | None:
+    """Why the stage does none of the work that diverged on a variant (so that nothing differing there is no
+    result): a compressor that completes no record still writes its carry, which a carry's divergence needs."""
+    if stage in ("compression_update", "index_key_update") and g.emitted == 0 and not any(
+            "carry" in tensor for tensor in tensors):
         return "the variant completes no record, so the stage writes none"
     if stage in ("index_scoring", "selection") and g.next_records == 0:
         return "the variant holds no record to score"
     return None
 
 
-def _run(stream: Stream, stage: str, runner: DeviceRunner, ulp: int) -> dict:
+def _run(stream: Stream, stage: str, runner: DeviceRunner, ulp: int, tensors: set[str]) -> dict:
     attrs, inputs, names = stream.attrs, stream.steps[0], list(stream.output_names)
     try:
-        idle = _idle(stage, validate_step(attrs, inputs, names))
+        idle = _idle(stage, validate_step(attrs, inputs, names), tensors)
         expected = run_step(attrs, inputs, names).stages
     except ContractError as error:
         return {"outcome": NOT_RUN, "reason": f"the contract rejects it: {error}"}

@@ -71,3 +71,22 @@ def test_an_ablation_the_step_cannot_take_is_not_run_with_its_reason():
     assert results["compressor_ape=0"]["outcome"] == VANISHES  # the built-in kernels: nothing to need
     assert ablation_text(list(results.values()))[0] == (
         "ablation: the divergence vanishes with compressor_ape = 0; with compressor_norm = 1")
+
+
+def test_a_carrys_divergence_is_ablated_on_a_step_that_completes_no_record(tmp_path):
+    """A compressor that clears its carry whenever no record precedes the step: at a decode inside the first
+    block only the carry diverges. The step completes no record but still writes the carry, so the ablations
+    run, and the divergence vanishes with the same token as a fresh prefill from position 0."""
+    directory = tmp_path / "kernels"
+    shutil.copytree(ROOT / "kernels", directory)
+    prelude = directory / "block_quant.cuh"
+    text = prelude.read_text()
+    old = "if (first_position == 0) csa_clear_slots(state, carry_floats, width);"
+    assert text.count(old) == 1
+    prelude.write_text(text.replace(old, "if (written == 0) csa_clear_slots(state, carry_floats, width);"))
+    with GoldenFile(CI) as golden:
+        explanations = explain_case(golden, "boundaries.r4-decode-1-to-5", KernelDirectory(directory))
+    first = next(e for e in explanations if e.stage == "compression_update" and e.step == 1)
+    assert {diff.split("/")[1].split(":")[0] for diff in first.summary} == {"present_compression_carry"}
+    outcomes = {ablation["key"]: ablation["outcome"] for ablation in first.ablations}
+    assert outcomes["position-0"] == VANISHES and outcomes["compressor_ape=0"] == PERSISTS, first.ablations
