@@ -11,8 +11,11 @@ slots away or as the dense position a few places off, scored on the host
 the reference's way. So a window shifted by one shows up at stage 6, not
 only as a different Y; a slot whose scores match nothing keeps the
 cursors' id and is left to stage 7. Scores that any key of zeros gets (0,
-or the bias alone, on every head) name no key: a slot the kernel decoded
-to zeros is not the neighbouring zero record, so it keeps the cursors' id.
+or the bias alone, on every head) name no key by themselves: such a slot
+takes a neighbour's id only where the other slots of its row, identified by
+scores that do name a key, all moved by that same offset (a shifted window
+that reaches a zero row); elsewhere it keeps the cursors' id, so a record
+the kernel decoded to zeros is not the neighbouring zero record.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from csa_conform.oracle.candidate_assembly import candidate_assembly
 
 NEAREST = 4  # slots or positions away an observed id is looked for
 SCORED_ON_HOST = 4096  # unmatched dense slots scored on the host when no slot matched a neighbour
+ROW_SHIFT_ROWS = 256  # query rows searched for one offset further off than NEAREST
 
 
 def candidates_read_back(
@@ -75,35 +79,49 @@ def _observed(g, ids, valid, scores, reference, bias, query, current_kv) -> np.n
     if expected_ids is None or expected_scores is None or expected_scores.shape != scores.shape:
         return ids
     unmatched = valid & ~_same(scores, expected_scores)
-    unmatched &= ~_same(scores, _zero_key(scores, bias, g.scale))
-    if not unmatched.any():
+    zero = unmatched & _same(scores, _zero_key(scores, bias, g.scale))  # identified only by its row's shift
+    unmatched &= ~zero
+    if not (unmatched.any() or zero.any()):
         return ids
     ids = ids.copy()
-    count = scores.shape[-1]
-    moved_any = False
+    shifts = np.zeros(scores.shape[:2] + (2 * NEAREST + 1,), dtype=bool)  # per row: the shifts its slots showed
     for size in range(1, NEAREST + 1):
         for d in (size, -size):
-            if not unmatched.any():
-                return ids
-            source = np.arange(count) - d
-            inside = (source >= 0) & (source < count)
-            moved_scores = np.full_like(expected_scores, -np.inf)
-            moved_ids = np.full_like(expected_ids, -1)
-            moved_scores[..., inside] = expected_scores[..., source[inside]]
-            moved_ids[..., inside] = expected_ids[..., source[inside]]
+            moved_ids, moved_scores = _moved(expected_ids, expected_scores, d)
             hit = unmatched & (moved_ids >= 0) & _same(scores, moved_scores)
             ids[hit] = moved_ids[hit]
             unmatched &= ~hit
-            moved_any |= bool(hit.any())
+            shifts[..., d + NEAREST] |= hit.any(axis=-1)
+    one = shifts.sum(axis=-1) == 1
+    for d in range(-NEAREST, NEAREST + 1):
+        rows = one & shifts[..., d + NEAREST]
+        if d == 0 or not (rows[..., None] & zero).any():
+            continue
+        moved_ids, moved_scores = _moved(expected_ids, expected_scores, d)
+        hit = zero & rows[..., None] & (moved_ids >= 0) & _same(scores, moved_scores)
+        ids[hit] = moved_ids[hit]
     dense = unmatched[..., : g.dense_candidates]
     if query is not None and current_kv is not None and dense.any() and (
-            moved_any or int(dense.sum()) <= SCORED_ON_HOST):
+            shifts.any() or int(dense.sum()) <= SCORED_ON_HOST):
         _dense_by_score(g, ids, unmatched, scores, bias, query, current_kv)
     return ids
 
 
+def _moved(expected_ids: np.ndarray, expected_scores: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The reference's ids and scores moved d slots up (what a kernel holds whose slots are d places off)."""
+    count = expected_scores.shape[-1]
+    source = np.arange(count) - d
+    inside = (source >= 0) & (source < count)
+    moved_scores = np.full_like(expected_scores, -np.inf)
+    moved_ids = np.full_like(expected_ids, -1)
+    moved_scores[..., inside] = expected_scores[..., source[inside]]
+    moved_ids[..., inside] = expected_ids[..., source[inside]]
+    return moved_ids, moved_scores
+
+
 def _dense_by_score(g, ids, unmatched, scores, bias, query, current_kv) -> None:
-    """Unmatched dense slots: the position a few places off whose host-computed scores are the device's."""
+    """Unmatched dense slots: the position a few places off whose host-computed scores are the device's; then,
+    a row at a time, one offset further off for the whole row."""
     b, s, c = np.nonzero(unmatched[..., : g.dense_candidates])
     for size in range(1, NEAREST + 1):
         for d in (-size, size):
@@ -123,6 +141,54 @@ def _dense_by_score(g, ids, unmatched, scores, bias, query, current_kv) -> None:
             keep = np.ones(b.size, bool)
             keep[np.flatnonzero(inside)[hit]] = False
             b, s, c = b[keep], s[keep], c[keep]
+    if b.size:
+        _dense_by_row_shift(g, ids, (b, s, c), scores, bias, query, current_kv)
+
+
+def _host_scores(g, b, s, c, position, bias, query, current_kv) -> np.ndarray:
+    """[M, N] the reference's scores of query (b, s) against the key at ``position``, with slot c's bias."""
+    host = _scores(query[b, s], current_kv[b, position - g.current_kv_base], g.scale)
+    return host if bias is None else host + bias[b, :, s, c]
+
+
+def _dense_by_row_shift(g, ids, remaining, scores, bias, query, current_kv) -> None:
+    """Dense slots still unmatched: a window off by more than NEAREST places (one start for every query of a
+    step moves the s-th query's window s places). Per row, the one offset within the step's length at which
+    the row's first such slot's host-computed scores are the device's (bit for bit, every head; a row where
+    several offsets fit is left alone); each slot of the row takes it only where its own scores confirm it."""
+    b, s, c = remaining
+    reach = min(g.sequence + NEAREST, DENSE_WINDOW)
+    offsets = np.array([d for d in range(-reach, reach + 1) if abs(d) > NEAREST], dtype=np.int64)
+    if not offsets.size:
+        return
+    rows, first = np.unique(b * g.sequence + s, return_index=True)
+    rows, first = rows[:ROW_SHIFT_ROWS], first[:ROW_SHIFT_ROWS]
+    rb, rs, rc = b[first], s[first], c[first]
+    position = ids[rb, rs, rc].astype(np.int64)[:, None] + offsets[None, :]
+    inside = ((position >= g.current_kv_base) & (position - g.current_kv_base < g.current_kv_len)
+              & (position <= (g.start + rs)[:, None]))
+    pair, offset = np.nonzero(inside)
+    if not pair.size:
+        return
+    host = _host_scores(g, rb[pair], rs[pair], rc[pair], position[pair, offset], bias, query, current_kv)
+    fits = np.zeros(inside.shape, dtype=bool)
+    fits[pair, offset] = (host.view(np.uint32) == scores[rb[pair], rs[pair], :, rc[pair]].view(np.uint32)).all(axis=1)
+    one = fits.sum(axis=1) == 1
+    shift = np.zeros(rows.size, dtype=np.int64)
+    shift[one] = offsets[np.argmax(fits[one], axis=1)]
+    at = np.searchsorted(rows, b * g.sequence + s)
+    found = at < rows.size
+    found[found] &= rows[at[found]] == (b * g.sequence + s)[found]
+    d = np.where(found, shift[np.minimum(at, rows.size - 1)], 0)
+    moved = ids[b, s, c].astype(np.int64) + d
+    take = (d != 0) & (moved >= g.current_kv_base) & (moved - g.current_kv_base < g.current_kv_len) & (
+        moved <= g.start + s)
+    if not take.any():
+        return
+    bt, st, ct, pt = b[take], s[take], c[take], moved[take]
+    host = _host_scores(g, bt, st, ct, pt, bias, query, current_kv)
+    hit = (host.view(np.uint32) == scores[bt, st, :, ct].view(np.uint32)).all(axis=1)
+    ids[bt[hit], st[hit], ct[hit]] = pt[hit]
 
 
 def _scores(q: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:

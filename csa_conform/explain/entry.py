@@ -30,7 +30,7 @@ from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, InternalError
 from csa_conform.explain.ablation import NOT_RUN, ablate, ablation_claim, ablation_runner
-from csa_conform.explain.claims import FIT, PROBE, RERUN, Claim
+from csa_conform.explain.claims import FIT, OBSERVATION, PROBE, RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.earlier import earlier_sub_step
 from csa_conform.explain.element import element_provenance
@@ -248,6 +248,7 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     target = judged_tensors(stage, actual[stage], {diff.tensor for diff in diffs})
     upstream = consumed_upstream(stage, expected, actual)
     own = UPSTREAM_IN_LAUNCH.get(stage)
+    inherited = None
     if own in actual and mismatches(actual[own], expected[own])[0]:
         hypothesis = Hypothesis("reference", "the reference's arithmetic")
         inherited = Rerun(stage, g, inputs, upstream, target).trial(hypothesis)
@@ -257,8 +258,15 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
                                 "the reference's arithmetic reproduces this stage bit for bit")
             explanation.trials = [inherited]
             return explanation
-    explanation.baseline = mismatches(expected[stage], target)[0]
+    # the reference's own arithmetic on what this stage read: the device's upstream where its launch computed it
+    explanation.baseline = mismatches(expected[stage], target)[0] if inherited is None else inherited.mismatches
     explanation.claims, explanation.values = value_classes(expected[stage], target)
+    if inherited is not None:  # the launch's own upstream diverged: not all of this need be this stage's
+        explanation.claims.insert(0, Claim(
+            f"the same launch computed {own} itself and it diverged too: from the device's {own} the reference's "
+            f"arithmetic leaves {inherited.mismatches:,} of this stage's elements unlike the device, which may "
+            f"include slots whose {own} the runner's read-back could not identify", OBSERVATION,
+            inherited.mismatches, {"upstream": own, "unlike_device": inherited.mismatches}))
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
     held = earlier_sub_step(stage, g, inputs, upstream, expected[stage], target)
     if held is not None:  # a fact about the bytes that no numeric ingredient makes: it leads

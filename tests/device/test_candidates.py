@@ -51,3 +51,24 @@ def test_scores_of_a_key_of_zeros_name_no_record():
     scores[0, 1, :, 129] = 0.0
     ids = _read_back(g, scores, reference)
     assert np.array_equal(ids, reference["candidate_assembly"]["candidates"])
+
+
+def test_a_window_further_off_than_the_neighbours_searched_is_found_a_row_at_a_time():
+    """Every query's dense window started from the step's first position: the s-th query's window is s places
+    off, up to 8 in this step, beyond the NEAREST slots a single slot is searched. The device's scores (the
+    oracle's attention over those candidates) are read back to exactly those candidates."""
+    from csa_conform.explain.stages import run_stage
+    from csa_conform.numerics.variant import Numerics
+
+    case = "boundaries.r128-resumed-247-to-257"
+    with GoldenFile(CI_GOLDENS) as golden:
+        info, step = golden.case_info(case), golden.read_step(case, 0)
+    g = validate_step(info.attrs, step.inputs, info.output_names)
+    shifted = run_stage("candidate_assembly", g, step.inputs, step.stages,
+                        Numerics(from_step_start=frozenset({"dense window"})))
+    upstream = dict(step.stages, candidate_assembly=shifted)
+    scores = run_stage("sparse_sink_softmax_attention", g, step.inputs, upstream, Numerics())["scores"]
+    moved = shifted["candidates"] != step.stages["candidate_assembly"]["candidates"]
+    assert g.sequence > 5 and moved[:, 5:].any()  # rows more than NEAREST places off
+    ids = candidates_read_back(g, scores, None, None, step.stages, step.inputs["query"], step.inputs["current_kv"])
+    assert np.array_equal(ids, shifted["candidates"])

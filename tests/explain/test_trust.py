@@ -436,3 +436,25 @@ def test_an_observation_of_reordered_ids_leaves_the_re_runs_to_name_the_reading(
     assert "selected read without its offset along axis 0" in explanation.headline()
     assert any(finding.evidence.get("pattern") == "reordered" and finding.established_by == "observation"
                for finding in explanation.diagnosis)
+
+
+def test_a_stage_whose_launch_computed_a_divergent_upstream_says_so_before_any_sub_step():
+    """Attention's launch assembled its own candidates and they diverged, but from them the reference's arithmetic
+    does not reproduce attention (the read-back may not have identified every slot): the headline says so first,
+    and the baseline is the reference's arithmetic on what the stage read."""
+    from csa_conform.compare.bitwise import compare_payloads
+    from csa_conform.explain import Divergence, explain_step
+
+    g, inputs, expected = first_step("edges.r128-f32-b2-block-end-in-step")
+    stage = "sparse_sink_softmax_attention"
+    candidates = expected["candidate_assembly"]["candidates"].copy()
+    candidates[0, 1, 126] = 10  # a dense slot the kernel attended elsewhere
+    attention = {name: array.copy() for name, array in expected[stage].items()}
+    attention["scores"][0, 0, :, 5] += np.float32(1.0)  # and a slot the read-back kept
+    actual = dict(expected, candidate_assembly={"candidates": candidates}, **{stage: attention})
+    diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: attention}) if not diff.passed]
+    explanation = explain_step(Divergence("case", 0, stage, g, inputs, expected, actual, diffs), None, {})
+    assert explanation.verdict != EXPLAINED
+    assert explanation.claims[0].text.startswith("the same launch computed candidate_assembly itself and it "
+                                                 "diverged too")
+    assert explanation.baseline == explanation.claims[0].detail["unlike_device"] > 0
