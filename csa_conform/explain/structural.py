@@ -136,23 +136,31 @@ def layout_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothe
             hypothesis = Hypothesis(f"layout:{name}:{named[0]}{named[1]}",
                                     f"{name} read with {which} exchanged in memory",
                                     reading=_input_read(name, partial(read_as, first=first - array.ndim,
-                                                                      second=second - array.ndim)))
+                                                                      second=second - array.ndim),
+                                                        lambda other, rank=array.ndim - first: other.ndim >= rank))
             trial = Rerun(stage, g, *hypothesis.reading(inputs, upstream), target).trial(hypothesis)
             found.append((hypothesis, trial, {"input": name, "axes": list(named), "shape": list(array.shape)}))
     return found
 
 
-def _input_read(name: str, read: Callable) -> Callable:
-    """A reading: (inputs, upstream) with input ``name`` as ``read`` makes of it."""
+def _input_read(name: str, read: Callable, fits: Callable[[np.ndarray], bool]) -> Callable:
+    """A reading: (inputs, upstream) with input ``name`` as ``read`` makes of it; None on a step whose inputs
+    cannot show it (no such input, or one without the axes it reads: ``fits`` says)."""
     def reading(inputs, upstream):
-        return dict(inputs, **{name: read(np.asarray(inputs[name]))}), upstream
+        array = np.asarray(inputs[name]) if name in inputs else None
+        if array is None or not fits(array):
+            return None
+        return dict(inputs, **{name: read(array)}), upstream
     return reading
 
 
-def _upstream_read(source: str, name: str, read: Callable) -> Callable:
-    """A reading: (inputs, upstream) with stage ``source``'s tensor ``name`` as ``read`` makes of it."""
+def _upstream_read(source: str, name: str, read: Callable, fits: Callable[[np.ndarray], bool]) -> Callable:
+    """A reading: (inputs, upstream) with stage ``source``'s tensor ``name`` as ``read`` makes of it; None on a
+    step without that tensor (a stage's payload has one rank everywhere)."""
     def reading(inputs, upstream):
-        payload = upstream[source]
+        payload = upstream.get(source)
+        if payload is None or name not in payload:
+            return None
         return inputs, dict(upstream, **{source: ChainMap({name: read(np.asarray(payload[name]))}, payload)})
     return reading
 
@@ -182,7 +190,8 @@ def offset_trials(stage: str, g, inputs, upstream, target) -> list[tuple[Hypothe
             if array.shape[axis] < 2:
                 continue
             hypothesis = Hypothesis(f"offset:{name}:{axis}", f"{name} read without its offset along axis {axis}",
-                                    reading=reader(partial(without_offset, axis=axis)))
+                                    reading=reader(partial(without_offset, axis=axis),
+                                                   lambda other, rank=array.ndim: other.ndim == rank))
             trial = Rerun(stage, g, *hypothesis.reading(inputs, upstream), target).trial(hypothesis)
             found.append((hypothesis, trial, {"input": name, "axis": axis, "shape": list(array.shape)}))
     return found

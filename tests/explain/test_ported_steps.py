@@ -127,3 +127,24 @@ def test_a_reading_that_fits_by_coincidence_is_refuted_by_a_step_that_resumes_a_
     assert any(trial.key == "offset:past_compression_carry:1" and trial.reproduces for trial in explanation.trials)
     assert "offset:past_compression_carry:1" in explanation.refuted
     assert explanation.verdict != EXPLAINED and "without its offset" not in explanation.headline()
+
+
+def test_a_witness_without_what_a_reading_reads_tests_nothing():
+    """A bias read with two axes exchanged, re-run on a conformant step that has no bias (or one of too low a
+    rank): that step holds nothing the reading reads, so it predicts nothing there (and raises nothing)."""
+    stage = "sparse_sink_softmax_attention"
+    g, inputs, expected = first_step("random.r4-bias-BNS1")
+    reading = next(hypothesis for hypothesis, *_ in layout_trials(stage, g, inputs, expected, expected[stage])
+                   if hypothesis.key == "layout:attention_bias:12")
+    offset = next(hypothesis for hypothesis, *_ in offset_trials(stage, g, inputs, expected, expected[stage])
+                  if hypothesis.key == "offset:attention_bias:0")
+    _, plain, _ = first_step("boundaries.r4-prefill-8")
+    _, scalar, _ = first_step("random.r4-bias-1")
+    assert "attention_bias" not in plain and np.ndim(scalar["attention_bias"]) < 3
+    for witness in (plain, scalar):
+        assert reading.reading(witness, {}) is None and offset.reading(witness, {}) is None
+    with GoldenFile(CI_GOLDENS) as golden:
+        report = CaseVerdict("boundaries.r4-prefill-8", ratio=4, step_count=1)
+        report.stages[stage] = StageVerdict(stage, "device", "identical")
+        experiments = Witnesses(golden, [report]).run(stage, 4, [reading, Hypothesis("reference", "")])
+    assert experiments and experiments[0]["predicted_differing"] == {"reference": 0}
