@@ -24,16 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "goldens" / "ci.h5"
 
 
-@pytest.fixture(scope="module")
-def head_zero_bias(tmp_path_factory) -> KernelDirectory:
-    directory = tmp_path_factory.mktemp("bias") / "kernels"
+def _planted(directory: Path, old: str, new: str) -> KernelDirectory:
+    """The built-in kernels copied to ``directory`` with one change to the prelude."""
     shutil.copytree(ROOT / "kernels", directory)
     prelude = directory / "block_quant.cuh"
     text = prelude.read_text()
-    old = "(a.bias_h == 1 ? 0 : r.head))"
     assert text.count(old) == 1
-    prelude.write_text(text.replace(old, "(a.bias_h == 1 ? 0 : 0))"))
+    prelude.write_text(text.replace(old, new))
     return KernelDirectory(directory)
+
+
+@pytest.fixture(scope="module")
+def head_zero_bias(tmp_path_factory) -> KernelDirectory:
+    return _planted(tmp_path_factory.mktemp("bias") / "kernels", "(a.bias_h == 1 ? 0 : r.head))",
+                    "(a.bias_h == 1 ? 0 : 0))")
 
 
 def test_a_bias_dependent_bug_vanishes_without_the_bias_and_persists_without_the_sink(head_zero_bias):
@@ -77,15 +81,10 @@ def test_a_carrys_divergence_is_ablated_on_a_step_that_completes_no_record(tmp_p
     """A compressor that clears its carry whenever no record precedes the step: at a decode inside the first
     block only the carry diverges. The step completes no record but still writes the carry, so the ablations
     run, and the divergence vanishes with the same token as a fresh prefill from position 0."""
-    directory = tmp_path / "kernels"
-    shutil.copytree(ROOT / "kernels", directory)
-    prelude = directory / "block_quant.cuh"
-    text = prelude.read_text()
-    old = "if (first_position == 0) csa_clear_slots(state, carry_floats, width);"
-    assert text.count(old) == 1
-    prelude.write_text(text.replace(old, "if (written == 0) csa_clear_slots(state, carry_floats, width);"))
+    kernels = _planted(tmp_path / "kernels", "if (first_position == 0) csa_clear_slots(state, carry_floats, width);",
+                       "if (written == 0) csa_clear_slots(state, carry_floats, width);")
     with GoldenFile(CI) as golden:
-        explanations = explain_case(golden, "boundaries.r4-decode-1-to-5", KernelDirectory(directory))
+        explanations = explain_case(golden, "boundaries.r4-decode-1-to-5", kernels)
     first = next(e for e in explanations if e.stage == "compression_update" and e.step == 1)
     assert {diff.split("/")[1].split(":")[0] for diff in first.summary} == {"present_compression_carry"}
     outcomes = {ablation["key"]: ablation["outcome"] for ablation in first.ablations}
