@@ -15,6 +15,7 @@ re-runs under different variants (or threads of one) never see each other's.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
@@ -62,15 +63,20 @@ def flush(x) -> np.ndarray:
 
 @dataclass
 class Tally:
-    """How many arguments (or operations) a swapped ingredient changed, of how many it saw."""
+    """How many arguments (or operations) a swapped ingredient changed, of how many it saw. The oracle's
+    stages count from several threads (query chunks), and counting releases the GIL: each count is added
+    under a lock, or one thread's sum overwrites another's."""
 
     changed: int = 0
     seen: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, reference: np.ndarray, swapped: np.ndarray) -> None:
         reference, swapped = np.asarray(reference), np.asarray(swapped)
-        self.seen += reference.size
-        self.changed += int(np.count_nonzero(reference.view(np.uint32) != swapped.view(np.uint32)))
+        changed = int(np.count_nonzero(reference.view(np.uint32) != swapped.view(np.uint32)))
+        with self._lock:
+            self.seen += reference.size
+            self.changed += changed
 
 
 @dataclass(frozen=True)
