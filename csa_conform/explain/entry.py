@@ -262,11 +262,12 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     explanation.baseline = mismatches(expected[stage], target)[0] if inherited is None else inherited.mismatches
     explanation.claims, explanation.values = value_classes(expected[stage], target)
     if inherited is not None:  # the launch's own upstream diverged: not all of this need be this stage's
+        unread = (f", which may include slots whose {own} the runner's read-back could not identify"
+                  if own == "candidate_assembly" else "")  # candidate ids are read off the scores, not written
         explanation.claims.insert(0, Claim(
             f"the same launch computed {own} itself and it diverged too: from the device's {own} the reference's "
-            f"arithmetic leaves {inherited.mismatches:,} of this stage's elements unlike the device, which may "
-            f"include slots whose {own} the runner's read-back could not identify", OBSERVATION,
-            inherited.mismatches, {"upstream": own, "unlike_device": inherited.mismatches}))
+            f"arithmetic leaves {inherited.mismatches:,} of this stage's elements unlike the device{unread}",
+            OBSERVATION, inherited.mismatches, {"upstream": own, "unlike_device": inherited.mismatches}))
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
     held = earlier_sub_step(stage, g, inputs, upstream, expected[stage], target)
     if held is not None:  # a fact about the bytes that no numeric ingredient makes: it leads
