@@ -259,15 +259,19 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
             explanation.trials = [inherited]
             return explanation
     # the reference's own arithmetic on what this stage read: the device's upstream where its launch computed it
-    explanation.baseline = mismatches(expected[stage], target)[0] if inherited is None else inherited.mismatches
+    computed = inherited is not None and inherited.rejected is None
+    explanation.baseline = inherited.mismatches if computed else mismatches(expected[stage], target)[0]
     explanation.claims, explanation.values = value_classes(expected[stage], target)
     if inherited is not None:  # the launch's own upstream diverged: not all of this need be this stage's
         unread = (f", which may include slots whose {own} the runner's read-back could not identify"
                   if own == "candidate_assembly" else "")  # candidate ids are read off the scores, not written
+        after = (f"from the device's {own} the reference's arithmetic leaves {inherited.mismatches:,} of this "
+                 f"stage's elements unlike the device{unread}" if computed else
+                 f"from the device's {own} the reference computes no {stage} ({inherited.rejected})")
         explanation.claims.insert(0, Claim(
-            f"the same launch computed {own} itself and it diverged too: from the device's {own} the reference's "
-            f"arithmetic leaves {inherited.mismatches:,} of this stage's elements unlike the device{unread}",
-            OBSERVATION, inherited.mismatches, {"upstream": own, "unlike_device": inherited.mismatches}))
+            f"the same launch computed {own} itself and it diverged too: {after}", OBSERVATION,
+            max(inherited.mismatches, 0),
+            {"upstream": own, "unlike_device": inherited.mismatches if computed else None}))
     explanation.diagnosis = diagnose_stage(stage, g, inputs, expected, target, upstream)
     held = earlier_sub_step(stage, g, inputs, upstream, expected[stage], target)
     if held is not None:  # a fact about the bytes that no numeric ingredient makes: it leads

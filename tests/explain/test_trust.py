@@ -458,3 +458,24 @@ def test_a_stage_whose_launch_computed_a_divergent_upstream_says_so_before_any_s
     assert explanation.claims[0].text.startswith("the same launch computed candidate_assembly itself and it "
                                                  "diverged too")
     assert explanation.baseline == explanation.claims[0].detail["unlike_device"] > 0
+
+
+def test_a_launchs_own_upstream_the_reference_refuses_is_said_so_and_leaves_the_baseline_alone():
+    """Selection after its launch's own index scores tied: the reference computes no selection from them (its
+    top-k tie order is not frozen), so the headline says that, and the baseline stays the stage's own count."""
+    from csa_conform.compare.bitwise import compare_payloads
+    from csa_conform.explain import Divergence, explain_step
+
+    g, inputs, expected = first_step("boundaries.r4-prefill-8")
+    stage = "selection"
+    scores = expected["index_scoring"]["scores"].copy()
+    scores[0, 7, 1] = scores[0, 7, 0]  # two equal scores in the last query's row
+    selected = {name: np.array(array) for name, array in expected[stage].items()}
+    selected["selected"][0, 7] = selected["selected"][0, 7][::-1]
+    actual = dict(expected, index_scoring={"scores": scores}, **{stage: selected})
+    diffs = [diff for diff in compare_payloads({stage: expected[stage]}, {stage: selected}) if not diff.passed]
+    explanation = explain_step(Divergence("case", 0, stage, g, inputs, expected, actual, diffs), None, {})
+    assert explanation.claims[0].text.startswith("the same launch computed index_scoring itself and it diverged "
+                                                 "too: from the device's index_scoring the reference computes no "
+                                                 "selection (")
+    assert explanation.baseline == sum(diff.mismatches for diff in diffs) > 0
