@@ -67,9 +67,9 @@ def _same(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (left.view(np.uint32) == right.view(np.uint32)).all(axis=2)
 
 
-def _zero_key(scores: np.ndarray, bias: np.ndarray | None, scale: float) -> np.ndarray:
-    """f32[B,S,N,C]: what a slot whose key is all zeros scores, 0·scale (+ its bias)."""
-    zero = np.zeros_like(scores) * np.float32(scale)
+def _zero_key(scores: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """f32[B,S,N,C]: what a slot whose key is all zeros scores: 0 (+ its bias)."""
+    zero = np.zeros_like(scores)
     return zero if bias is None else zero + bias.transpose(0, 2, 1, 3).astype(np.float32)
 
 
@@ -79,10 +79,10 @@ def _observed(g, ids, valid, scores, reference, bias, query, current_kv) -> np.n
     if expected_ids is None or expected_scores is None or expected_scores.shape != scores.shape:
         return ids
     unmatched = valid & ~_same(scores, expected_scores)
-    zero = unmatched & _same(scores, _zero_key(scores, bias, g.scale))  # identified only by its row's shift
-    unmatched &= ~zero
-    if not (unmatched.any() or zero.any()):
+    if not unmatched.any():  # a conformant launch: nothing to identify (the common case, on every step)
         return ids
+    zero = unmatched & _same(scores, _zero_key(scores, bias))  # identified only by its row's shift
+    unmatched &= ~zero
     ids = ids.copy()
     shifts = np.zeros(scores.shape[:2] + (2 * NEAREST + 1,), dtype=bool)  # per row: the shifts its slots showed
     for size in range(1, NEAREST + 1):
@@ -128,16 +128,12 @@ def _dense_by_score(g, ids, unmatched, scores, bias, query, current_kv) -> None:
             if not b.size:
                 return
             position = ids[b, s, c].astype(np.int64) + d
-            row = position - g.current_kv_base
-            inside = (row >= 0) & (row < g.current_kv_len) & (position <= g.start + s)
+            inside = _in_window(g, s, position)
             if not inside.any():
                 continue
-            bi, si, ci, ri = b[inside], s[inside], c[inside], row[inside]
-            host = _scores(query[bi, si], current_kv[bi, ri], g.scale)
-            if bias is not None:
-                host = host + bias[bi, :, si, ci]
-            hit = (host.view(np.uint32) == scores[bi, si, :, ci].view(np.uint32)).all(axis=1)
-            ids[bi[hit], si[hit], ci[hit]] = position[inside][hit]
+            bi, si, ci, pi = b[inside], s[inside], c[inside], position[inside]
+            hit = _confirmed(g, scores, bi, si, ci, pi, bias, query, current_kv)
+            ids[bi[hit], si[hit], ci[hit]] = pi[hit]
             keep = np.ones(b.size, bool)
             keep[np.flatnonzero(inside)[hit]] = False
             b, s, c = b[keep], s[keep], c[keep]
@@ -145,10 +141,19 @@ def _dense_by_score(g, ids, unmatched, scores, bias, query, current_kv) -> None:
         _dense_by_row_shift(g, ids, (b, s, c), scores, bias, query, current_kv)
 
 
-def _host_scores(g, b, s, c, position, bias, query, current_kv) -> np.ndarray:
-    """[M, N] the reference's scores of query (b, s) against the key at ``position``, with slot c's bias."""
+def _in_window(g, s, position) -> np.ndarray:
+    """Whether ``position`` is a key query s may attend: in current_kv and not after the query."""
+    return ((position >= g.current_kv_base) & (position - g.current_kv_base < g.current_kv_len)
+            & (position <= g.start + s))
+
+
+def _confirmed(g, scores, b, s, c, position, bias, query, current_kv) -> np.ndarray:
+    """[M]: whether the device's scores of slot (b, s, c) are, bit for bit on every head, the reference's scores
+    of query (b, s) against the key at ``position`` (with the slot's bias)."""
     host = _scores(query[b, s], current_kv[b, position - g.current_kv_base], g.scale)
-    return host if bias is None else host + bias[b, :, s, c]
+    if bias is not None:
+        host = host + bias[b, :, s, c]
+    return (host.view(np.uint32) == scores[b, s, :, c].view(np.uint32)).all(axis=1)
 
 
 def _dense_by_row_shift(g, ids, remaining, scores, bias, query, current_kv) -> None:
@@ -161,33 +166,22 @@ def _dense_by_row_shift(g, ids, remaining, scores, bias, query, current_kv) -> N
     offsets = np.array([d for d in range(-reach, reach + 1) if abs(d) > NEAREST], dtype=np.int64)
     if not offsets.size:
         return
-    rows, first = np.unique(b * g.sequence + s, return_index=True)
-    rows, first = rows[:ROW_SHIFT_ROWS], first[:ROW_SHIFT_ROWS]
+    rows, first, row_of = np.unique(b * g.sequence + s, return_index=True, return_inverse=True)
+    first = first[:ROW_SHIFT_ROWS]
     rb, rs, rc = b[first], s[first], c[first]
     position = ids[rb, rs, rc].astype(np.int64)[:, None] + offsets[None, :]
-    inside = ((position >= g.current_kv_base) & (position - g.current_kv_base < g.current_kv_len)
-              & (position <= (g.start + rs)[:, None]))
-    pair, offset = np.nonzero(inside)
-    if not pair.size:
-        return
-    host = _host_scores(g, rb[pair], rs[pair], rc[pair], position[pair, offset], bias, query, current_kv)
-    fits = np.zeros(inside.shape, dtype=bool)
-    fits[pair, offset] = (host.view(np.uint32) == scores[rb[pair], rs[pair], :, rc[pair]].view(np.uint32)).all(axis=1)
+    pair, offset = np.nonzero(_in_window(g, rs[:, None], position))
+    fits = np.zeros(position.shape, dtype=bool)
+    fits[pair, offset] = _confirmed(g, scores, rb[pair], rs[pair], rc[pair], position[pair, offset], bias, query,
+                                    current_kv)
     one = fits.sum(axis=1) == 1
-    shift = np.zeros(rows.size, dtype=np.int64)
-    shift[one] = offsets[np.argmax(fits[one], axis=1)]
-    at = np.searchsorted(rows, b * g.sequence + s)
-    found = at < rows.size
-    found[found] &= rows[at[found]] == (b * g.sequence + s)[found]
-    d = np.where(found, shift[np.minimum(at, rows.size - 1)], 0)
+    shift = np.zeros(rows.size, dtype=np.int64)  # 0: no one offset found (or the row not searched)
+    shift[: first.size][one] = offsets[np.argmax(fits[one], axis=1)]
+    d = shift[row_of.reshape(-1)]
     moved = ids[b, s, c].astype(np.int64) + d
-    take = (d != 0) & (moved >= g.current_kv_base) & (moved - g.current_kv_base < g.current_kv_len) & (
-        moved <= g.start + s)
-    if not take.any():
-        return
+    take = (d != 0) & _in_window(g, s, moved)
     bt, st, ct, pt = b[take], s[take], c[take], moved[take]
-    host = _host_scores(g, bt, st, ct, pt, bias, query, current_kv)
-    hit = (host.view(np.uint32) == scores[bt, st, :, ct].view(np.uint32)).all(axis=1)
+    hit = _confirmed(g, scores, bt, st, ct, pt, bias, query, current_kv)
     ids[bt[hit], st[hit], ct[hit]] = pt[hit]
 
 
