@@ -10,11 +10,13 @@
 # 450 s, half the acceptance: an H100 judged shard 2 in 208 s; shard 1 needs more than 280 s (one of its
 # mutants loops forever and is judged hang after --timeout 120).
 #
-# A device call shorter than the whole run takes one shard at a time, as a job matrix does:
+# SHARDS=whole judges the sample as one run instead (one mutate, the jobs shared by both halves; BOUND seconds,
+# 900 by default). A device call shorter than the whole run takes one shard at a time, as a job matrix does:
 #   SHARDS=1 CACHE=build/k40-cache bash benchmarks/gpu/mutate.sh          (first call; $OUT comes back)
 #   SHARDS=2 CACHE=build/k40-cache PRIOR=DIR bash benchmarks/gpu/mutate.sh (second call, the cache carried,
 #                                                                          DIR holding the first call's $OUT)
-# The merge and the cache re-run happen once both shards' documents are present.
+# PRIOR keeps the carried cache (a cut run resumes from it). The merge and the cache re-run happen once both
+# shards' documents are present.
 # Outputs: $OUT/mutate-shard-K.json, wall-K.txt, progress-K.txt; once merged, mutate.json, mutate.html,
 # mutate-junit.xml.
 export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
@@ -25,25 +27,31 @@ CACHE=${CACHE:-/tmp/k40-mutate-cache}
 [ -n "$PRIOR" ] || rm -rf "$CACHE"
 nvidia-smi --query-gpu=name,compute_mode,memory.used,memory.total --format=csv,noheader; echo "cores: $(nproc)"
 for K in $SHARDS; do
-  echo "== shard $K/2 of mutate $SAMPLE, CUDA, --jobs $JOBS"
+  if [ "$K" = whole ]; then PART=""; LIMIT=${BOUND:-900}; DOC=$OUT/mutate.json; else PART="--shard $K/2"; LIMIT=450; DOC=$OUT/mutate-shard-$K.json; fi
+  echo "== ${PART:-the whole sample,} mutate $SAMPLE, CUDA, --jobs $JOBS, bounded at $LIMIT s"
   START=$(date +%s.%N)
-  timeout 450 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --shard $K/2 --jobs $JOBS --timeout 120 \
-      --cache-dir "$CACHE" --json > $OUT/mutate-shard-$K.json 2> $OUT/progress-$K.txt
+  timeout $LIMIT python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE $PART --jobs $JOBS --timeout 120 \
+      --cache-dir "$CACHE" --json > $DOC 2> $OUT/progress-$K.txt
   RC=$?; END=$(date +%s.%N)
   python3 -c "print(f'{$END - $START:.1f}')" > $OUT/wall-$K.txt
-  echo "rc=$RC wall $(cat $OUT/wall-$K.txt) s (124: the shard ran out of its 450 s; its verdicts so far are in the cache)"
+  echo "rc=$RC wall $(cat $OUT/wall-$K.txt) s (124: cut at $LIMIT s; the verdicts so far are in the cache)"
   grep -c ": killed\|: survived\|: fault\|: hang\|: did-not-build" $OUT/progress-$K.txt; tail -2 $OUT/progress-$K.txt
 done
-DOCS=(); WALLS=()
-for K in 1 2; do
-  for D in "$OUT" "$PRIOR"; do
-    if [ -n "$D" ] && [ -s "$D/mutate-shard-$K.json" ]; then DOCS+=("$D/mutate-shard-$K.json"); WALLS+=("$(cat $D/wall-$K.txt)"); break; fi
+if [ "$SHARDS" = whole ]; then
+  [ -s $OUT/mutate.json ] || exit 0
+  python3 -m csa_conform report $OUT/mutate.json --html $OUT/mutate.html --junit $OUT/mutate-junit.xml; echo "report rc=$?"
+else
+  DOCS=(); WALLS=()
+  for K in 1 2; do
+    for D in "$OUT" "$PRIOR"; do
+      if [ -n "$D" ] && [ -s "$D/mutate-shard-$K.json" ]; then DOCS+=("$D/mutate-shard-$K.json"); WALLS+=("$(cat $D/wall-$K.txt)"); break; fi
+    done
   done
-done
-if [ ${#DOCS[@]} -lt 2 ]; then echo "== ${#DOCS[@]} of 2 shard documents so far: the merge waits for the other shard"; exit 0; fi
-echo "== both shards: $(python3 -c "print(f'{${WALLS[0]} + ${WALLS[1]}:.1f}')") s wall for the 300 mutants (${WALLS[0]} + ${WALLS[1]}; acceptance: <= 900 s)"
-python3 -m csa_conform report "${DOCS[@]}" --merged $OUT/mutate.json \
-    --html $OUT/mutate.html --junit $OUT/mutate-junit.xml; echo "report rc=$?"
+  if [ ${#DOCS[@]} -lt 2 ]; then echo "== ${#DOCS[@]} of 2 shard documents so far: the merge waits for the other shard"; exit 0; fi
+  echo "== both shards: $(python3 -c "print(f'{${WALLS[0]} + ${WALLS[1]}:.1f}')") s wall for the 300 mutants (${WALLS[0]} + ${WALLS[1]}; acceptance: <= 900 s)"
+  python3 -m csa_conform report "${DOCS[@]}" --merged $OUT/mutate.json \
+      --html $OUT/mutate.html --junit $OUT/mutate-junit.xml; echo "report rc=$?"
+fi
 echo "== the whole sample again on the cache (expect: nothing judged again), the text report"
 time timeout 120 python3 -m csa_conform mutate goldens/ci.h5 $SAMPLE --jobs $JOBS --timeout 120 --cache-dir "$CACHE"
 echo "rc=$?"
