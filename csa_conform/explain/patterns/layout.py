@@ -34,7 +34,9 @@ def _name(order: tuple[int, ...], axes: tuple[str, ...]) -> str:
 
 
 def layout(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    """The device's bytes are the reference's written with two of its axes exchanged in memory."""
+    """The device's bytes are the reference's written with two of its axes exchanged in memory: the exchange
+    reproduces the differing elements and leaves every matching one matching (a kernel that writes in another
+    order moves every element; one that fits only the differing ones fits by coincidence)."""
     if expected.ndim < 2:
         return None
     differing = int(np.count_nonzero(differ))
@@ -44,7 +46,10 @@ def layout(stage: str, tensor: str, expected, actual, differ, axes, context: Con
             continue
         order = list(range(expected.ndim))
         order[first], order[second] = second, first
-        fits = equal_bits(written_as(expected, tuple(order)), actual) & differ
+        reproduced = equal_bits(written_as(expected, tuple(order)), actual)
+        if not reproduced[~differ].all():  # the transform moves a matching element: not how the kernel wrote
+            continue
+        fits = reproduced & differ
         covered = int(np.count_nonzero(fits))
         support = int(np.count_nonzero(fits & identifying))
         if covered >= 0.9 * differing and support >= MIN_SUPPORT:
