@@ -28,7 +28,7 @@ from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
-from csa_conform.errors import ContractError, InternalError
+from csa_conform.errors import ContractError, InternalError, operator_message
 from csa_conform.explain.ablation import NOT_RUN, ablate, ablation_claim, ablation_runner
 from csa_conform.explain.claims import FIT, OBSERVATION, PROBE, RERUN, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
@@ -158,6 +158,8 @@ def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Exp
     missed, tried = _tried_elsewhere(explanation, explanations, trial.key)
     if missed:  # a rule the kernel follows holds on every step
         explanation.verdict, explanation.cause, explanation.rivals, explanation.closest = UNEXPLAINED, None, [], trial
+        explanation.diagnosis = [finding for finding in explanation.diagnosis  # the cause's own finding goes too
+                                 if finding.evidence.get("trial") != trial.key]
         explanation.claims.append(_no_cause(trial.name, trial.key, missed, tried))
 
 
@@ -169,7 +171,8 @@ def _finding_unreproduced_elsewhere(explanation: Explanation, explanations: Sequ
     missed, tried = _tried_elsewhere(explanation, explanations, key)
     if missed:
         explanation.diagnosis = explanation.diagnosis[1:]
-        explanation.claims.append(_no_cause(lead.evidence.get("variant", key), key, missed, tried))
+        name = next((trial.name for trial in explanation.trials if trial.key == key), lead.evidence.get("variant", key))
+        explanation.claims.append(_no_cause(name, key, missed, tried))
 
 
 def _tried_elsewhere(explanation: Explanation, explanations: Sequence[Explanation], key: str) -> tuple[int, int]:
@@ -257,7 +260,7 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
                   if own == "candidate_assembly" else "")  # candidate ids are read off the scores, not written
         after = (f"from the device's {own} the reference's arithmetic leaves {inherited.mismatches:,} of this "
                  f"stage's elements unlike the device{unread}" if computed else
-                 f"from the device's {own} the reference computes no {stage} ({inherited.rejected})")
+                 f"from the device's {own} the reference computes no {stage}: {_refusal(inherited.rejected)}")
         explanation.claims.insert(0, Claim(
             f"the same launch computed {own} itself and it diverged too: {after}", OBSERVATION,
             max(inherited.mismatches, 0),
@@ -353,6 +356,15 @@ def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_
                          diagnose=stage_findings)
     return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
                           stages, ulp, experiments=experiments)
+
+
+def _refusal(message: str) -> str:
+    """The reference's rejection as a reader of a headline needs it: what it refuses, without the operator's
+    prefix every one of its messages carries."""
+    unsupported = operator_message("", "unsupported")
+    if message.startswith(unsupported):
+        return f"it does not support those inputs ({message[len(unsupported):]})"
+    return f"it rejects those inputs ({message.removeprefix(operator_message(''))})"
 
 
 def failure_note(error: BaseException) -> str:

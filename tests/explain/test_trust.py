@@ -419,6 +419,29 @@ def test_one_step_the_cause_leaves_unlike_the_device_is_enough_to_claim_no_cause
                                          "claimed as the cause")
 
 
+def test_a_reading_refuted_by_the_kernels_other_steps_leaves_the_lead_once_and_is_named_in_words():
+    """An input reading that explained a step (its re-run's finding the lead) and that another divergent step of
+    the kernel refutes: the finding leaves the diagnosis with the cause, and the headline names the reading in
+    words, once, however often the run settles."""
+    from csa_conform.explain import settle_across_steps
+    from csa_conform.explain.structural import offset_finding
+
+    name = "selected read without its offset along axis 0"
+    cause = Trial("offset:selected:0", name, 0, 64, reproduced=12)
+    finding = offset_finding("candidate_assembly", "candidates", 12, cause,
+                             {"input": "selected", "shape": (2, 4, 8), "axis": 0})
+    explained = Explanation("case", 0, "candidate_assembly", EXPLAINED, ["candidates: 12 differ"], cause=cause,
+                            rivals=[cause], trials=[cause], kernel="k.cu:k", diagnosis=[finding])
+    other = Explanation("case", 1, "candidate_assembly", "unexplained", kernel="k.cu:k",
+                        trials=[Trial("offset:selected:0", name, 9, 64)])
+    settle_across_steps([explained, other])
+    settle_across_steps([explained, other])
+    headline = explained.headline()
+    assert explained.verdict == "unexplained" and not explained.diagnosis
+    assert headline.count("not claimed as the cause") == 1 and f"{name} reproduces this step" in headline
+    assert "offset:selected:0" not in headline
+
+
 def test_a_rounding_convention_a_re_run_found_on_one_step_is_dropped_when_the_kernels_other_steps_refute_it():
     """bf16 by truncation reproduces one step of a kernel that skips a rounding altogether; the kernel's other
     divergent steps, where the same re-run leaves the device unlike, refute it as the cause."""
@@ -494,5 +517,6 @@ def test_a_launchs_own_upstream_the_reference_refuses_is_said_so_and_leaves_the_
     explanation = explain_step(Divergence("case", 0, stage, g, inputs, expected, actual, diffs), None, {})
     assert explanation.claims[0].text.startswith("the same launch computed index_scoring itself and it diverged "
                                                  "too: from the device's index_scoring the reference computes no "
-                                                 "selection (")
+                                                 "selection: it does not support those inputs (portable top-k tie "
+                                                 "ordering is unfrozen")
     assert explanation.baseline == sum(diff.mismatches for diff in diffs) > 0
