@@ -34,6 +34,7 @@ from csa_conform.numerics.variant import (
     PAIRS_SECOND,
     SUMS_FIRST,
     SUMS_SECOND,
+    VALUE_ACCUMULATE,
     Numerics,
     Tally,
 )
@@ -52,6 +53,8 @@ BF16_CONVENTIONS = {"ties-away": "bf16 rounding ties away from zero (not to even
 
 FUSION_NAMES = {
     ACCUMULATE: "FMA accumulation (acc = fma(a, b, acc), same order)",
+    VALUE_ACCUMULATE: "FMA accumulation in the P·V value sum alone (acc = fma(p, v, acc), same order; the logit "
+                      "dots rounded apart)",
     PAIRS_FIRST: "a*b±c*d contracted as fma(a, b, ±c*d)",
     PAIRS_SECOND: "a*b±c*d contracted as fma(±c, d, a*b)",
     SUMS_FIRST: "a*b+c*d (sums only) contracted as fma(a, b, c*d)",

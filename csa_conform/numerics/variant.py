@@ -29,6 +29,8 @@ LIBM = ("expf", "sinf", "cosf", "powf", "log2f")
 GLIBC: Mapping[str, Callable] = MappingProxyType({name: getattr(libm, name) for name in LIBM + ("exp2f",)})
 
 ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
+# ... in attention's P·V value sum alone (its logit dots rounded apart): a compiler contracts one loop, not both
+VALUE_ACCUMULATE = "accumulate-values"
 PAIRS_FIRST = "pairs-first"  # a*b ± c*d -> fma(a, b, ±c*d)
 PAIRS_SECOND = "pairs-second"  # a*b ± c*d -> fma(±c, d, a*b)
 SUMS_FIRST = "sums-first"  # only a*b + c*d -> fma(a, b, c*d) (NVCC has been seen to fuse sums, not differences)
@@ -195,10 +197,11 @@ class Numerics:
         self._count("block-scale log2f", reference, result)
         return result
 
-    def accumulate(self, acc: np.ndarray, a, b, product: np.ndarray | None = None) -> None:
+    def accumulate(self, acc: np.ndarray, a, b, product: np.ndarray | None = None, value_sum: bool = False) -> None:
         """acc += a*b in place: two roundings (the reference, and any variant that neither fuses
-        accumulations nor flushes) or one (fused)."""
-        if ACCUMULATE not in self.fused and not self.ftz:
+        accumulations nor flushes) or one (fused: every accumulation, or ``value_sum``'s alone)."""
+        fused = ACCUMULATE in self.fused or (value_sum and VALUE_ACCUMULATE in self.fused)
+        if not fused and not self.ftz:
             if product is None:
                 acc += a * b
             else:
@@ -208,10 +211,10 @@ class Numerics:
         a, b = (self._flush(v) if self.ftz else v for v in (a, b))
         with np.errstate(over="ignore", invalid="ignore"):
             separate = acc + self._flush(a * b) if self.ftz else acc + a * b
-        if ACCUMULATE in self.fused:
-            fused = self.fused_multiply_add(a, b, acc)
-            self._count("fused accumulation", separate, fused)
-            separate = fused
+        if fused:
+            contracted = self.fused_multiply_add(a, b, acc)
+            self._count("fused accumulation", separate, contracted)
+            separate = contracted
         acc[...] = self._flush(separate) if self.ftz else separate
 
     def pair(self, a, b, c, d, sign: int = 1) -> np.ndarray:

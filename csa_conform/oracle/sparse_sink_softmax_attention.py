@@ -285,5 +285,5 @@ def _weighted_values(probabilities, values, numerics: Numerics) -> np.ndarray:
     product = np.empty_like(output)
     with np.errstate(over="ignore", invalid="ignore"):
         for probability, value in zip(probabilities, values):
-            numerics.accumulate(output, probability[..., None], value[:, :, None, :], product)
+            numerics.accumulate(output, probability[..., None], value[:, :, None, :], product, value_sum=True)
     return output

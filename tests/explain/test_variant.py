@@ -103,3 +103,22 @@ def test_block_scale_exponent_is_the_same_with_a_correctly_rounded_log2f():
     bits = ((exponents[:, None] + 127) << 23) + offsets[None, :]
     q = bits[(bits > 0x00800000) & (bits < 0x7F800000)].astype(np.uint32).view(np.float32)
     assert (np.ceil(libm.log2f(q)) == np.ceil(correctly_rounded("log2f")(q))).all()
+
+
+def test_the_value_sum_alone_fused_leaves_the_logits_rounded_apart():
+    """On a closed-form case (its logit products are not exact in binary32) fusing every accumulation moves the
+    attention scores, and fusing the P·V value sum alone moves Y but leaves the scores the reference's: the
+    variant a kernel that contracts only its P·V loop computes."""
+    from ci_steps import first_step
+
+    from csa_conform.explain.stages import run_stage
+    from csa_conform.numerics.variant import VALUE_ACCUMULATE
+
+    g, inputs, expected = first_step("seed-closed-form.r4-prefill-8")
+    stage = "sparse_sink_softmax_attention"
+    every = run_stage(stage, g, inputs, expected, Numerics(fused=frozenset({ACCUMULATE})))
+    values = run_stage(stage, g, inputs, expected, Numerics(fused=frozenset({VALUE_ACCUMULATE})))
+    reference = expected[stage]
+    assert (_bits(values["scores"]) == _bits(reference["scores"])).all()
+    assert (_bits(every["scores"]) != _bits(reference["scores"])).any()
+    assert (_bits(values["Y"]) != _bits(reference["Y"])).any()
