@@ -520,3 +520,20 @@ def test_a_launchs_own_upstream_the_reference_refuses_is_said_so_and_leaves_the_
                                                  "selection: it does not support those inputs (portable top-k tie "
                                                  "ordering is unfrozen")
     assert explanation.baseline == sum(diff.mismatches for diff in diffs) > 0
+
+
+def test_one_index_moved_along_an_axis_is_no_shift_of_every_index():
+    """Every batch writing batch 0's selection rows, the last writer (b = 2) winning, leaves b = 0 holding b = 2's
+    row: one alias, not "b = k holds b = k + 2"; two rows moved by the same offset are a shift."""
+    from csa_conform.explain.patterns.shift import index_shift
+    from csa_conform.numerics.bits import differing_bits
+
+    expected = np.random.default_rng(3).permutation(3 * 16).reshape(3, 16).astype(np.int32)
+    one = expected.copy()
+    one[0] = expected[2]  # b = 1 and 2 have no b + 2: only b = 0 can show the offset
+    assert index_shift("selection", "selected", expected, one, differing_bits(expected, one), ("b", "k"), None) is None
+    expected = np.random.default_rng(3).permutation(4 * 16).reshape(4, 16).astype(np.int32)
+    two = expected.copy()
+    two[0], two[1] = expected[2], expected[3]
+    found = index_shift("selection", "selected", expected, two, differing_bits(expected, two), ("b", "k"), None)
+    assert found is not None and found.evidence["axis"] == "b" and found.evidence["shift"] == 2

@@ -72,6 +72,8 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     if best[0] < max(0.75 * considered, MIN_SUPPORT):
         return None
     count, axis, d, fits = best
+    if np.count_nonzero(fits.any(axis=tuple(i for i in range(fits.ndim) if i != axis))) < 2:
+        return None  # one index moved is one alias (layout.aliased states it), not a shift of every k
     coincidences = chance(expected, actual, identifying, axis)
     if not beats_chance(count, coincidences, considered):
         return None
