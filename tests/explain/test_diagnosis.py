@@ -6,6 +6,7 @@ import numpy as np
 
 from csa_conform.explain.patterns import (
     CONSTANT_FACTOR,
+    GUARD_READ,
     INDEX_SHIFT,
     KINDS,
     NEVER_WRITTEN,
@@ -17,6 +18,7 @@ from csa_conform.explain.patterns import (
     Context,
     diagnose,
 )
+from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.explain.patterns.factor import simple_form
 from csa_conform.explain.patterns.findings import spans
 from csa_conform.numerics.fp4 import e2m1_decode, e2m1_encode
@@ -42,6 +44,17 @@ def test_never_written_finds_the_poison_and_where_it_is():
     finding = _kinds("compression_update", "present_compression_carry", expected, actual, ("b", "slot", "ch", "d"))[0]
     assert finding.kind == NEVER_WRITTEN and finding.decisive
     assert finding.evidence["poisoned"] == 3 * 2 * 16 and finding.evidence["where"] == {"slot": "5..7"}
+
+
+def test_guard_band_bytes_read_back_are_a_copy_from_outside_a_buffer():
+    expected = RNG.integers(0, 256, (2, 2, 68), dtype=np.uint8)
+    actual = expected.copy()
+    actual[0, 1, :64] = GUARD_BYTE  # a past record read at the present's row stride, past the past's end
+    finding = _kinds("index_key_update", "present_index_key", expected, actual, ("b", "r", "byte"))[0]
+    assert finding.kind == GUARD_READ and finding.evidence["where"] == {"b": "0", "r": "1"}
+    assert "copied them from outside a buffer" in finding.headline
+    assert all(found.kind != GUARD_READ for found in
+               _kinds("index_key_update", "present_index_key", expected, expected ^ np.uint8(1), ("b", "r", "byte")))
 
 
 def test_stale_finds_past_values_copied_through():
@@ -212,6 +225,26 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_up
     assert found.evidence["first"] == [0, device["present_compressed_kv"].shape[1] - 1]
 
 
+def test_a_record_written_at_another_records_place_or_left_unwritten_is_no_sub_step_fit():
+    """Batch row 1's record written at row 0's offset (a row stride swapped) and row 1's place never written:
+    the records were computed right, so no sub-step is fitted; aliasing states the fact."""
+    from csa_conform.explain.patterns.substeps import localize
+
+    g, inputs, stages = first_step("edges.r128-fp8-b2n5-sinks")
+    reference = stages["compression_update"]
+    device = {name: np.array(array, copy=True) for name, array in reference.items()}
+    records = device["present_compressed_kv"]
+    records[0, 0], records[1, 0] = reference["present_compressed_kv"][1, 0], 0xA5
+    assert localize("compression_update", g, inputs, reference, device) is None
+    records[1, 0] = reference["present_compressed_kv"][1, 0]  # row 0 alone holds row 1's record: still no fit
+    assert localize("compression_update", g, inputs, reference, device) is None
+    records[1, 0] = 0xA5
+    finding = _kinds("compression_update", "present_compressed_kv", reference["present_compressed_kv"], records,
+                     ("b", "r", "byte"))[0]
+    assert finding.kind == "row-aliasing" and finding.evidence["rows"] == {0: 1}
+    assert finding.evidence["unwritten"] == [1] and finding.decisive and "b 1 never written" in finding.headline
+
+
 def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_matching_stages_at_nothing():
     """A code moved to the other grid value bracketing the reference's quantizer input: only the
     quantization differs. A code moved away from its input is not a quantization difference."""
@@ -286,6 +319,29 @@ def test_a_selection_in_ascending_score_order_is_named_with_ties_by_id():
     # without the scores nothing canonical fits: the reordering is all that is said
     plain = _kinds("selection", "selected", ids, device, ("b", "s", "k"))[0]
     assert plain.evidence["pattern"] == "reordered"
+
+
+def test_two_sorted_runs_written_the_other_way_round_are_a_rotation_not_a_sort():
+    """Ratio-128 candidates are the dense window's positions, then the records' ids: a kernel that puts the records
+    first leaves a row that happens to be sorted; the sort is no evidence of sorting, the rotation is the fact."""
+    ids = np.full((1, 4, 36), -1, np.int32)
+    ids[0, :, :32] = np.arange(32)
+    for s in range(4):
+        ids[0, s, 32:33 + s] = np.arange(1 + s)
+    device = ids.copy()
+    for s in range(4):
+        device[0, s, :33 + s] = np.concatenate([ids[0, s, 32:33 + s], ids[0, s, :32]])
+    finding = _kinds("candidate_assembly", "candidates", ids, device, ("b", "s", "c"))[0]
+    assert finding.kind == PERMUTATION and finding.evidence["pattern"] == "valid entries rotated"
+    assert finding.evidence["equally"] == [] and "its last 1..4 put ahead of the others" in finding.headline
+    assert "sorted" not in finding.headline
+    # runs that do not fall into order when rotated: the sort is still claimed where it alone fits
+    ids[0, :, :32] = np.arange(32)[::-1] + 100
+    device = ids.copy()
+    for s in range(4):
+        device[0, s, :33 + s] = np.sort(ids[0, s, :33 + s])
+    assert _kinds("candidate_assembly", "candidates", ids, device, ("b", "s", "c"))[0].evidence["pattern"] == \
+        "sorted by id"
 
 
 def test_a_reversal_that_misses_one_row_is_not_claimed():

@@ -20,6 +20,7 @@ from csa_conform.explain.patterns.detectors import diagnose, stage_findings
 from csa_conform.explain.patterns.findings import (
     CONSTANT_FACTOR,
     DECISIVE,
+    GUARD_READ,
     INDEX_SHIFT,
     KINDS,
     LAYOUT,
@@ -37,6 +38,6 @@ from csa_conform.explain.patterns.findings import (
     Finding,
 )
 
-__all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "INDEX_SHIFT", "KINDS", "LAYOUT", "MIN_SUPPORT",
+__all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "GUARD_READ", "INDEX_SHIFT", "KINDS", "LAYOUT", "MIN_SUPPORT",
            "NEVER_WRITTEN", "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "ROW_ALIASING", "SCALE_EXPONENT",
            "STALE", "STRUCTURAL", "SUB_STEP", "diagnose", "stage_findings"]

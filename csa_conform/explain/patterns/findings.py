@@ -14,6 +14,7 @@ from csa_conform.explain.claims import FIT, OBSERVATION, RERUN, TRANSFORM, confi
 # The vocabulary, strongest first: the kinds before RESTRICTED say what the bug is; RESTRICTED says
 # where it is (and is what remains when nothing more specific fits).
 NEVER_WRITTEN = "never-written"
+GUARD_READ = "guard-read"
 STALE = "stale"
 PERMUTATION = "permutation"
 INDEX_SHIFT = "index-shift"
@@ -24,11 +25,11 @@ SUB_STEP = "sub-step"
 ROUNDING_CONVENTION = "rounding-convention"
 CONSTANT_FACTOR = "constant-factor"
 RESTRICTED = "restricted"
-KINDS = (NEVER_WRITTEN, STALE, LAYOUT, PERMUTATION, INDEX_SHIFT, ROW_ALIASING, SCALE_EXPONENT, SUB_STEP,
+KINDS = (NEVER_WRITTEN, GUARD_READ, STALE, LAYOUT, PERMUTATION, INDEX_SHIFT, ROW_ALIASING, SCALE_EXPONENT, SUB_STEP,
          ROUNDING_CONVENTION, CONSTANT_FACTOR, RESTRICTED)
 # Kinds that no numeric ingredient (libm, FMA, flush-to-zero) can produce: explain skips its numeric search.
-STRUCTURAL = frozenset({NEVER_WRITTEN, STALE, LAYOUT, ROW_ALIASING, PERMUTATION, INDEX_SHIFT, SCALE_EXPONENT, SUB_STEP,
-                        ROUNDING_CONVENTION})
+STRUCTURAL = frozenset({NEVER_WRITTEN, GUARD_READ, STALE, LAYOUT, ROW_ALIASING, PERMUTATION, INDEX_SHIFT,
+                        SCALE_EXPONENT, SUB_STEP, ROUNDING_CONVENTION})
 # A finding accounts for its tensor when it covers at least this share of the differing elements.
 DECISIVE = 0.9
 # A pattern (a permutation, an index shift, row aliasing, a stale copy, a scale exponent, a constant factor of

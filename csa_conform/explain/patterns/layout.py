@@ -17,8 +17,9 @@ import itertools
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import LAYOUT, MIN_SUPPORT, ROW_ALIASING, Context, Finding
+from csa_conform.explain.patterns.findings import LAYOUT, MIN_SUPPORT, ROW_ALIASING, Context, Finding, spans
 from csa_conform.explain.patterns.shift import meaningful
+from csa_conform.explain.patterns.unwritten import poisoned
 from csa_conform.numerics.bits import equal_bits
 
 MOST_ALIASED = 64  # differing rows along an axis that aliasing is checked for (each against every other)
@@ -64,9 +65,11 @@ def layout(stage: str, tensor: str, expected, actual, differ, axes, context: Con
 
 
 def aliased(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    """Along one leading axis every differing row k is, whole and bit for bit, the reference's row k′ ≠ k."""
+    """Along one leading axis every differing row k is, whole and bit for bit, the reference's row k′ ≠ k, or
+    was never written (a kernel that writes row k′'s data at k's offset leaves k′'s own place as it found it)."""
     differing = int(np.count_nonzero(differ))
     identifying = differ & meaningful(actual)
+    unwritten_elements = ~differ | poisoned(actual)
     for axis in range(expected.ndim - 1):
         n = expected.shape[axis]
         if n < 2:
@@ -75,8 +78,11 @@ def aliased(stage: str, tensor: str, expected, actual, differ, axes, context: Co
         rows = np.flatnonzero(differ.any(axis=others))
         if not rows.size or rows.size > MOST_ALIASED or rows.size == n and n > MOST_ALIASED:
             continue
+        unwritten = [int(k) for k in rows if np.take(unwritten_elements, k, axis=axis).all()]
         mapping = {}
         for k in rows:
+            if k in unwritten:
+                continue
             device_row = np.take(actual, k, axis=axis)
             source = next((j for j in range(n) if j != k and equal_bits(np.take(expected, j, axis=axis),
                                                                        device_row).all()), None)
@@ -88,18 +94,21 @@ def aliased(stage: str, tensor: str, expected, actual, differ, axes, context: Co
             inside[rows] = True
             shape = [1] * expected.ndim
             shape[axis] = n
-            covered_mask = differ & inside.reshape(shape)
-            covered = int(np.count_nonzero(covered_mask))
-            support = int(np.count_nonzero(covered_mask & identifying))
-            if covered < 0.9 * differing or support < MIN_SUPPORT:
+            covered = int(np.count_nonzero(differ & inside.reshape(shape)))
+            inside[unwritten] = False  # poison identifies no source row
+            support = int(np.count_nonzero(differ & inside.reshape(shape) & identifying))
+            if not mapping or covered < 0.9 * differing or support < MIN_SUPPORT:
                 continue
             name = axes[axis] if axis < len(axes) else f"a{axis}"
             pairs = ", ".join(f"{name}={k} holds {name}={j}" for k, j in list(mapping.items())[:6])
             more = f" and {len(mapping) - 6} more" if len(mapping) > 6 else ""
             targets = set(mapping.values())
-            common = f"; every one holds {name}={next(iter(targets))}'s data" if len(targets) == 1 else ""
-            headline = (f"{tensor} rows alias: {pairs}{more}, whole and bit for bit{common}; {covered:,} of "
+            common = (f"; every one holds {name}={next(iter(targets))}'s data" if len(targets) == 1 and len(mapping) > 1
+                      else "")
+            never = (f"; {name} {spans(unwritten)} never written (still the runner's poison where it differs)"
+                     if unwritten else "")
+            headline = (f"{tensor} rows alias: {pairs}{more}, whole and bit for bit{common}{never}; {covered:,} of "
                         f"{differing:,} differing elements")
             return Finding(ROW_ALIASING, stage, tensor, headline, covered, differing,
-                           {"axis": name, "rows": mapping, "support": support})
+                           {"axis": name, "rows": mapping, "unwritten": unwritten, "support": support})
     return None

@@ -17,12 +17,15 @@ small ids repeat often), and more than they make with probability 10^-3.
 
 Rows of ids (a selection, candidate ids) are padded with -1 and ordered only
 in part: there the canonical orders (ORDERS) move only the valid entries,
-from the first column where a row differs: written back to front, sorted by
-record id either way, or ascending by the reference's own score. One is
-claimed only when it makes the whole tensor the device's bit for bit (every
-differing row, and the matching rows left as they are) on at least
-MIN_SUPPORT identifying elements beyond chance; any other that does too is
-named as its equal. Below that, a tensor whose every differing row holds the
+from the first column where a row differs: rotated (the row's last entries
+moved ahead of the others), written back to front, sorted by record id either
+way, or ascending by the reference's own score. One is claimed only when it
+makes the whole tensor the device's bit for bit (every differing row, and the
+matching rows left as they are) on at least MIN_SUPPORT identifying elements
+beyond chance; any other that does too is named as its equal, except a sort
+where a rotation fits: a row made of two sorted runs (a dense window, then
+the records) comes out sorted when a kernel only writes its runs the other
+way round, so there the sort is no evidence of sorting. Below that, a tensor whose every differing row holds the
 reference row's values bit for bit, each as often, is an observation: the
 reference's values in another order, which order unsaid.
 """
@@ -139,10 +142,12 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
 
 # The canonical orders of a row of ids: (pattern, what the device's rows are) for the valid entries (not -1)
 # from the first column where a row differs; the score order needs the reference's scores of the row's ids.
-ORDERS = (("valid entries reversed", "written back to front"),
+ORDERS = (("valid entries rotated", "rotated"),
+          ("valid entries reversed", "written back to front"),
           ("sorted by id", "sorted by record id, ascending"),
           ("sorted by id, descending", "sorted by record id, descending"),
           ("ascending by score", "sorted by the reference's own score ascending (lowest first, ties by id)"))
+SORTS = frozenset({"sorted by id", "sorted by id, descending", "ascending by score"})
 SCORED = {"selection": ("index_scoring", "scores")}  # where a stage's ids index the reference's score rows
 
 
@@ -160,8 +165,20 @@ def _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context: C
     keys = {"valid entries reversed": (-np.arange(reference.shape[1]) * np.ones_like(reference),),
             "sorted by id": (reference,), "sorted by id, descending": (-reference.astype(np.int64),),
             "ascending by score": None if scores is None else (reference, scores)}
+    # a rotation may start before the first differing column: the runs' first entries can coincide
+    turns = None
+    for origin in sorted({0, start}):
+        turns = _rotations(reference, device, (reference != -1) & (np.arange(reference.shape[1]) >= origin),
+                           _rows(differ).any(axis=1))
+        if turns is not None:
+            break
     fitting = [(pattern, what) for pattern, what in ORDERS
-               if keys[pattern] is not None and np.array_equal(_placed(reference, valid, keys[pattern]), device)]
+               if (turns is not None if pattern == "valid entries rotated" else
+                   keys[pattern] is not None and np.array_equal(_placed(reference, valid, keys[pattern]), device))]
+    if turns is not None:
+        fitting = [(pattern, what) for pattern, what in fitting if pattern not in SORTS]
+        fitting[0] = (fitting[0][0], f"rotated, its last {spans(set(turns))} put ahead of the others")
+        start = origin
     if not fitting:
         return None
     (pattern, what), others = fitting[0], fitting[1:]
@@ -174,6 +191,26 @@ def _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context: C
     return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
                    {"pattern": pattern, "equally": [other for other, _ in others], "rows": count,
                     "support": considered, "from": start, "chance": round(coincidences, 2)})
+
+
+def _rotations(reference: np.ndarray, device: np.ndarray, valid: np.ndarray, differing: np.ndarray) -> list[int] | None:
+    """For every differing row, by how many places its valid entries are rotated (the last that many put ahead
+    of the others) to give the device's row, the other entries left as they are; None when a row fits none."""
+    turns = []
+    for row in np.flatnonzero(differing):
+        places = np.flatnonzero(valid[row])
+        ids, held = reference[row, places], device[row, places]
+        kept = np.ones(reference.shape[1], dtype=bool)
+        kept[places] = False
+        if ids.size < 2 or not np.array_equal(reference[row, kept], device[row, kept]):
+            return None
+        # the device's first valid entry is the reference's entry at ids.size - turn
+        turn = next((int(ids.size - j) for j in np.flatnonzero(ids == held[0])
+                     if j and np.array_equal(np.roll(ids, ids.size - j), held)), None)
+        if turn is None:
+            return None
+        turns.append(turn)
+    return turns
 
 
 def _scores(stage: str, context: Context, reference: np.ndarray) -> np.ndarray | None:

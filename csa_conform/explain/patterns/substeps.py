@@ -28,6 +28,12 @@ the device's output is still consistent with, latest first:
   ambiguous and matches nothing);
 - otherwise nothing: "no sub-step's output could be matched" (rule ``none``).
 
+A differing record that is, bit for bit, the reference's record of another
+place (or still the runner's poison, or its guard bands' bytes) was computed
+right and written at another offset (or not at all, or copied from outside a
+buffer): no sub-step differs there, so the fit leaves it to the aliasing,
+never-written and guard-read findings.
+
 Each fit leaves several sub-steps possible (CONSISTENT): a difference at any
 earlier sub-step smaller than the later roundings, or a later one that keeps
 what the fit measures (a per-record constant is RMSNorm's or a block scale's,
@@ -50,8 +56,9 @@ from csa_conform.contract import StepGeometry
 from csa_conform.errors import ContractError
 from csa_conform.explain.claims import FIT
 from csa_conform.explain.patterns.findings import SUB_STEP, Finding
+from csa_conform.explain.patterns.unwritten import guarded, poisoned
 from csa_conform.numerics.bf16 import bf16_round
-from csa_conform.numerics.bits import differing_bits
+from csa_conform.numerics.bits import differing_bits, unsigned
 from csa_conform.numerics.blockscale import block_power
 from csa_conform.numerics.fp4 import E2M1_TABLE, FP4_BLOCK
 from csa_conform.numerics.fp8 import E4M3_TABLE, FP8_BLOCK
@@ -266,6 +273,18 @@ def _record_chain(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray])
     return normalized, rotated, hadamard, np.asarray(block_starts), norm
 
 
+def _placed_elsewhere(record: np.ndarray, expected: np.ndarray, place: tuple[int, int]) -> bool:
+    """The device's record is, bit for bit, the reference's record of another place, or holds the runner's poison
+    or its guard bands' bytes: computed right and written at another record's offset, not written (whole or in
+    part), or copied from outside a buffer. No sub-step's arithmetic differs there, so the fit judges only the records
+    computed otherwise."""
+    if (poisoned(record) | guarded(record)).any():  # no computed record holds a run of the runner's fill bytes
+        return True
+    same = (unsigned(expected).reshape(-1, expected.shape[-1]) == unsigned(record)).all(axis=-1)
+    same[place[0] * expected.shape[1] + place[1]] = False
+    return bool(same.any())
+
+
 def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Mapping):
     """(tensor, rules of the differing new records, their differing elements, all differing elements)."""
     tensor = "present_index_key" if stage == "index_key_update" else "present_compressed_kv"
@@ -278,6 +297,7 @@ def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Ma
         return None
     new = differ[:, past:]
     rows = np.argwhere(new.any(axis=-1))
+    rows = rows[[not _placed_elsewhere(actual[b, past + r], expected, (b, past + r)) for b, r in rows]]
     if not rows.size:
         return None
     chain = _record_chain(stage, g, inputs)

@@ -1,16 +1,22 @@
-"""Never written and stale: the device left memory as it found it.
+"""Never written, read from a guard band, and stale: the device left memory as it found it, or copied what
+lies outside a buffer.
 
 The runner hands every kernel fresh buffers filled with 0xA5 bytes
 (csa_conform.spec.POISON), so an element a kernel never wrote reads
-back as that pattern; a present_* tensor whose elements still equal the
-past_* input they were copied from was not updated.
+back as that pattern; it surrounds every buffer with guard bands of 0xDB
+bytes (csa_conform.device.guards), so an element that holds them was copied
+from outside a buffer (a read at the wrong stride or past the end: a write
+there is reported as out of bounds); a present_* tensor whose elements still
+equal the past_* input they were copied from was not updated.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.explain.patterns.findings import (
+    GUARD_READ,
     MIN_SUPPORT,
     NEVER_WRITTEN,
     STALE,
@@ -25,13 +31,22 @@ from csa_conform.spec import POISON, STATE_THREADING
 RUN = 4  # poison bytes in a row that mark a packed record's bytes as unwritten
 
 
-def _poisoned(device: np.ndarray) -> np.ndarray:
+def poisoned(device: np.ndarray) -> np.ndarray:
     """Elements whose every byte is the poison; for bytes, runs of at least RUN poison bytes."""
+    return _filled(device, POISON)
+
+
+def guarded(device: np.ndarray) -> np.ndarray:
+    """Elements whose every byte is the guard bands' byte; for bytes, runs of at least RUN of them."""
+    return _filled(device, GUARD_BYTE)
+
+
+def _filled(device: np.ndarray, fill: int) -> np.ndarray:
     if device.dtype.itemsize > 1:
         width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[device.dtype.itemsize]
-        pattern = int.from_bytes(bytes([POISON]) * device.dtype.itemsize, "little")
+        pattern = int.from_bytes(bytes([fill]) * device.dtype.itemsize, "little")
         return device.view(width) == pattern
-    byte = device == POISON
+    byte = device == fill
     flat = byte.reshape(-1, byte.shape[-1]) if byte.ndim else byte.reshape(1, 1)
     marked = np.zeros_like(flat)
     for offset in range(RUN):
@@ -60,19 +75,37 @@ def _where(mask: np.ndarray, axes: tuple[str, ...]) -> dict:
 
 
 def never_written(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    poisoned = _poisoned(actual) & differ
-    count = int(np.count_nonzero(poisoned))
+    unwritten = poisoned(actual) & differ
+    count = int(np.count_nonzero(unwritten))
     if not count:
         return None
     differing = int(np.count_nonzero(differ))
-    first = int(np.flatnonzero(poisoned)[0])
-    where = _where(poisoned, axes)
+    first = int(np.flatnonzero(unwritten)[0])
+    where = _where(unwritten, axes)
     places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
     headline = (f"{tensor} was never written: {count:,} of {differing:,} differing elements still hold the runner's "
                 f"0x{POISON:02X} poison (uninitialised memory){', at ' + places if places else ''}; "
                 f"first at {coordinates(first, actual.shape, axes)}")
     return Finding(NEVER_WRITTEN, stage, tensor, headline, count, differing,
                    {"pattern": f"0x{POISON:02X}", "poisoned": count, "first": coordinates(first, actual.shape, axes),
+                    "where": where})
+
+
+def guard_read(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
+    """Differing elements that hold the guard bands' byte: copied from outside a buffer."""
+    copied = guarded(actual) & differ
+    count = int(np.count_nonzero(copied))
+    if not count:
+        return None
+    differing = int(np.count_nonzero(differ))
+    first = int(np.flatnonzero(copied)[0])
+    where = _where(copied, axes)
+    places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
+    headline = (f"{tensor} holds the runner's 0x{GUARD_BYTE:02X} guard-band bytes in {count:,} of {differing:,} "
+                f"differing elements{', at ' + places if places else ''}: the kernel copied them from outside a "
+                f"buffer (read at a wrong offset or past an end); first at {coordinates(first, actual.shape, axes)}")
+    return Finding(GUARD_READ, stage, tensor, headline, count, differing,
+                   {"pattern": f"0x{GUARD_BYTE:02X}", "copied": count, "first": coordinates(first, actual.shape, axes),
                     "where": where})
 
 
