@@ -129,8 +129,10 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
     ambiguous verdict explains the divergence, unless it is a sub-step re-run (its finding needs the re-run's
     own evidence); an explained verdict whose cause was refuted takes the surviving variant changing fewest
     arguments."""
-    structural = {hypothesis.key for ratio in (4, 128) for stage in STAGE_NAMES
-                  for hypothesis in structural_hypotheses(stage, ratio)}
+    readings = [hypothesis for ratio in (4, 128) for stage in STAGE_NAMES
+                for hypothesis in structural_hypotheses(stage, ratio)]
+    structural = {hypothesis.key for hypothesis in readings}
+    sub_steps = {hypothesis.key for hypothesis in readings if hypothesis.sub_step}
     for explanation in explanations:
         if explanation.verdict not in (AMBIGUOUS, EXPLAINED) or len(explanation.rivals) < 2:
             continue
@@ -139,6 +141,8 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
         except Exception as error:  # noqa: BLE001 - a bug of csa-conform: this explanation's verdict says so
             explanation.verdict, explanation.note = FAILED, failure_note(error)
     for explanation in explanations:
+        if explanation.verdict == AMBIGUOUS:
+            _rivals_unreproduced_elsewhere(explanation, explanations, sub_steps)
         if explanation.verdict == EXPLAINED and explanation.cause is not None:
             _unreproduced_elsewhere(explanation, explanations)
         lead = explanation.diagnosis[0] if explanation.diagnosis else None
@@ -161,6 +165,29 @@ def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Exp
         explanation.diagnosis = [finding for finding in explanation.diagnosis  # the cause's own finding goes too
                                  if finding.evidence.get("trial") != trial.key]
         explanation.claims.append(_no_cause(trial.name, trial.key, missed, tried))
+
+
+def _rivals_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],
+                                   sub_steps: set[str]) -> None:
+    """The rule of ``_unreproduced_elsewhere`` for each rival of an ambiguous verdict: a rival whose re-run leaves
+    another divergent step of the kernel and stage unlike the device is no candidate. With none left the divergence
+    is unexplained (rivals that each fit a few elements of every step by coincidence, and each miss one step, name
+    no cause between them); with one left it explains, unless it is a sub-step re-run (its finding needs the
+    re-run's own evidence)."""
+    kept, dropped = [], []
+    for trial in explanation.rivals:
+        missed, tried = _tried_elsewhere(explanation, explanations, trial.key)
+        (dropped if missed else kept).append((trial, missed, tried))
+    if not dropped:
+        return
+    explanation.rivals = [trial for trial, _, _ in kept]
+    explanation.claims.extend(_no_cause(trial.name, trial.key, missed, tried) for trial, missed, tried in dropped)
+    if not kept:
+        gone = {trial.key for trial, _, _ in dropped}
+        explanation.verdict, explanation.cause, explanation.closest = UNEXPLAINED, None, dropped[0][0]
+        explanation.diagnosis = [finding for finding in explanation.diagnosis if finding.evidence.get("trial") not in gone]
+    elif len(kept) == 1 and kept[0][0].key not in sub_steps:
+        explanation.verdict, explanation.cause = EXPLAINED, kept[0][0]
 
 
 def _finding_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],

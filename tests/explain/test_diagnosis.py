@@ -20,7 +20,7 @@ from csa_conform.explain.patterns import (
 )
 from csa_conform.device.guards import GUARD_BYTE
 from csa_conform.explain.patterns.factor import simple_form
-from csa_conform.explain.patterns.findings import spans
+from csa_conform.explain.patterns.findings import SOURCE, spans
 from csa_conform.numerics.fp4 import e2m1_decode, e2m1_encode
 
 from ci_steps import first_step
@@ -52,7 +52,7 @@ def test_guard_band_bytes_read_back_are_a_copy_from_outside_a_buffer():
     actual[0, 1, :64] = GUARD_BYTE  # a past record read at the present's row stride, past the past's end
     finding = _kinds("index_key_update", "present_index_key", expected, actual, ("b", "r", "byte"))[0]
     assert finding.kind == GUARD_READ and finding.evidence["where"] == {"b": "0", "r": "1"}
-    assert "copied them from outside a buffer" in finding.headline
+    assert "read them from outside a buffer" in finding.headline and finding.to_dict()["source"] == "transform"
     assert all(found.kind != GUARD_READ for found in
                _kinds("index_key_update", "present_index_key", expected, expected ^ np.uint8(1), ("b", "r", "byte")))
 
@@ -204,6 +204,7 @@ def test_kinds_are_documented_and_in_the_schema():
 
     text = (Path(__file__).resolve().parents[2] / "specs" / "diagnosis.md").read_text()
     assert all(f"| `{kind}` |" in text for kind in KINDS)
+    assert set(SOURCE) == set(KINDS)  # every kind says what establishes it
     assert schema()["$defs"]["finding"]["properties"]["kind"]["enum"] == list(KINDS)
 
 

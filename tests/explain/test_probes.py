@@ -95,6 +95,22 @@ def test_a_bug_planted_in_rmsnorm_is_observed_at_rmsnorm(tmp_path):
         observation)
 
 
+def test_a_bug_in_the_kv_copy_into_the_carry_is_located_at_the_pool_or_the_unobserved_copy_before_it(tmp_path):
+    """No probe observes the kv rows the compressor copies into its carry; the pool reads them. A pool that
+    differs while the gate + APE scores are equal may start there, and the line says so."""
+    kernels = _plant(tmp_path, "current[phase * slot_stride + d] = kv[row * width + d];",
+                     "current[phase * slot_stride + d] = kv[row * width + (d ^ 1)];")
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    assert observation["first_divergent"] == "pool" and not observation["exact"]
+    assert observation["unobserved_before"] == ["the kv rows' copy into the carry"]
+    assert "pool (not observed before it: the kv rows' copy into the carry, so it may start there)" in probe_text(
+        observation)
+    # where the pool is equal, the copy it reads did not diverge: RMSNorm's bug stays exact
+    kernels = _plant(tmp_path / "rms", "squares / (float)dim + 1.0e-6f", "squares / (float)(dim - 1) + 1.0e-6f")
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    assert observation["exact"] and observation["unobserved_before"] == []
+
+
 def test_the_first_divergent_probe_carries_the_value_classes_of_its_differences(tmp_path):
     kernels = _plant(tmp_path, "const float weight = csa_expf(score - maximum);", "const float weight = csa_expf(score);")
     observation = _observed(kernels, "edges.r128-f32-far-gates", 0, COMPRESSION)["compression_update"]

@@ -419,6 +419,32 @@ def test_one_step_the_cause_leaves_unlike_the_device_is_enough_to_claim_no_cause
                                          "claimed as the cause")
 
 
+def test_rivals_that_each_leave_another_step_unlike_the_device_leave_the_divergence_unexplained():
+    """Two readings that each reproduce the one or two differing candidates of every step they fit (a dense window
+    one slot longer; causal records from the step's first position) and each miss one step: neither is the
+    kernel's rule, so the ambiguous verdict between them claims nothing; one rival left explains."""
+    from csa_conform.explain import settle_across_steps
+
+    longer, early = (Trial("dense:one-longer", "the dense window one slot longer", 0, 8, reproduced=2),
+                     Trial("records:from-step-start", "causal records from the step's first position", 0, 8,
+                           reproduced=2))
+    ambiguous = Explanation("case", 0, "candidate_assembly", AMBIGUOUS, ["candidates: 2 differ"],
+                            rivals=[longer, early], trials=[longer, early], kernel="k.cu:k")
+    others = [Explanation("case", 1, "candidate_assembly", "unexplained", kernel="k.cu:k",
+                          trials=[Trial(longer.key, longer.name, 0, 8), Trial(early.key, early.name, 1, 8)]),
+              Explanation("other", 0, "candidate_assembly", "unexplained", kernel="k.cu:k",
+                          trials=[Trial(longer.key, longer.name, 18, 8), Trial(early.key, early.name, 0, 8)])]
+    settle_across_steps([ambiguous, *others])
+    settle_across_steps([ambiguous, *others])
+    headline = ambiguous.headline()
+    assert ambiguous.verdict == "unexplained" and ambiguous.cause is None and not ambiguous.rivals
+    assert headline.count("not claimed as the cause") == 2 and "ambiguous" not in headline
+    survivor = Explanation("case", 0, "candidate_assembly", AMBIGUOUS, ["candidates: 2 differ"],
+                           rivals=[longer, early], trials=[longer, early], kernel="k.cu:k")
+    settle_across_steps([survivor, others[1]])
+    assert survivor.verdict == EXPLAINED and survivor.cause is early
+
+
 def test_a_reading_refuted_by_the_kernels_other_steps_leaves_the_lead_once_and_is_named_in_words():
     """An input reading that explained a step (its re-run's finding the lead) and that another divergent step of
     the kernel refutes: the finding leaves the diagnosis with the cause, and the headline names the reading in

@@ -38,7 +38,7 @@ DECISIVE = 0.9
 MIN_SUPPORT = 8
 # What established each kind when a detector claims it (csa_conform.explain.claims): the reference's payload
 # under the kind's transform is the device's bit for bit, a fit within bounds, or a fact about the bytes.
-SOURCE = {NEVER_WRITTEN: TRANSFORM, STALE: TRANSFORM, LAYOUT: TRANSFORM, PERMUTATION: TRANSFORM,
+SOURCE = {NEVER_WRITTEN: TRANSFORM, GUARD_READ: TRANSFORM, STALE: TRANSFORM, LAYOUT: TRANSFORM, PERMUTATION: TRANSFORM,
           INDEX_SHIFT: TRANSFORM, ROW_ALIASING: TRANSFORM, SCALE_EXPONENT: TRANSFORM, SUB_STEP: FIT,
           ROUNDING_CONVENTION: RERUN, CONSTANT_FACTOR: FIT, RESTRICTED: OBSERVATION}
 

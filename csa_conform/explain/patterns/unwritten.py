@@ -4,9 +4,9 @@ lies outside a buffer.
 The runner hands every kernel fresh buffers filled with 0xA5 bytes
 (csa_conform.spec.POISON), so an element a kernel never wrote reads
 back as that pattern; it surrounds every buffer with guard bands of 0xDB
-bytes (csa_conform.device.guards), so an element that holds them was copied
-from outside a buffer (a read at the wrong stride or past the end: a write
-there is reported as out of bounds); a present_* tensor whose elements still
+bytes (csa_conform.device.guards), so an element that holds them was read
+from outside a buffer (at the wrong stride or past the end: a write there is
+reported as out of bounds); a present_* tensor whose elements still
 equal the past_* input they were copied from was not updated.
 """
 
@@ -92,7 +92,8 @@ def never_written(stage: str, tensor: str, expected, actual, differ, axes, conte
 
 
 def guard_read(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    """Differing elements that hold the guard bands' byte: copied from outside a buffer."""
+    """Differing elements that hold the guard bands' byte: read from outside a buffer (copied, or a sum that a
+    guard value of -1.2e17 absorbed)."""
     copied = guarded(actual) & differ
     count = int(np.count_nonzero(copied))
     if not count:
@@ -102,8 +103,8 @@ def guard_read(stage: str, tensor: str, expected, actual, differ, axes, context:
     where = _where(copied, axes)
     places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
     headline = (f"{tensor} holds the runner's 0x{GUARD_BYTE:02X} guard-band bytes in {count:,} of {differing:,} "
-                f"differing elements{', at ' + places if places else ''}: the kernel copied them from outside a "
-                f"buffer (read at a wrong offset or past an end); first at {coordinates(first, actual.shape, axes)}")
+                f"differing elements{', at ' + places if places else ''}: the kernel read them from outside a "
+                f"buffer (at a wrong offset or past an end); first at {coordinates(first, actual.shape, axes)}")
     return Finding(GUARD_READ, stage, tensor, headline, count, differing,
                    {"pattern": f"0x{GUARD_BYTE:02X}", "copied": count, "first": coordinates(first, actual.shape, axes),
                     "where": where})
