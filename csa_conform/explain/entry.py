@@ -400,16 +400,17 @@ def failure_note(error: BaseException) -> str:
 
 
 def _probed(explanation: Explanation, claim: Claim | None) -> None:
-    """A probe's claim in the explanation: an unexplained divergence's first divergent sub-step observed exactly
-    replaces what the final bytes were only consistent with (a fit, or nothing, leading the diagnosis); any
-    other probe claim, or one beside a stronger finding (a transform), is added after the lead."""
+    """A probe's claim in the explanation: an unexplained divergence's first divergent sub-step observed (exactly,
+    or with the unobserved ones before it that it may start at, all named) replaces what the final bytes were
+    only consistent with (a fit, or nothing, leading the diagnosis); any other probe claim, or one beside a
+    stronger finding (a transform), is added after the lead."""
     if claim is None:
         return
     if "sub_step" in claim.detail:
         explanation.diagnosis = [finding for finding in explanation.diagnosis
                                  if not _refuted_by_probe(finding, claim.detail["sub_step"])]
     lead = explanation.diagnosis[0] if explanation.diagnosis else None
-    if (explanation.verdict == UNEXPLAINED and claim.detail.get("exact") and "sub_step" in claim.detail
+    if (explanation.verdict == UNEXPLAINED and "sub_step" in claim.detail
             and (lead is None or lead.established_by == FIT)):
         observed = Finding(SUB_STEP, explanation.stage, "", claim.text, claim.support, claim.support,
                            {"sub_step": claim.detail["sub_step"], "support": claim.support}, source=PROBE)
