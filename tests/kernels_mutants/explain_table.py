@@ -34,7 +34,7 @@ EVIDENCE_NAMED = ("sub_step", "trial", "axis")  # evidence of diagnosis_mutants 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 CI_GOLDENS = ROOT / "goldens" / "ci.h5"
-STRUCTURAL_CLAIMS = {"never-written", "stale", "layout", "row-aliasing", "permutation", "index-shift",
+STRUCTURAL_CLAIMS = {"never-written", "guard-read", "stale", "layout", "row-aliasing", "permutation", "index-shift",
                      "scale-exponent", "sub-step", "rounding-convention", "constant-factor"}
 
 

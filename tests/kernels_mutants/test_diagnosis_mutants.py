@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from diagnosis_mutants import DIAGNOSED
 from explain_mutants import EXPLAIN_BUGS
+from mutants import Mutant
 
 from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
@@ -47,7 +48,25 @@ def _holds(finding, evidence: dict) -> None:
 def test_every_diagnosis_kind_but_the_reserved_one_has_a_mutant():
     kinds = {mutant.kind for mutant in DIAGNOSED} | {bug.named["kind"] for bug in EXPLAIN_BUGS if "kind" in bug.named}
     assert kinds <= set(KINDS)
-    assert set(KINDS) - kinds == {"stale"}  # stale: tests/explain/test_diagnosis.py
+    # stale: tests/explain/test_diagnosis.py; guard-read: below, where no case shows it alone
+    assert set(KINDS) - kinds == {"stale", "guard-read"}
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_a_past_read_at_the_present_row_stride_copies_guard_band_bytes_and_fits_no_sub_step(tmp_path, ci_golden):
+    """The index compressor with its past and present row capacities passed the other way round: the past records
+    are read at the present's row stride, past the end of past_index_key into its guard band, and the new records
+    written at the past's. The copied bytes are named as such; records computed right are fitted to nothing."""
+    mutant = Mutant("index_capacities_swapped", "csa_ratio4_index_compression.cu",
+                    "past_row_records, key_row_records, total_ptr, finalize);",
+                    "key_row_records, past_row_records, total_ptr, finalize);", "index_key_update",
+                    frozenset({"index_key_update"}), "random.r4-bias-1", "past and present row capacities swapped")
+    kernels = KernelDirectory(mutant.apply(KERNELS, tmp_path / "kernels"), build="strict")
+    (explanation,) = [e for e in explain_case(ci_golden, "random.r4-bias-1", kernels) if e.stage == "index_key_update"]
+    kinds = [finding.kind for finding in explanation.diagnosis]
+    guard = explanation.diagnosis[kinds.index("guard-read")]
+    assert guard.evidence["where"] == {"b": "0", "r": "1"} and guard.to_dict()["source"] == "transform"
+    assert "sub-step" not in kinds and "never-written" in kinds
 
 
 @pytest.mark.usefixtures("emulated_cuda")
