@@ -185,7 +185,8 @@ def _rivals_unreproduced_elsewhere(explanation: Explanation, explanations: Seque
     if not kept:
         gone = {trial.key for trial, _, _ in dropped}
         explanation.verdict, explanation.cause, explanation.closest = UNEXPLAINED, None, dropped[0][0]
-        explanation.diagnosis = [finding for finding in explanation.diagnosis if finding.evidence.get("trial") not in gone]
+        explanation.diagnosis = [finding for finding in explanation.diagnosis
+                                 if finding.evidence.get("trial") not in gone]
     elif len(kept) == 1 and kept[0][0].key not in sub_steps:
         explanation.verdict, explanation.cause = EXPLAINED, kept[0][0]
 

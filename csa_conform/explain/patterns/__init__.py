@@ -38,6 +38,6 @@ from csa_conform.explain.patterns.findings import (
     Finding,
 )
 
-__all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "GUARD_READ", "INDEX_SHIFT", "KINDS", "LAYOUT", "MIN_SUPPORT",
-           "NEVER_WRITTEN", "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "ROW_ALIASING", "SCALE_EXPONENT",
+__all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "GUARD_READ", "INDEX_SHIFT", "KINDS", "LAYOUT",
+           "MIN_SUPPORT", "NEVER_WRITTEN", "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "ROW_ALIASING", "SCALE_EXPONENT",
            "STALE", "STRUCTURAL", "SUB_STEP", "diagnose", "stage_findings"]

@@ -18,8 +18,8 @@ def diagnose(stage: str, expected: Mapping[str, np.ndarray], actual: Mapping[str
     """Every finding on the stage's diverged tensors, strongest kind first, payload order within a kind."""
     from csa_conform.explain.patterns import factor, layout, permutation, quantization, restriction, shift, unwritten
 
-    detectors = (unwritten.never_written, unwritten.guard_read, unwritten.stale, layout.layout, layout.aliased, permutation.permuted,
-                 shift.index_shift,
+    detectors = (unwritten.never_written, unwritten.guard_read, unwritten.stale, layout.layout, layout.aliased,
+                 permutation.permuted, shift.index_shift,
                  quantization.scale_exponent, quantization.query_scale_exponent, factor.constant_factor, restriction.restricted)
     findings: list[Finding] = []
     for tensor, reference, device in comparable(expected, actual):
