@@ -120,6 +120,11 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
                                         libm=((name, device_libm(name + "-double")),)))
         if name == "expf":
             found += _fast_exps(device_libm)
+    if device_libm is not None and {"sinf", "cosf"} <= set(BY_NAME[stage].libm):
+        # RoPE's angle: a kernel takes its sine and cosine from one call (sincosf) or one library, so the pair is
+        # one ingredient; each alone may fit one step and miss another where only the other one differs
+        found.append(Hypothesis("sincosf:device", "sinf and cosf from the device's libm (RoPE's sincosf)",
+                                libm=(("sinf", device_libm("sinf")), ("cosf", device_libm("cosf")))))
     if stage == "sparse_sink_softmax_attention":  # its kernel may recompute the weights after the denominator
         found += [Hypothesis(f"{WEIGHTS_ONLY}{h.key}", f"the P·V weights' {h.name} (the denominator's expf the "
                              "reference's)", weights_exp=h.libm[0][1])

@@ -267,6 +267,22 @@ def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes
     assert min(equals, key=entry._simplest).key == "expf:device-double"
 
 
+def test_ropes_sine_and_cosine_from_the_device_are_one_ingredient_beside_each_alone():
+    """A kernel takes RoPE's sine and cosine from one sincosf (or one library): one step may show only the sine's
+    difference and another only the cosine's, so each alone is refuted by the other step and only the pair is the
+    kernel's rule."""
+    from csa_conform.explain.hypotheses import stage_hypotheses
+    from csa_conform.explain.search import acts_only_in_rope, ingredient
+
+    found = {hypothesis.key: hypothesis for hypothesis in stage_hypotheses("compression_update", lambda name: name)}
+    pair = found["sincosf:device"]
+    assert dict(pair.libm) == {"sinf": "sinf", "cosf": "cosf"} and acts_only_in_rope(pair)
+    assert len({ingredient(found[key]) for key in ("sinf:device", "cosf:device", "sincosf:device")}) == 3
+    assert "sincosf:device" not in {hypothesis.key for hypothesis in stage_hypotheses("compression_update", None)}
+    assert "sincosf:device" not in {hypothesis.key for hypothesis in stage_hypotheses(
+        "sparse_sink_softmax_attention", lambda name: name)}
+
+
 def test_a_cuda_runners_libm_is_measured_under_its_kernel_directory_and_build(tmp_path, monkeypatch):
     """The probe of a CUDA backend (here a stand-in with evaluate_libm), as a device run reaches it."""
     from types import SimpleNamespace
