@@ -414,7 +414,8 @@ def _probed(explanation: Explanation, claim: Claim | None) -> None:
     if (explanation.verdict == UNEXPLAINED and "sub_step" in claim.detail
             and (lead is None or lead.established_by == FIT)):
         observed = Finding(SUB_STEP, explanation.stage, "", claim.text, claim.support, claim.support,
-                           {"sub_step": claim.detail["sub_step"], "support": claim.support}, source=PROBE)
+                           {"sub_step": claim.detail["sub_step"], "exact": claim.detail["exact"],
+                            "support": claim.support}, source=PROBE)
         explanation.diagnosis = [observed] + [finding for finding in explanation.diagnosis
                                               if finding.established_by != FIT]
         return
