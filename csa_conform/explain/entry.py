@@ -298,6 +298,13 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     if held is not None:  # a fact about the bytes that no numeric ingredient makes: it leads
         explanation.diagnosis.insert(0, held)
     explanation.first = _first_element(stage, diffs, g, inputs, expected)
+    if inherited is not None and not computed:
+        # the reference rejects what this launch computed upstream: a variant that reproduces the device there
+        # may do so only by accepting those inputs (the sink in the maximum keeps a row of masked candidates
+        # finite), which says nothing of the kernel's arithmetic
+        explanation.note = (f"no hypothesis is tried: from the device's {own} the reference rejects this stage's "
+                            "inputs, and a variant that accepts them is no evidence")
+        return explanation
     if any(finding.decisive and finding.kind in STRUCTURAL and finding.evidence.get("structural", True)
            for finding in explanation.diagnosis):
         if stage not in SUB_STEPS:  # the pattern says where values went; the step ported another way may say why
@@ -403,10 +410,15 @@ def failure_note(error: BaseException) -> str:
 def _probed(explanation: Explanation, claim: Claim | None) -> None:
     """A probe's claim in the explanation: an unexplained divergence's first divergent sub-step observed (exactly,
     or with the unobserved ones before it that it may start at, all named) replaces what the final bytes were
-    only consistent with (a fit, or nothing, leading the diagnosis); any other probe claim, or one beside a
-    stronger finding (a transform), is added after the lead."""
+    only consistent with (a fit, or nothing, leading the diagnosis); a fit whose every sub-step the probes saw
+    equal is dropped; any other probe claim, or one beside a stronger finding (a transform), is added after the
+    lead."""
     if claim is None:
         return
+    equal = set(claim.detail.get("equal", ()))
+    if equal:  # a fit whose every consistent sub-step a probe saw bit-exact is refuted by it
+        explanation.diagnosis = [finding for finding in explanation.diagnosis if not (
+            finding.established_by == FIT and set(finding.evidence.get("consistent", ())) <= equal)]
     if "sub_step" in claim.detail:
         explanation.diagnosis = [finding for finding in explanation.diagnosis
                                  if not _refuted_by_probe(finding, claim.detail["sub_step"])]

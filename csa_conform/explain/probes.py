@@ -47,8 +47,8 @@ SUB_STEP = {"pool_scores": "gate + APE scores", "pooled": "pool", "bf16": "bf16"
             "index_score": "index score", "softmax_probabilities": "softmax probabilities"}
 # A sub-step before the probes whose output is already a payload tensor of the stage: compared first, as a probe.
 PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
-# What a stage computes before a probe that no probe observes, and whose output that probe reads: listed as
-# unobserved before it, unless the probe that reads it is the reference's (then it did not diverge there).
+# What a stage computes before a probe that no probe observes, and whose output only that probe reads: where that
+# probe is the first to differ, the divergence may start there (where it is equal, it did not).
 UNPROBED_BEFORE = {
     "compression_update": {"pooled": "the kv rows' copy into the carry"},
     "index_key_update": {"pooled": "the kv rows' copy into the carry"},
@@ -226,9 +226,6 @@ def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tu
         probes.append(_compare(name, np.asarray(expected[stage][tensor]), held.reshape(
             held.shape[:-1] + (1, held.shape[-1])), axes))
     for name in PROBED[stage]:
-        if name in UNPROBED_BEFORE.get(stage, {}):
-            probes.append({"name": f"before:{name}", "sub_step": UNPROBED_BEFORE[stage][name], "status": UNOBSERVED,
-                           "reason": f"no probe observes it; {SUB_STEP[name]} reads it"})
         if name not in reference:
             probes.append({"name": name, "sub_step": SUB_STEP[name], "status": UNOBSERVED,
                            "reason": "the reference computes no such intermediate for this step"})
@@ -245,9 +242,9 @@ def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tu
         probes.append(_compare(name, expected_values, device, name_axes))
     first = next((probe for probe in probes if probe["status"] in (DIFFERS, EXTENT)), None)
     before = probes[: probes.index(first)] if first is not None else probes
-    read_equal = {f"before:{probe['name']}" for probe in probes if probe["status"] == EQUAL}
-    unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED
-                  and probe["name"] not in read_equal]
+    unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
+    if first is not None and first["name"] in UNPROBED_BEFORE.get(stage, {}):
+        unobserved.append(UNPROBED_BEFORE[stage][first["name"]])
     return {"module": module, "probes": probes, "first_divergent": None if first is None else first["sub_step"],
             "exact": first is not None and not unobserved, "unobserved_before": unobserved,
             "after_probes": list(AFTER_PROBES[stage]), "dropped": dropped, "moved": moved,

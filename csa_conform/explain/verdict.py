@@ -148,6 +148,8 @@ class Explanation:
                     f"{self.closest.mismatches:,} of {self.closest.elements:,}")
         if self.search is not None and not self.search["singles"]:  # an integer stage: only its steps re-run
             return "no numeric ingredient applies to this stage"
+        if self.search is None and not self.trials:
+            return "no numeric ingredient tried"
         if any(trial.rejected is None for trial in self.trials):
             return "no numeric ingredient moves the result"
         return "no numeric ingredient applies to this stage"

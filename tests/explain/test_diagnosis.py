@@ -212,7 +212,7 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_up
     """What the CUDA seed's kernels do at large positions (device cosf/powf): one bf16 of the RoPE tail
     one step off; the head's codes and the tail's energy are the reference's. A difference that small at the
     pool, bf16 or RMSNorm fits the same bytes: the finding lists them all and names no sub-step."""
-    from csa_conform.explain.patterns.substeps import localize
+    from csa_conform.explain.patterns.substeps import STREAMED, localize
 
     g, inputs, stages = first_step("boundaries.r128-resumed-119-chunks")
     reference = stages["compression_update"]
@@ -220,8 +220,9 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_up
     device["present_compressed_kv"][0, -1, 583 - 2] ^= 0x01  # the low byte of the last tail bf16
     found = localize("compression_update", g, inputs, reference, device)
     assert found.kind == SUB_STEP and found.evidence["sub_step"] is None and found.evidence["rule"] == "rope"
-    assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE"] and found.decisive
-    assert "pool, bf16, RMSNorm or RoPE output" in found.headline and "not separable" in found.headline
+    assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE"] and found.decisive
+    assert "pool, bf16, RMSNorm or RoPE output, or in the rows streamed into the carry that the pool reads" in \
+        found.headline and "not separable" in found.headline
     assert found.confidence != "strong" and found.to_dict()["source"] == "fit"
     assert found.evidence["first"] == [0, device["present_compressed_kv"].shape[1] - 1]
 
@@ -249,7 +250,7 @@ def test_a_record_written_at_another_records_place_or_left_unwritten_is_no_sub_s
 def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_matching_stages_at_nothing():
     """A code moved to the other grid value bracketing the reference's quantizer input: only the
     quantization differs. A code moved away from its input is not a quantization difference."""
-    from csa_conform.explain.patterns.substeps import _record_chain, localize
+    from csa_conform.explain.patterns.substeps import STREAMED, _record_chain, localize
     from csa_conform.numerics.fp8 import e4m3_decode
 
     g, inputs, stages = first_step("boundaries.r128-resumed-119-chunks")
@@ -268,7 +269,7 @@ def test_a_head_code_rounded_the_other_way_is_localized_at_the_quantization_and_
         found = localize("compression_update", g, inputs, reference, device)
         if sub_step:
             assert found.evidence["rule"] == "quantizer" and found.evidence["sub_step"] is None
-            assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE", sub_step]
+            assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE", sub_step]
         else:
             assert found.evidence["rule"] != "quantizer"
 

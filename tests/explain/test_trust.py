@@ -99,8 +99,9 @@ def test_rival_ingredients_that_both_reproduce_make_the_verdict_ambiguous(monkey
 def test_records_pooled_from_another_vector_fit_every_norm_keeping_sub_step_and_unmatched_ones_nothing():
     """Pooled with other weights, a record is still RMS-normalized: consistent with another pooled vector, but
     as much with anything before the quantization that keeps the norm (an element read from elsewhere in
-    RMSNorm, a rotation at another angle), so no sub-step is named. Scrambled bytes match nothing."""
-    from csa_conform.explain.patterns.substeps import localize
+    RMSNorm, a rotation at another angle, a row streamed into the carry at another slot), so no sub-step is
+    named. Scrambled bytes match nothing."""
+    from csa_conform.explain.patterns.substeps import STREAMED, localize
 
     g, inputs, expected = first_step("boundaries.r4-prefill-8")
     stage = "compression_update"
@@ -108,7 +109,7 @@ def test_records_pooled_from_another_vector_fit_every_norm_keeping_sub_step_and_
     device = run_stage(stage, g, dict(inputs, compressor_gate=gate * np.float32(0.5)), expected)
     found = localize(stage, g, inputs, expected[stage], device)
     assert found is not None and found.evidence["rule"] == "normalized" and found.evidence["sub_step"] is None
-    assert found.evidence["consistent"] == ["pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
+    assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
     scrambled = {key: np.array(value, copy=True) for key, value in expected[stage].items()}
     records = scrambled["present_compressed_kv"]
     records[:, -1] = np.random.default_rng(3).integers(0, 255, records[:, -1].shape, dtype=np.uint8)

@@ -75,6 +75,9 @@ SUB_STEPS = {
     "index_key_update": ("pool", "bf16", "RMSNorm", "RoPE", "Hadamard", "FP4 block quantization"),
     "index_query_finalize": ("bf16", "RoPE", "Hadamard", "FP4 round trip"),
 }
+# What a compressor's pool reads, before every sub-step: a row streamed at the wrong slot, phase or offset reaches the
+# records only through the pool, and fits whatever a difference at the pool fits.
+STREAMED = "the rows streamed into the carry"
 BF16_SLACK = 2.0**-6  # relative: a bf16 rounding of each element, several times over
 FAR_FROM_ONE = 1 / 16  # a per-record constant this far from 1 is no rounding difference
 FP8 = (E4M3_TABLE, 448.0, 1.0e-4, FP8_BLOCK)
@@ -237,7 +240,13 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions
 
 def consistent(stage: str, rule: str, factor: float = 1.0) -> tuple[str, ...]:
     """The sub-steps whose difference the fit ``rule`` cannot tell apart, in the stage's order: a difference at
-    any of them (an earlier one smaller than the later roundings) gives bytes that fit so."""
+    any of them (an earlier one smaller than the later roundings) gives bytes that fit so; the pool's, also the
+    rows streamed into the carry that it reads."""
+    found = _consistent(stage, rule, factor)
+    return ((STREAMED,) + found) if "pool" in found else found
+
+
+def _consistent(stage: str, rule: str, factor: float) -> tuple[str, ...]:
     steps = SUB_STEPS[stage]
     if rule == "none":
         return ()
@@ -377,10 +386,13 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
         headline = (f"no sub-step's output could be matched ({order}): in {int(chosen.sum()):,} of {len(rules):,} "
                     f"differing {unit} {reason}")
     else:
-        listed = _listing(possible)
-        within = rule in ("quantizer", "hadamard-inverse", "rope") or (rule == "scale" and len(possible) == len(steps))
+        computed = [step for step in possible if step in steps]
+        listed = _listing(computed)
+        within = rule in ("quantizer", "hadamard-inverse", "rope") or (rule == "scale" and len(computed) == len(steps))
         what = (f"differences within one rounding step of the {listed} output" if within else
                 f"a difference at {listed}")
+        if STREAMED in possible:
+            what += f", or in {STREAMED} that the pool reads"
         headline = (f"in {int(chosen.sum()):,} of {len(rules):,} differing {unit} {reason}: consistent with {what} "
                     f"({order}); not separable from this stage's payload, no sub-step observed")
     evidence = {"sub_step": None, "sub_steps": list(steps), "consistent": possible, "shared": shared,
