@@ -327,7 +327,7 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
             explanation.trials = [trial for _, trial in reruns]
             _decide(explanation, [pair for pair in reruns if pair[1].reproduces], localized, witnesses, g.ratio)
             return explanation
-        # no later sub-step's input is the reference's: no rounding convention or RoPE position moves values so far
+        # no check within rounding bounds holds: no rounding convention or RoPE position moves values so far
         gross = localized.decisive and localized.evidence["rule"] == "none"
     rope_exact = localized is not None and localized.evidence["rope_exact"]
     if rope_exact:

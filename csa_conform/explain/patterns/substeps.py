@@ -94,7 +94,8 @@ REASONS = {
     "orthogonal": "the values keep the energy of the reference's RoPE output but are no inverse Hadamard of it",
     "scale": "the values are the reference's RoPE output times one constant per record, within the roundings",
     "normalized": "undone back to RMSNorm's output the values have RMS 1 but are not the reference's",
-    "none": "no later sub-step's input is the reference's, and no sub-step's output shows what differs",
+    "none": "the values pass none of these checks (codes around the quantizer's input, an inverse transform, a "
+            "kept energy, norm or constant)",
 }
 
 
