@@ -245,8 +245,10 @@ def compared(stage: str, reference: Mapping[str, np.ndarray], expected, axes: tu
     unobserved = [probe["sub_step"] for probe in before if probe["status"] == UNOBSERVED]
     if first is not None and first["name"] in UNPROBED_BEFORE.get(stage, {}):
         unobserved.append(UNPROBED_BEFORE[stage][first["name"]])
+    # a probe before it that holds the reference's values in other places may be where values first went wrong
+    moved_before = [probe for probe in before if probe["status"] == REORDERED]
     return {"module": module, "probes": probes, "first_divergent": None if first is None else first["sub_step"],
-            "exact": first is not None and not unobserved, "unobserved_before": unobserved,
+            "exact": first is not None and not unobserved and not moved_before, "unobserved_before": unobserved,
             "after_probes": list(AFTER_PROBES[stage]), "dropped": dropped, "moved": moved,
             "trusted": not moved and not dropped}
 
@@ -283,8 +285,7 @@ def probe_text(observation: dict) -> str:
                     f"equal{moved}{unseen_text}): the divergence is in where values went or in what no probe saw")
         return (f"probes: every observed sub-step is the reference's bit for bit ({', '.join(equal)}{unseen_text}): "
                 f"the divergence is in what no probe saw{_unprobed(observation)}")
-    exact = "" if observation["exact"] else (
-        f" (not observed before it: {', '.join(observation['unobserved_before'])}, so it may start there)")
+    exact = "".join(f" ({hedge}, so it may start there)" for hedge in _hedges(observation, first))
     agree = (f"{', '.join(equal)} equal" if equal else "") + moved
     agree = f"{agree.removeprefix('; ')}; " if agree else ""
     if first["status"] == EXTENT:
@@ -296,6 +297,20 @@ def probe_text(observation: dict) -> str:
     return (f"probe: the first divergent sub-step is {first['sub_step']}{exact} — {agree}{first['sub_step']}: "
             f"{first['differing']:,} of {first['elements']:,} elements differ, first at {where}: reference "
             f"{ref['value']} ({ref['bits']}), device {dev['value']} ({dev['bits']}){classes}")
+
+
+def _before(observation: dict, first: dict) -> tuple[list[str], list[str]]:
+    """Where the divergence may start before the first divergent probe: the unobserved sub-steps before it, and those
+    before it that hold the reference's values in other places (values moved there may be the first wrong ones)."""
+    probes = observation["probes"]
+    moved = [probe["sub_step"] for probe in probes[: probes.index(first)] if probe["status"] == REORDERED]
+    return list(observation["unobserved_before"]), moved
+
+
+def _hedges(observation: dict, first: dict) -> list[str]:
+    unseen, moved = _before(observation, first)
+    return ([f"not observed before it: {', '.join(unseen)}"] if unseen else []) + (
+        [f"values in other places before it: {', '.join(moved)}"] if moved else [])
 
 
 def _extent(probe: dict) -> str:
@@ -317,7 +332,9 @@ def probe_claim(observation: dict | None) -> Claim | None:
         return None
     first = next((probe for probe in observation["probes"] if probe["status"] in (DIFFERS, EXTENT)), None)
     if first is not None:
-        exact = "" if observation["exact"] else f" or an unobserved one before it ({', '.join(observation['unobserved_before'])})"
+        unseen, moved = _before(observation, first)
+        exact = (f" or an unobserved one before it ({', '.join(unseen)})" if unseen else "") + (
+            f" or one before it whose values sit in other places ({', '.join(moved)})" if moved else "")
         if first["status"] == EXTENT:
             return Claim(f"the first divergent sub-step on the device is {first['sub_step']}{exact} (probes: "
                          f"{_extent(first)})", PROBE, int(first["elements"]),

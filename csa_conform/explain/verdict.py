@@ -117,7 +117,7 @@ class Explanation:
         no numeric ingredient makes, so none was tried), or None."""
         finding = self.diagnosis[0] if self.diagnosis else None
         if (self.verdict == UNEXPLAINED and finding is not None and finding.kind in STRUCTURAL and finding.decisive
-                and self.search is None):
+                and finding.evidence.get("structural", True) and self.search is None):
             return finding
         return None
 

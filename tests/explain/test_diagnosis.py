@@ -346,6 +346,26 @@ def test_two_sorted_runs_written_the_other_way_round_are_a_rotation_not_a_sort()
         "sorted by id"
 
 
+def test_one_rows_reordering_is_an_observation_and_two_distinct_rows_a_finding():
+    """Tied values make one row's reordering a coincidence too often (a rotation of tied RoPE pairs lands on the
+    same multiset): one row, or rows holding the same values, is said as a fact, not claimed as the kernel's."""
+    row = RNG.standard_normal(64).astype(np.float32)
+    shuffled = row[RNG.permutation(64)]
+    expected = np.stack([row, row])[None]
+    one = expected.copy()
+    one[0, 0] = shuffled
+    same = np.stack([shuffled, shuffled])[None]
+    for device in (one, same):
+        finding = _kinds("index_key_update", "logical_keys", expected, device, ("b", "r", "d"))[0]
+        assert finding.kind == PERMUTATION and finding.established_by == "observation"
+    other = RNG.standard_normal(64).astype(np.float32)
+    expected = np.stack([row, other])[None]
+    device = np.stack([shuffled, other[RNG.permutation(64)]])[None]
+    finding = _kinds("index_key_update", "logical_keys", expected, device, ("b", "r", "d"))[0]
+    assert finding.kind == PERMUTATION and finding.evidence["pattern"] == "reordered"
+    assert finding.established_by != "observation"
+
+
 def test_a_reversal_that_misses_one_row_is_not_claimed():
     ids = _padded_ids()
     device = _reversed_from(ids)

@@ -111,6 +111,23 @@ def test_a_bug_in_the_kv_copy_into_the_carry_is_located_at_the_pool_or_the_unobs
     assert observation["exact"] and observation["unobserved_before"] == []
 
 
+def test_a_probe_holding_the_reference_values_elsewhere_before_the_first_divergent_one_is_named_with_it():
+    """RoPE's sine and cosine swapped on tied data: the RoPE and Hadamard probes hold the reference's values in other
+    places and the FP4 block scale is the first to hold other values; where the values moved may be the first
+    wrong sub-step, so the location is not exact and the claim names them."""
+    from csa_conform.explain.probes import compared, probe_claim
+
+    ramp = np.arange(4, dtype=np.float32)[None, None]
+    reference = {"bf16": ramp, "rope": ramp, "hadamard": ramp, "fp4_scale": np.ones((1, 1, 1), np.float32)}
+    device = dict(reference, rope=ramp[..., ::-1].copy(), fp4_scale=np.full((1, 1, 1), 2, np.float32))
+    observation = compared("index_query_finalize", reference, {}, ("q",),
+                           lambda name: (device[name], ("q",)) if name in device else "not written", "m", [])
+    assert observation["first_divergent"] == "FP4 block scale" and not observation["exact"]
+    claim = probe_claim(observation)
+    assert "FP4 block scale or one before it whose values sit in other places (RoPE) (probes:" in claim.text
+    assert not claim.detail["exact"] and "unobserved" not in claim.text
+
+
 def test_the_first_divergent_probe_carries_the_value_classes_of_its_differences(tmp_path):
     kernels = _plant(tmp_path, "const float weight = csa_expf(score - maximum);", "const float weight = csa_expf(score);")
     observation = _observed(kernels, "edges.r128-f32-far-gates", 0, COMPRESSION)["compression_update"]
