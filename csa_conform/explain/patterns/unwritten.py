@@ -74,40 +74,42 @@ def _where(mask: np.ndarray, axes: tuple[str, ...]) -> dict:
     return found
 
 
-def never_written(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    unwritten = poisoned(actual) & differ
-    count = int(np.count_nonzero(unwritten))
+def _marked(mask: np.ndarray, differ: np.ndarray, shape, axes) -> tuple[int, int, str, dict, str] | None:
+    """(count, differing, first coordinates, where per axis, where as words) of the differing elements ``mask``
+    marks, or None when it marks none."""
+    marked = mask & differ
+    count = int(np.count_nonzero(marked))
     if not count:
         return None
-    differing = int(np.count_nonzero(differ))
-    first = int(np.flatnonzero(unwritten)[0])
-    where = _where(unwritten, axes)
+    where = _where(marked, axes)
     places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
+    first = coordinates(int(np.flatnonzero(marked)[0]), shape, axes)
+    return count, int(np.count_nonzero(differ)), first, where, f", at {places}" if places else ""
+
+
+def never_written(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
+    found = _marked(poisoned(actual), differ, actual.shape, axes)
+    if found is None:
+        return None
+    count, differing, first, where, at = found
     headline = (f"{tensor} was never written: {count:,} of {differing:,} differing elements still hold the runner's "
-                f"0x{POISON:02X} poison (uninitialised memory){', at ' + places if places else ''}; "
-                f"first at {coordinates(first, actual.shape, axes)}")
+                f"0x{POISON:02X} poison (uninitialised memory){at}; first at {first}")
     return Finding(NEVER_WRITTEN, stage, tensor, headline, count, differing,
-                   {"pattern": f"0x{POISON:02X}", "poisoned": count, "first": coordinates(first, actual.shape, axes),
-                    "where": where})
+                   {"pattern": f"0x{POISON:02X}", "poisoned": count, "first": first, "where": where})
 
 
 def guard_read(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
     """Differing elements that hold the guard bands' byte: read from outside a buffer (copied, or a sum that a
     guard value of -1.2e17 absorbed)."""
-    copied = guarded(actual) & differ
-    count = int(np.count_nonzero(copied))
-    if not count:
+    found = _marked(guarded(actual), differ, actual.shape, axes)
+    if found is None:
         return None
-    differing = int(np.count_nonzero(differ))
-    first = int(np.flatnonzero(copied)[0])
-    where = _where(copied, axes)
-    places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
+    count, differing, first, where, at = found
     headline = (f"{tensor} holds the runner's 0x{GUARD_BYTE:02X} guard-band bytes in {count:,} of {differing:,} "
-                f"differing elements{', at ' + places if places else ''}: the kernel read them from outside a "
-                f"buffer (at a wrong offset or past an end); first at {coordinates(first, actual.shape, axes)}")
+                f"differing elements{at}: the kernel read them from outside a buffer (at a wrong offset or past an "
+                f"end); first at {first}")
     return Finding(GUARD_READ, stage, tensor, headline, count, differing,
-                   {"pattern": f"0x{GUARD_BYTE:02X}", "copied": count, "first": coordinates(first, actual.shape, axes),
-                    "where": where})
+                   {"pattern": f"0x{GUARD_BYTE:02X}", "copied": count, "first": first, "where": where})
 
 
 def stale(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
