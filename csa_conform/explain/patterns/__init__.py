@@ -39,5 +39,5 @@ from csa_conform.explain.patterns.findings import (
 )
 
 __all__ = ["CONSTANT_FACTOR", "Context", "DECISIVE", "Finding", "GUARD_READ", "INDEX_SHIFT", "KINDS", "LAYOUT",
-           "MIN_SUPPORT", "NEVER_WRITTEN", "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "ROW_ALIASING", "SCALE_EXPONENT",
-           "STALE", "STRUCTURAL", "SUB_STEP", "diagnose", "stage_findings"]
+           "MIN_SUPPORT", "NEVER_WRITTEN", "PERMUTATION", "RESTRICTED", "ROUNDING_CONVENTION", "ROW_ALIASING",
+           "SCALE_EXPONENT", "STALE", "STRUCTURAL", "SUB_STEP", "diagnose", "stage_findings"]

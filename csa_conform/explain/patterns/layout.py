@@ -103,8 +103,8 @@ def aliased(stage: str, tensor: str, expected, actual, differ, axes, context: Co
             pairs = ", ".join(f"{name}={k} holds {name}={j}" for k, j in list(mapping.items())[:6])
             more = f" and {len(mapping) - 6} more" if len(mapping) > 6 else ""
             targets = set(mapping.values())
-            common = (f"; every one holds {name}={next(iter(targets))}'s data" if len(targets) == 1 and len(mapping) > 1
-                      else "")
+            common = (f"; every one holds {name}={next(iter(targets))}'s data"
+                      if len(targets) == 1 and len(mapping) > 1 else "")
             never = (f"; {name} {spans(unwritten)} never written (still the runner's poison where it differs)"
                      if unwritten else "")
             headline = (f"{tensor} rows alias: {pairs}{more}, whole and bit for bit{common}{never}; {covered:,} of "

@@ -25,8 +25,9 @@ matching rows left as they are) on at least MIN_SUPPORT identifying elements
 beyond chance; any other that does too is named as its equal, except a sort
 where a rotation fits: a row made of two sorted runs (a dense window, then
 the records) comes out sorted when a kernel only writes its runs the other
-way round, so there the sort is no evidence of sorting. Below that, a tensor whose every differing row holds the
-reference row's values bit for bit, each as often, is an observation: the
+way round, so there the sort is no evidence of sorting. Below that, a tensor
+whose every differing row holds the reference row's values bit for bit, each
+as often, is an observation: the
 reference's values in another order, which order unsaid; so is one row
 alone (or rows that hold the same values) that no canonical order fits: tied
 values make a reordering of one row a coincidence too often to call it the
@@ -197,7 +198,8 @@ def _ordered_ids(stage, tensor, expected, actual, differ, axes, rows, context: C
                     "support": considered, "from": start, "chance": round(coincidences, 2)})
 
 
-def _rotations(reference: np.ndarray, device: np.ndarray, valid: np.ndarray, differing: np.ndarray) -> list[int] | None:
+def _rotations(reference: np.ndarray, device: np.ndarray, valid: np.ndarray,
+               differing: np.ndarray) -> list[int] | None:
     """For every differing row, by how many places its valid entries are rotated (the last that many put ahead
     of the others) to give the device's row, the other entries left as they are; None when a row fits none."""
     turns = []

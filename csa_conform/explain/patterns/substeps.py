@@ -283,16 +283,18 @@ def _record_chain(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray])
     return normalized, rotated, hadamard, np.asarray(block_starts), norm
 
 
-def _placed_elsewhere(record: np.ndarray, expected: np.ndarray, place: tuple[int, int]) -> bool:
-    """The device's record is, bit for bit, the reference's record of another place, or holds the runner's poison
-    or its guard bands' bytes: computed right and written at another record's offset, not written (whole or in
-    part), or copied from outside a buffer. No sub-step's arithmetic differs there, so the fit judges only the records
-    computed otherwise."""
-    if (poisoned(record) | guarded(record)).any():  # no computed record holds a run of the runner's fill bytes
-        return True
-    same = (unsigned(expected).reshape(-1, expected.shape[-1]) == unsigned(record)).all(axis=-1)
-    same[place[0] * expected.shape[1] + place[1]] = False
-    return bool(same.any())
+def _computed_here(records: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Per differing device record [n, W]: not, bit for bit, one of the reference's records (all of which differ
+    from it at its own place, so a match is another place's) and free of the runner's poison and guard-band bytes.
+    The others were computed right and written at another record's offset, not written (whole or in part), or
+    copied from outside a buffer: no sub-step's arithmetic differs there, so the fit judges only these."""
+    filled = (poisoned(records) | guarded(records)).any(axis=-1)  # no computed record holds a run of fill bytes
+
+    def whole(rows: np.ndarray) -> np.ndarray:
+        rows = np.ascontiguousarray(unsigned(rows)).reshape(-1, rows.shape[-1])
+        return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[-1]))).ravel()
+
+    return ~filled & ~np.isin(whole(records), whole(expected))
 
 
 def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Mapping):
@@ -307,7 +309,7 @@ def _records(stage: str, g: StepGeometry, inputs, reference: Mapping, device: Ma
         return None
     new = differ[:, past:]
     rows = np.argwhere(new.any(axis=-1))
-    rows = rows[[not _placed_elsewhere(actual[b, past + r], expected, (b, past + r)) for b, r in rows]]
+    rows = rows[_computed_here(actual[:, past:][rows[:, 0], rows[:, 1]], expected)]
     if not rows.size:
         return None
     chain = _record_chain(stage, g, inputs)
