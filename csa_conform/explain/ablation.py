@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from csa_conform.check.conformance import StepOutcome, compare_step
-from csa_conform.contract import validate_step
+from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.explain.claims import ABLATION, Claim
@@ -124,9 +124,24 @@ def _device_stages(ratio: int, stages: Sequence[str]) -> frozenset[str]:
     return frozenset(STAGE_NAMES) - kept
 
 
+@dataclass(frozen=True)
+class Variant:
+    """An ablated step that ran: its inputs, the oracle's stages and the device's (isolated: the device's stage
+    read the oracle's upstream), so that a hypothesis can be re-run on it and held to what the device did."""
+
+    key: str
+    change: str
+    g: StepGeometry
+    inputs: Mapping[str, np.ndarray]
+    expected: Mapping
+    actual: Mapping
+    differing: int
+
+
 def ablate(attrs: Mapping, output_names: Sequence[str], inputs: Mapping[str, np.ndarray], stage: str, diffs,
-           runner: DeviceRunner, ulp: int = 0) -> list[dict]:
-    """Each ablation that can move ``stage``: what it changed, and whether the stage still diverges there."""
+           runner: DeviceRunner, ulp: int = 0, variants: list[Variant] | None = None) -> list[dict]:
+    """Each ablation that can move ``stage``: what it changed, and whether the stage still diverges there
+    (each variant that ran is appended to ``variants``)."""
     ratio = int(attrs["compression_ratio"])
     if not any(stage in launch.stages for launch in launches_for_ratio(ratio)):
         return []  # no kernel computes it (writeback): with every stage on the host nothing could diverge
@@ -142,7 +157,10 @@ def ablate(attrs: Mapping, output_names: Sequence[str], inputs: Mapping[str, np.
         if isinstance(edited, str):
             results.append({**result, "outcome": NOT_RUN, "reason": edited})
             continue
-        results.append({**result, **_run(edited, stage, runner, ulp, {diff.tensor for diff in diffs})})
+        outcome, ran = _run(edited, stage, runner, ulp, {diff.tensor for diff in diffs})
+        results.append({**result, **outcome})
+        if ran is not None and variants is not None:
+            variants.append(Variant(ablation.key, result["change"], *ran, outcome["differing"]))
     return results
 
 
@@ -157,22 +175,24 @@ def _idle(stage: str, g, tensors: set[str]) -> str | None:
     return None
 
 
-def _run(stream: Stream, stage: str, runner: DeviceRunner, ulp: int, tensors: set[str]) -> dict:
+def _run(stream: Stream, stage: str, runner: DeviceRunner, ulp: int, tensors: set[str]) -> tuple[dict, tuple | None]:
+    """(the result, and (geometry, inputs, oracle stages, device stages) where the variant ran)."""
     attrs, inputs, names = stream.attrs, stream.steps[0], list(stream.output_names)
     try:
-        idle = _idle(stage, validate_step(attrs, inputs, names), tensors)
+        g = validate_step(attrs, inputs, names)
+        idle = _idle(stage, g, tensors)
         expected = run_step(attrs, inputs, names).stages
     except ContractError as error:
-        return {"outcome": NOT_RUN, "reason": f"the contract rejects it: {error}"}
+        return {"outcome": NOT_RUN, "reason": f"the contract rejects it: {error}"}, None
     if idle:
-        return {"outcome": NOT_RUN, "reason": idle}
+        return {"outcome": NOT_RUN, "reason": idle}, None
     try:
         actual = runner.run_step(attrs, inputs, names, reference=expected, case="ablation")
     except (ContractError, HostStageRejected) as error:
-        return {"outcome": NOT_RUN, "reason": f"the device run refused it: {error}"}
+        return {"outcome": NOT_RUN, "reason": f"the device run refused it: {error}"}, None
     failing = [diff for diff in compare_step(StepOutcome(0, expected, actual=actual), [stage], ulp) if not diff.passed]
     differing = sum(diff.mismatches for diff in failing)
-    return {"outcome": PERSISTS if failing else VANISHES, "differing": differing}
+    return {"outcome": PERSISTS if failing else VANISHES, "differing": differing}, (g, inputs, expected, actual.stages)
 
 
 def ablation_runner(runner: DeviceRunner, ratio: int, stages: Sequence[str]) -> DeviceRunner:

@@ -30,15 +30,15 @@ from csa_conform.device.launches import kernel_of
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, InternalError, operator_message
 from csa_conform.explain.ablation import NOT_RUN, ablate, ablation_claim, ablation_runner
-from csa_conform.explain.claims import FIT, OBSERVATION, PROBE, RERUN, Claim
+from csa_conform.explain.claims import FIT, OBSERVATION, PROBE, RERUN, STRONG, Claim
 from csa_conform.explain.device_libm import device_libm as probe_device_libm
 from csa_conform.explain.earlier import earlier_sub_step
 from csa_conform.explain.element import element_provenance
-from csa_conform.explain.experiments import Witnesses, refuted
+from csa_conform.explain.experiments import Witnesses, on_ablations, refuted
 from csa_conform.explain.hypotheses import SUB_STEPS, WEIGHTS_ONLY, Hypothesis, structural_hypotheses
 from csa_conform.explain.patterns import (LAYOUT, MIN_SUPPORT, PERMUTATION, SCALE_EXPONENT, STRUCTURAL, SUB_STEP, Finding,
                                          stage_findings)
-from csa_conform.explain.patterns.substeps import localize
+from csa_conform.explain.patterns.substeps import STREAMED, localize
 from csa_conform.explain.probes import PROBED, probe_claim, probe_step
 from csa_conform.explain.rows import Rerun
 from csa_conform.explain.search import ingredient, search
@@ -86,6 +86,7 @@ def _decide(explanation: Explanation, reproducing, localized, witnesses: Witness
     kernel (``witnesses``): what the device refutes there is dropped."""
     if not reproducing:
         return
+    explanation.hypotheses.update((trial.key, hypothesis) for hypothesis, trial in reproducing)
     groups: dict[str, list] = {}
     for hypothesis, trial in reproducing:
         groups.setdefault(ingredient(hypothesis), []).append((hypothesis, trial))
@@ -122,13 +123,14 @@ def _simplest(trial) -> tuple[bool, bool, int]:
             sum(changed for changed, _ in trial.changed.values()))
 
 
-def settle_across_steps(explanations: Sequence[Explanation]) -> None:
+def settle_across_steps(explanations: Sequence[Explanation], final: bool = True) -> None:
     """Rivals (of an ambiguous verdict, or an explained one's equal variants) decided by the run's other
     divergent steps of the same kernel and stage: where one rival's re-run reproduces the device bit for bit
     and another's does not, the device refuted the other (one kernel, one arithmetic). A single survivor of an
     ambiguous verdict explains the divergence, unless it is a sub-step re-run (its finding needs the re-run's
     own evidence); an explained verdict whose cause was refuted takes the surviving variant changing fewest
-    arguments."""
+    arguments. Only the ``final`` pass, over every divergent step there will be, drops a cause for want of a step
+    that confirms it."""
     readings = [hypothesis for ratio in (4, 128) for stage in STAGE_NAMES
                 for hypothesis in structural_hypotheses(stage, ratio)]
     structural = {hypothesis.key for hypothesis in readings}
@@ -145,10 +147,13 @@ def settle_across_steps(explanations: Sequence[Explanation]) -> None:
             _rivals_unreproduced_elsewhere(explanation, explanations, sub_steps)
         if explanation.verdict == EXPLAINED and explanation.cause is not None:
             _unreproduced_elsewhere(explanation, explanations)
+        if final and explanation.verdict == EXPLAINED and explanation.cause is not None:
+            _unconfirmed_alone(explanation, explanations)
         lead = explanation.diagnosis[0] if explanation.diagnosis else None
         if (explanation.verdict == UNEXPLAINED and lead is not None and lead.established_by == RERUN
                 and "trial" in lead.evidence):
             _finding_unreproduced_elsewhere(explanation, explanations, lead)
+        _probe_leads(explanation)
 
 
 def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation]) -> None:
@@ -165,6 +170,32 @@ def _unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Exp
         explanation.diagnosis = [finding for finding in explanation.diagnosis  # the cause's own finding goes too
                                  if finding.evidence.get("trial") != trial.key]
         explanation.claims.append(_no_cause(trial.name, trial.key, missed, tried))
+
+
+def _unconfirmed_alone(explanation: Explanation, explanations: Sequence[Explanation]) -> None:
+    """A cause is claimed on strong evidence only: at least 8 changed arguments or reproduced elements, counted
+    over this step and every other the same re-run reproduces bit for bit (the run's other divergent steps, in
+    any kernel: one build, one shared prelude; the ablated steps where the divergence persists). Two arguments
+    rounding another way fit some other change of the same arithmetic by coincidence (a RoPE angle summed in
+    another association moves the elements an FMA contraction moves, on the ablated steps too). Below that the
+    divergence stays unexplained, the re-run its closest trial."""
+    trial = explanation.cause
+    if trial.confidence == "strong":
+        return
+    support = trial.support + sum(
+        experiment["device_differing"] for experiment in explanation.experiments
+        if experiment.get("ablation") and experiment["unlike_device"].get(trial.key) == 0)
+    support += sum(other_trial.support for other in explanations if other is not explanation
+                   for other_trial in other.trials if other_trial.key == trial.key and other_trial.reproduces)
+    if support >= STRONG:
+        return
+    explanation.verdict, explanation.cause, explanation.rivals, explanation.closest = UNEXPLAINED, None, [], trial
+    explanation.diagnosis = [finding for finding in explanation.diagnosis
+                             if finding.evidence.get("trial") != trial.key]
+    explanation.claims.append(Claim(
+        f"{trial.name} reproduces this step bit for bit, but on {trial.strength().split(': ', 1)[1]}, {support} with "
+        f"every other step it reproduces (fewer than {STRONG}), so it is not claimed as the cause", RERUN, support,
+        {"unconfirmed": True, "trial": trial.key}))
 
 
 def _rivals_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],
@@ -367,6 +398,7 @@ def _read_layouts(explanation: Explanation, g, inputs, upstream, target, witness
     reruns += [(*rerun, offset_finding) for rerun in offset_trials(explanation.stage, g, inputs, upstream, target)]
     explanation.trials += [trial for _, trial, _, _ in reruns]
     reproducing = [rerun for rerun in reruns if rerun[1].reproduces]
+    explanation.hypotheses.update((rerun[1].key, rerun[0]) for rerun in reproducing)
     if witnesses is not None and reproducing:
         explanation.experiments = witnesses.run(explanation.stage, g.ratio, [rerun[0] for rerun in reproducing])
         explanation.refuted = refuted(explanation.experiments)
@@ -386,11 +418,23 @@ def _read_layouts(explanation: Explanation, g, inputs, upstream, target, witness
 
 def explain_case(golden: GoldenFile, case: str, kernels: KernelDirectory, force_host: frozenset[str] = frozenset(),
                  stages: Sequence[str] = STAGE_NAMES, ulp: int = 0, experiments: bool = True) -> list[Explanation]:
-    """Every divergence of one case: chained verdicts, localized and explained on an isolated replay."""
-    chained = check_case(golden, case, DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host), stages, ulp,
-                         diagnose=stage_findings)
-    return explain_report(golden, chained, DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host),
-                          stages, ulp, experiments=experiments)
+    """Every divergence of one case, the case a run of its own."""
+    return explain_cases(golden, [case], kernels, force_host, stages, ulp, experiments)
+
+
+def explain_cases(golden: GoldenFile, cases: Sequence[str], kernels: KernelDirectory,
+                  force_host: frozenset[str] = frozenset(), stages: Sequence[str] = STAGE_NAMES, ulp: int = 0,
+                  experiments: bool = True) -> list[Explanation]:
+    """Every divergence of the cases as one run: each case's chained verdicts, localized and explained on an
+    isolated replay, then settled across all of their divergent steps."""
+    chained_runner = DeviceRunner(kernels, mode=Mode.CHAINED, force_host=force_host)
+    isolated_runner = DeviceRunner(kernels, mode=Mode.ISOLATED, force_host=force_host)
+    explanations = []
+    for case in cases:
+        chained = check_case(golden, case, chained_runner, stages, ulp, diagnose=stage_findings)
+        explanations += explain_report(golden, chained, isolated_runner, stages, ulp, experiments=experiments)
+    settle_across_steps(explanations)
+    return explanations
 
 
 def _refusal(message: str) -> str:
@@ -407,6 +451,14 @@ def failure_note(error: BaseException) -> str:
     return str(InternalError.of(error))
 
 
+# A fit's sub-step whose arithmetic the probes observe under other names: a quantization by its block scales and
+# codes (what is left, the packing, each probed stage's claim names as unobserved), the rows streamed into the
+# carry by the pool that reads them.
+OBSERVED_THROUGH = {"FP8 block quantization": ("FP8 block scale", "FP8 codes"),
+                    "FP4 block quantization": ("FP4 block scale", "FP4 codes"),
+                    "FP4 round trip": ("FP4 block scale", "FP4 codes"), STREAMED: ("pool",)}
+
+
 def _probed(explanation: Explanation, claim: Claim | None) -> None:
     """A probe's claim in the explanation: an unexplained divergence's first divergent sub-step observed (exactly,
     or with the unobserved ones before it that it may start at, all named) replaces what the final bytes were
@@ -416,22 +468,30 @@ def _probed(explanation: Explanation, claim: Claim | None) -> None:
     if claim is None:
         return
     equal = set(claim.detail.get("equal", ()))
+    equal |= {step for step, probes in OBSERVED_THROUGH.items() if equal >= set(probes)}
     if equal:  # a fit whose every consistent sub-step a probe saw bit-exact is refuted by it
         explanation.diagnosis = [finding for finding in explanation.diagnosis if not (
             finding.established_by == FIT and set(finding.evidence.get("consistent", ())) <= equal)]
     if "sub_step" in claim.detail:
         explanation.diagnosis = [finding for finding in explanation.diagnosis
                                  if not _refuted_by_probe(finding, claim.detail["sub_step"])]
-    lead = explanation.diagnosis[0] if explanation.diagnosis else None
-    if (explanation.verdict == UNEXPLAINED and "sub_step" in claim.detail
-            and (lead is None or lead.established_by == FIT)):
-        observed = Finding(SUB_STEP, explanation.stage, "", claim.text, claim.support, claim.support,
-                           {"sub_step": claim.detail["sub_step"], "exact": claim.detail["exact"],
-                            "support": claim.support}, source=PROBE)
-        explanation.diagnosis = [observed] + [finding for finding in explanation.diagnosis
-                                              if finding.established_by != FIT]
-        return
     explanation.claims.append(claim)
+    _probe_leads(explanation)
+
+
+def _probe_leads(explanation: Explanation) -> None:
+    """An unexplained divergence led by a fit (or by nothing) whose probes observed the first divergent sub-step:
+    the observation leads in the fit's place. Also once a cause is dropped (the run's other steps refuted it)."""
+    claim = next((claim for claim in explanation.claims if claim.source == PROBE and "sub_step" in claim.detail), None)
+    lead = explanation.diagnosis[0] if explanation.diagnosis else None
+    if claim is None or explanation.verdict != UNEXPLAINED or (lead is not None and lead.established_by != FIT):
+        return
+    observed = Finding(SUB_STEP, explanation.stage, "", claim.text, claim.support, claim.support,
+                       {"sub_step": claim.detail["sub_step"], "exact": claim.detail["exact"],
+                        "support": claim.support}, source=PROBE)
+    explanation.diagnosis = [observed] + [finding for finding in explanation.diagnosis
+                                          if finding.established_by != FIT]
+    explanation.claims.remove(claim)
 
 
 # What a quantizer's own sub-steps are: where an exponent off by a step shows first.
@@ -463,13 +523,54 @@ def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, st
         explanation.probe = observations.get(explanation.stage)
         _probed(explanation, probe_claim(explanation.probe))
         diffs = [diff for diff in failing if diff.stage == explanation.stage]
+        variants: list = []
         try:
             explanation.ablations = ablate(info.attrs, info.output_names, step.inputs, explanation.stage, diffs,
-                                           ablation_runner(runner, g.ratio, [explanation.stage]), ulp)
+                                           ablation_runner(runner, g.ratio, [explanation.stage]), ulp, variants)
+            _held_to_ablations(explanation, variants)
         except Exception as error:  # noqa: BLE001 - as above
             explanation.ablations = [{"key": "failed", "change": "every ablation", "outcome": NOT_RUN,
                                       "reason": failure_note(error)}]
         explanation.claims.extend(filter(None, [ablation_claim(explanation.ablations)]))
+
+
+def _held_to_ablations(explanation: Explanation, variants) -> None:
+    """The cause (and its equal variants) or the rivals re-run on the ablated steps the device ran: one that
+    leaves any element there unlike the device is dropped, as a conformant step of the kernel would drop it,
+    with the sentence that says which input refuted it; an ambiguous verdict left one rival explains, none left
+    (or no variant of a cause), the divergence is unexplained."""
+    if explanation.verdict not in (EXPLAINED, AMBIGUOUS) or not variants:
+        return
+    hypotheses = [explanation.hypotheses[trial.key] for trial in explanation.rivals
+                  if trial.key in explanation.hypotheses]
+    experiments = on_ablations(explanation.stage, explanation.case, explanation.step, variants, hypotheses)
+    explanation.experiments += experiments
+    gone = {}
+    for experiment in experiments:
+        for key, unlike in experiment["unlike_device"].items():
+            if unlike and key not in gone and key not in explanation.refuted:
+                gone[key] = explanation.refuted[key] = experiment
+    if not gone:
+        return
+    dropped = [trial for trial in explanation.rivals if trial.key in gone]
+    explanation.rivals = [trial for trial in explanation.rivals if trial.key not in gone]
+    explanation.claims.extend(Claim(
+        f"{trial.name} reproduces this step bit for bit, but re-run on it with {gone[trial.key]['change']} it leaves "
+        f"{gone[trial.key]['unlike_device'][trial.key]:,} elements unlike the device there, so it is not claimed as "
+        "the cause", RERUN, gone[trial.key]["unlike_device"][trial.key],
+        {"ablation": gone[trial.key]["ablation"], "trial": trial.key}) for trial in dropped)
+    if explanation.rivals and explanation.verdict == EXPLAINED:
+        if explanation.cause.key in gone:
+            explanation.cause = min(explanation.rivals, key=_simplest)
+        return
+    if len(explanation.rivals) > 1 or (explanation.rivals and explanation.rivals[0].key in explanation.hypotheses
+                                       and explanation.hypotheses[explanation.rivals[0].key].sub_step):
+        return
+    if explanation.rivals:
+        explanation.verdict, explanation.cause = EXPLAINED, explanation.rivals[0]
+        return
+    explanation.verdict, explanation.cause, explanation.closest = UNEXPLAINED, None, dropped[0]
+    explanation.diagnosis = [finding for finding in explanation.diagnosis if finding.evidence.get("trial") not in gone]
 
 
 def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,
@@ -540,5 +641,5 @@ def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunne
                 note="diverges only chained: the isolated re-run, on the oracle's inputs, is bit-exact, so the "
                      "difference comes from device stages upstream or from earlier steps",
                 kernel=kernel_of(verdict.stage, chained.ratio, [diff.tensor for diff in verdict.diffs])))
-    settle_across_steps(explanations)
+    settle_across_steps(explanations, final=False)  # the run's other cases may still confirm a cause
     return explanations

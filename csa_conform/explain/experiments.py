@@ -10,7 +10,8 @@ refute a hypothesis about how a kernel reads its past state. A hypothesis about 
 reads its data (a layout, an offset left out) reads the witness's inputs that way. A hypothesis that
 predicts any differing element there is refuted: the device computed the reference's bytes. What survives
 is kept; every experiment is reported (case, step, each hypothesis's predicted differing elements, what the
-device did: 0 differing).
+device did: 0 differing). The ablated steps the device ran for a divergence are experiments too: there a
+hypothesis must predict the device's own bytes, divergent or not.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from csa_conform._base.statuses import IDENTICAL
 from csa_conform.check.model import CaseVerdict
 from csa_conform.contract import validate_step
 from csa_conform.errors import ContractError
+from csa_conform.explain.ablation import Variant
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.stages import mismatches, run_stage
 from csa_conform.golden import GoldenFile
@@ -83,20 +85,46 @@ class Witnesses:
                     continue
                 predicted = {}
                 for hypothesis in hypotheses:
-                    inputs, upstream = step.inputs, step.stages
-                    if hypothesis.reading is not None:  # the kernel read the witness's data the same wrong way
-                        read = hypothesis.reading(inputs, upstream)
-                        if read is None:  # the witness holds nothing the reading reads: it tests nothing
-                            continue
-                        inputs, upstream = read
-                    try:
-                        payload = run_stage(stage, g, inputs, upstream, hypothesis.numerics())
-                    except ContractError:
-                        continue
-                    predicted[hypothesis.key] = mismatches(payload, step.stages[stage])[0]
+                    payload = replay(stage, g, step.inputs, step.stages, hypothesis)
+                    if payload is not None:
+                        predicted[hypothesis.key] = mismatches(payload, step.stages[stage])[0]
                 experiments.append({"case": report.case, "step": index, "predicted_differing": predicted,
                                     "device_differing": 0})
         return experiments
+
+
+def replay(stage: str, g, inputs, upstream, hypothesis: Hypothesis):
+    """The hypothesis's payload of ``stage`` on another step (its inputs read the hypothesis's way), or None where
+    that step tests nothing: it holds nothing the reading reads, or the reference rejects it."""
+    if hypothesis.reading is not None:  # the kernel read that step's data the same wrong way
+        read = hypothesis.reading(inputs, upstream)
+        if read is None:
+            return None
+        inputs, upstream = read
+    try:
+        return run_stage(stage, g, inputs, upstream, hypothesis.numerics())
+    except ContractError:
+        return None
+
+
+def on_ablations(stage: str, case: str, step: int, variants: Sequence[Variant],
+                 hypotheses: Sequence[Hypothesis]) -> list[dict]:
+    """The hypotheses re-run on the ablated steps the device ran: an input that changed, a step the device
+    computed (the reference's bytes where the divergence vanished, its own where it persisted). A true cause
+    predicts the device's bytes there as well; one that leaves any element unlike them is refuted, and one that
+    reproduces a step where the divergence persisted is reproduced again on another input."""
+    experiments = []
+    for variant in variants:
+        unlike = {}
+        for hypothesis in hypotheses:
+            payload = replay(stage, variant.g, variant.inputs, variant.expected, hypothesis)
+            if payload is not None:
+                unlike[hypothesis.key] = mismatches(payload, variant.actual[stage])[0]
+        if unlike:
+            experiments.append({"case": case, "step": step, "ablation": variant.key, "change": variant.change,
+                                "predicted_differing": {}, "device_differing": variant.differing,
+                                "unlike_device": unlike})
+    return experiments
 
 
 def refuted(experiments: list[dict]) -> dict[str, dict]:

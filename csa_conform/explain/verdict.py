@@ -55,6 +55,8 @@ class Explanation:
     values: list[str] = field(default_factory=list)  # value classes no one pair covers, as counts (detail lines)
     probe: dict | None = None  # the sub-step probes of a case's first divergent step (csa_conform.explain.probes)
     ablations: list[dict] = field(default_factory=list)  # its input ablations (csa_conform.explain.ablation)
+    # the reproducing hypotheses by key, for the experiments that follow the verdict (not part of the document)
+    hypotheses: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def confidence(self) -> str | None:
@@ -123,11 +125,12 @@ class Explanation:
 
     def experiment_text(self) -> str:
         """What the experiments showed: the rivals they refuted (on a conformant step, or on a divergent step of
-        the same kernel that another rival reproduces), and the conformant steps that agree."""
-        if not self.experiments:
-            return ""
+        the same kernel that another rival reproduces), the conformant steps that agree, and the ablated variants
+        of this step whose device bytes the cause's re-run predicts."""
         parts = []
         for key, e in self.refuted.items():
+            if e.get("ablation"):  # its own claim says which input refuted it
+                continue
             if e["device_differing"]:
                 parts.append(f"{key} refuted on {e['case']} step {e['step']}, a divergent step of this kernel that "
                              f"a rival reproduces: its re-run leaves {e['unlike_device'][key]:,} elements unlike the "
@@ -136,11 +139,15 @@ class Explanation:
                 parts.append(f"{key} refuted on {e['case']} step {e['step']}: it predicts "
                              f"{e['predicted_differing'][key]:,} differing elements, the device's bytes are the "
                              "reference's")
-        steps = sum(not e["device_differing"] for e in self.experiments)
+        steps = sum(not e["device_differing"] and not e.get("ablation") for e in self.experiments)
         if steps:
             parts.append(f"the device agrees with it on {steps} conformant step{'s' if steps != 1 else ''} of this "
                          "kernel")
-        return "; " + "; ".join(parts)
+        ablated = sum(bool(e.get("ablation")) for e in self.experiments)
+        if ablated:
+            parts.append(f"its re-run predicts the device's bytes on {ablated} ablated variant"
+                         f"{'s' if ablated != 1 else ''} of this step too")
+        return "".join(f"; {part}" for part in parts)
 
     def closest_text(self) -> str:
         if self.closest is not None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from csa_conform.device.kernels import KernelDirectory
-from csa_conform.explain import EXPLAINED, INHERITED, explain_case
+from csa_conform.explain import EXPLAINED, INHERITED, explain_cases
 from csa_conform.golden import GoldenFile
 
 pytestmark = pytest.mark.cuda
@@ -33,7 +33,7 @@ def device():
 def _explanations(directory: KernelDirectory):
     with GoldenFile(CI_GOLDENS) as golden:
         cases = [case for case in golden.case_ids() if case.startswith(CASES)]
-        return [e for case in cases for e in explain_case(golden, case, directory)]
+        return explain_cases(golden, cases, directory)
 
 
 def test_the_probe_evaluates_cuda_libm_on_exact_points(device):

@@ -21,7 +21,7 @@ from csa_conform.cli.explain import explain_command
 from csa_conform.contract import validate_step
 from csa_conform.device.kernels import KernelDirectory
 from csa_conform.exitcodes import ExitCode
-from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, explain_case
+from csa_conform.explain import EXPLAINED, INHERITED, UNEXPLAINED, explain_cases
 from csa_conform.explain.element import element_provenance
 from csa_conform.explain.stages import run_stage
 from csa_conform.golden import GoldenFile
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("emulated_cuda")
 def _explain(path, directory: KernelDirectory, pattern: str = "*"):
     with GoldenFile(path) as golden:
         cases = [case for case in golden.case_ids() if fnmatch.fnmatchcase(case, pattern)]
-        return [explanation for case in cases for explanation in explain_case(golden, case, directory)]
+        return explain_cases(golden, cases, directory)
 
 
 def _isolated_stages(path, *options) -> set[str]:

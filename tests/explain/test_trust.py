@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 import csa_conform.explain.entry as entry
 from csa_conform.exitcodes import ExitCode
-from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, Explanation, Trial
+from csa_conform.explain import AMBIGUOUS, EXPLAINED, FAILED, UNEXPLAINED, Explanation, Trial
+from csa_conform.explain.ablation import Variant
 from csa_conform.explain.hypotheses import Hypothesis
 from csa_conform.explain.patterns import Context, diagnose
 from csa_conform.explain.claims import confidence_of
@@ -234,8 +235,75 @@ def test_a_conformant_case_of_the_same_kernel_refutes_the_rival_it_contradicts(m
     assert explanation.to_dict()["refuted"] == ["bf16:ties-away"]
 
 
-def _trial(key: str, mismatches: int, changed: int = 3) -> Trial:
+def _trial(key: str, mismatches: int, changed: int = 4) -> Trial:
     return Trial(key, key, mismatches, 100, {"expf": (changed, 20)} if mismatches == 0 else {})
+
+
+def test_a_cause_on_few_arguments_is_claimed_only_where_another_step_reproduces_it_too():
+    """Two fused pairs rounding another way reproduce one step: alone, that is no cause (an angle summed in
+    another association moves two elements as well). The run's other divergent steps the same re-run reproduces
+    (any kernel's), and the ablated steps where the divergence persists, add their evidence up to the 8 it needs."""
+    kernel, stage = "compression.cu:entry", "compression_update"
+
+    def alone(*others, experiments=()):
+        explanation = Explanation("case", 0, stage, EXPLAINED, cause=_trial("fma:pairs", 0, changed=2),
+                                  kernel=kernel, experiments=list(experiments))
+        explanation.rivals = [explanation.cause]
+        entry.settle_across_steps([explanation, *others])
+        return explanation
+
+    lone = alone()
+    assert lone.verdict == UNEXPLAINED and lone.cause is None and lone.closest.key == "fma:pairs"
+    assert ("fma:pairs reproduces this step bit for bit, but on 2 changed arguments, 2 with every other step it "
+            "reproduces (fewer than 8), so it is not claimed as the cause") in lone.headline()
+    again = Explanation("other", 3, stage, UNEXPLAINED, kernel=kernel, trials=[_trial("fma:pairs", 0, changed=5)])
+    assert alone(again).verdict == UNEXPLAINED  # 7 arguments in all
+    more = Explanation("more", 1, stage, UNEXPLAINED, kernel=kernel, trials=[_trial("fma:pairs", 0, changed=1)])
+    assert alone(again, more).verdict == EXPLAINED
+    elsewhere = Explanation("other", 3, "index_scoring", UNEXPLAINED, kernel="another.cu:entry",
+                            trials=[_trial("fma:pairs", 0, changed=6)])
+    assert alone(elsewhere).verdict == EXPLAINED  # one build: another kernel's step reproduced counts too
+    missed = Explanation("other", 3, stage, UNEXPLAINED, kernel=kernel, trials=[_trial("fma:pairs", 4, changed=0)])
+    assert alone(missed).verdict == UNEXPLAINED
+    persisted = {"case": "case", "step": 0, "ablation": "one-row", "change": "only batch row b=0",
+                 "predicted_differing": {}, "device_differing": 6, "unlike_device": {"fma:pairs": 0}}
+    assert alone(experiments=[persisted]).verdict == EXPLAINED
+    assert alone(experiments=[{**persisted, "device_differing": 5}]).verdict == UNEXPLAINED
+    # a case's own pass leaves it to the run's: another case may still reproduce it
+    waiting = Explanation("case", 0, stage, EXPLAINED, cause=_trial("fma:pairs", 0, changed=2), kernel=kernel)
+    waiting.rivals = [waiting.cause]
+    entry.settle_across_steps([waiting], final=False)
+    assert waiting.verdict == EXPLAINED
+
+
+def test_an_ablated_step_the_device_computed_refutes_a_cause_that_predicts_it_otherwise():
+    """bf16 ties away reproduces the device on a step; on the same step ablated, where the device computed the
+    reference's bytes (the divergence vanished), it predicts other bytes: refuted, the divergence unexplained. Where
+    the device's ablated bytes are its own (the divergence persisted) and the re-run predicts them, it stands."""
+    g, inputs, expected = first_step("boundaries.r4-chunks-3-3-6-2")
+    stage = "index_query_finalize"
+    ties = Hypothesis("bf16:ties-away", "bf16 ties away", bf16="ties-away")
+    device = run_stage(stage, g, inputs, expected, ties.numerics())
+
+    def explained():
+        cause = Trial(ties.key, ties.name, 0, 100, {"bf16": (3, 50)})
+        explanation = Explanation("case", 0, stage, EXPLAINED, cause=cause, rivals=[cause], kernel="q.cu:entry")
+        explanation.hypotheses = {ties.key: ties}
+        return explanation
+
+    vanished = Variant("scale=1", "scale = 1", g, inputs, expected, expected, 0)
+    refuted = explained()
+    entry._held_to_ablations(refuted, [vanished])
+    assert refuted.verdict == UNEXPLAINED and refuted.closest.key == ties.key and list(refuted.refuted) == [ties.key]
+    (experiment,) = refuted.experiments
+    assert experiment["ablation"] == "scale=1" and experiment["unlike_device"][ties.key] > 0
+    assert "re-run on it with scale = 1 it leaves" in refuted.headline()
+    persisted = Variant("one-row", "only batch row b=0", g, inputs, expected, dict(expected, **{stage: device}), 9)
+    kept = explained()
+    entry._held_to_ablations(kept, [persisted])
+    assert kept.verdict == EXPLAINED and kept.experiments[0]["unlike_device"] == {ties.key: 0}
+    entry.settle_across_steps([kept])
+    assert kept.verdict == EXPLAINED  # three arguments, reproduced again where the divergence persisted
 
 
 def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes_the_other():
@@ -248,8 +316,8 @@ def test_a_divergent_step_of_the_same_kernel_that_one_variant_reproduces_refutes
                             kernel=kernel)
     step0 = Explanation("case", 0, stage, EXPLAINED, cause=weights, baseline=40, kernel=kernel,
                         trials=[_trial("expf:exp2f", 435), _trial("weights-expf:exp2f", 0), _trial("ftz", 12)])
-    elsewhere = Explanation("case", 0, stage, EXPLAINED, cause=full, kernel="another.cu:entry",
-                            trials=[_trial("expf:exp2f", 0), _trial("weights-expf:exp2f", 5)])
+    elsewhere = Explanation("case", 0, stage, EXPLAINED, cause=_trial("expf:exp2f", 0, changed=8),
+                            kernel="another.cu:entry", trials=[_trial("expf:exp2f", 0), _trial("weights-expf:exp2f", 5)])
     entry.settle_across_steps([settled, ambiguous, step0, elsewhere])
     assert settled.verdict == EXPLAINED and settled.cause.key == "weights-expf:exp2f"
     assert [trial.key for trial in settled.rivals] == ["weights-expf:exp2f"] and list(settled.refuted) == ["expf:exp2f"]
@@ -450,7 +518,8 @@ def test_rivals_that_each_leave_another_step_unlike_the_device_leave_the_diverge
     others = [Explanation("case", 1, "candidate_assembly", "unexplained", kernel="k.cu:k",
                           trials=[Trial(longer.key, longer.name, 0, 8), Trial(early.key, early.name, 1, 8)]),
               Explanation("other", 0, "candidate_assembly", "unexplained", kernel="k.cu:k",
-                          trials=[Trial(longer.key, longer.name, 18, 8), Trial(early.key, early.name, 0, 8)])]
+                          trials=[Trial(longer.key, longer.name, 18, 8),
+                                  Trial(early.key, early.name, 0, 8, reproduced=6)])]
     settle_across_steps([ambiguous, *others])
     settle_across_steps([ambiguous, *others])
     headline = ambiguous.headline()

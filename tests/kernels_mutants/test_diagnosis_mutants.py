@@ -14,7 +14,7 @@ from mutants import Mutant
 
 from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.explain import EXPLAINED, INHERITED, explain_case
+from csa_conform.explain import EXPLAINED, INHERITED, explain_case, explain_cases
 from csa_conform.explain.hypotheses import SUB_STEPS
 from csa_conform.explain.patterns import KINDS, MIN_SUPPORT, STRUCTURAL, stage_findings
 from csa_conform.spec import STAGE_NAMES
@@ -80,8 +80,8 @@ def test_porting_bug_is_diagnosed_at_its_first_stage(bug, tmp_path, ci_golden):
     first = {next(stage for stage in STAGE_NAMES if report.stages[stage].status == "diverged")
              for report in chained if not report.passed}
     assert first == {bug.mutant.stage}, f"{bug.name} first diverges at {first}"
-    explanations = [explanation for case, report in zip(cases, chained) if not report.passed
-                    for explanation in explain_case(ci_golden, case, kernels)]
+    explanations = explain_cases(ci_golden, [case for case, report in zip(cases, chained) if not report.passed],
+                                 kernels)
     located = [e for e in explanations if e.stage == bug.mutant.stage and e.verdict != INHERITED]
     assert located, f"{bug.name}: no isolated divergence at {bug.mutant.stage}"
     for explanation in located:

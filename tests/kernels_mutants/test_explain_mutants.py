@@ -17,7 +17,7 @@ from explain_table import classify
 
 from csa_conform.check.conformance import check_case
 from csa_conform.device import DeviceRunner, KernelDirectory
-from csa_conform.explain import explain_case
+from csa_conform.explain import explain_cases
 from csa_conform.explain.patterns import stage_findings
 from csa_conform.spec import STAGE_NAMES
 
@@ -43,8 +43,8 @@ def test_a_bug_of_the_third_set_gets_no_false_claim(bug, tmp_path, ci_golden):
     assert cases
     reports = [check_case(ci_golden, case, DeviceRunner(kernels), STAGE_NAMES, diagnose=stage_findings)
                for case in cases]
-    explanations = [explanation for case, report in zip(cases, reports) if not report.passed
-                    for explanation in explain_case(ci_golden, case, kernels)]
+    explanations = explain_cases(ci_golden, [case for case, report in zip(cases, reports) if not report.passed],
+                                 kernels)
     document = {"passed": all(report.passed for report in reports),
                 "explain": {"explanations": [explanation.to_dict() for explanation in explanations]}}
     outcome, headline = classify(bug, document)

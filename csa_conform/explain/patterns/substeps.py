@@ -197,7 +197,9 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
     if scale_fit:
         x = after_rope.astype(np.float64)
         c = (inverse * x).sum(axis=-1) / np.maximum((x * x).sum(axis=-1), 1e-300)
-        rule[_norm(inverse - c[..., None] * x) <= error] = "scale"
+        # the roundings scale with the constant: a record of (near) zeros is no multiple of anything
+        bound = _norm(gaps) + BF16_SLACK * np.abs(c) * _norm(after_rope)
+        rule[(_norm(inverse - c[..., None] * x) <= bound) & (np.abs(c) * _norm(after_rope) > bound)] = "scale"
     energy = _norm(device)
     energy_kept = np.abs(energy - _norm(after_rope)) <= error
     # energy is evidence only where it tells this row's reference apart from the other differing rows'
@@ -229,6 +231,7 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions
     floor = np.repeat(blocks * 2.0**-10, FP8_BLOCK, axis=-1)
     scaled = (np.abs(d[..., :head] - fitted[..., :head]) <= 2.0**-3 * np.abs(fitted[..., :head]) + floor).all(-1)
     scaled &= np.abs(_norm(d[..., head:]) - np.abs(c) * tail) <= BF16_SLACK * np.abs(c) * tail + 1e-30
+    scaled &= (c != 0) & (d[..., :head] != 0).any(axis=-1)  # a record of zeros is no multiple of anything
     rule = np.full(device.shape[:-1], "none", dtype=object)
     if positions is not None:
         gaps = np.concatenate([_half_gaps(device[..., :head], FP8), np.zeros(device.shape[:-1] + (rope_dim,))], -1)
