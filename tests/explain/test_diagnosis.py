@@ -227,6 +227,26 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_up
     assert found.evidence["first"] == [0, device["present_compressed_kv"].shape[1] - 1]
 
 
+def test_a_record_of_zeros_is_no_multiple_of_the_reference():
+    """Codes all zero under the reference's scales (an FP8 record), or every byte zero (an FP4 key: scales of
+    2^-127, values within the quantization error of zero): "the reference's RoPE output times 0" fits anything,
+    so no constant is fitted and the record matches no sub-step."""
+    from csa_conform.explain.patterns.substeps import localize
+
+    for case, stage, tensor, kept in (("boundaries.r128-resumed-119-chunks", "compression_update",
+                                       "present_compressed_kv", [block * 65 for block in range(7)]),
+                                      ("random.r4-bias-1", "index_key_update", "present_index_key", [])):
+        g, inputs, stages = first_step(case)
+        reference = stages[stage]
+        device = {name: np.array(array, copy=True) for name, array in reference.items()}
+        record = device[tensor][0, -1]
+        zeroed = np.ones(record.shape, bool)
+        zeroed[kept] = False
+        record[zeroed] = 0
+        found = localize(stage, g, inputs, reference, device)
+        assert found.evidence["rule"] == "none" and "factor" not in found.evidence, (case, found.headline)
+
+
 def test_a_record_written_at_another_records_place_or_left_unwritten_is_no_sub_step_fit():
     """Batch row 1's record written at row 0's offset (a row stride swapped) and row 1's place never written:
     the records were computed right, so no sub-step is fitted; aliasing states the fact."""

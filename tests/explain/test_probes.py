@@ -361,6 +361,35 @@ def test_every_probe_equal_lists_all_that_no_probe_observed_where_the_divergence
                                             "dequantization; the write of transformed)")
 
 
+def test_a_fit_whose_sub_steps_the_probes_saw_equal_under_other_names_is_dropped():
+    """Every probe of an index key equal: a fit listing RMSNorm, the Hadamard and the FP4 quantization (its block
+    scales and codes probed equal) or the pool and the rows streamed into the carry says nothing the probes left
+    open, and goes; one that lists a sub-step no probe saw stays."""
+    from csa_conform.explain import UNEXPLAINED, Explanation
+    from csa_conform.explain.claims import FIT
+    from csa_conform.explain.entry import _probed
+    from csa_conform.explain.patterns.findings import SUB_STEP, Finding
+    from csa_conform.explain.patterns.substeps import STREAMED
+    from csa_conform.explain.probes import AFTER_PROBES, probe_claim
+
+    stage = "index_key_update"
+    observation = {"moved": [], "dropped": 0, "after_probes": list(AFTER_PROBES[stage]),
+                   "probes": [{"name": name, "sub_step": sub_step, "status": "equal", "differing": 0, "elements": 4}
+                              for name, sub_step in zip(PROBED[stage], ("gate + APE scores", "pool", "bf16", "RMSNorm",
+                                                                "RoPE", "Hadamard", "FP4 block scale",
+                                                                "FP4 codes"))]}
+
+    def fit(*consistent):
+        return Finding(SUB_STEP, stage, "present_index_key", "consistent with ...", 1, 1,
+                       {"sub_step": None, "consistent": list(consistent)}, FIT)
+
+    kept = fit("FP4 block quantization", "the write of present_index_key")
+    explanation = Explanation("case", 0, stage, UNEXPLAINED, diagnosis=[
+        fit("RMSNorm", "Hadamard", "FP4 block quantization"), fit(STREAMED, "pool"), kept])
+    _probed(explanation, probe_claim(observation))
+    assert explanation.diagnosis == [kept]
+
+
 def test_a_probe_whose_calls_wrote_another_extent_is_the_first_divergent_sub_step(tmp_path):
     """The ratio-4 compressor passing the RoPE its pair count as its width: the RoPE probe holds half the
     reference's values. That sub-step ran over another extent, which is a divergence of its own, observed."""
