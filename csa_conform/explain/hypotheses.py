@@ -30,6 +30,7 @@ from csa_conform.explain.rounded_libm import correctly_rounded
 from csa_conform.numerics.variant import (
     ACCUMULATE,
     GLIBC,
+    LOGIT_ACCUMULATE,
     PAIRS_FIRST,
     PAIRS_SECOND,
     SUMS_FIRST,
@@ -55,6 +56,8 @@ FUSION_NAMES = {
     ACCUMULATE: "FMA accumulation (acc = fma(a, b, acc), same order)",
     VALUE_ACCUMULATE: "FMA accumulation in the P·V value sum alone (acc = fma(p, v, acc), same order; the logit "
                       "dots rounded apart)",
+    LOGIT_ACCUMULATE: "FMA accumulation in the logit dots alone (acc = fma(q, k, acc), same order; the P·V value "
+                      "sum rounded apart)",
     PAIRS_FIRST: "a*b±c*d contracted as fma(a, b, ±c*d)",
     PAIRS_SECOND: "a*b±c*d contracted as fma(±c, d, a*b)",
     SUMS_FIRST: "a*b+c*d (sums only) contracted as fma(a, b, c*d)",

@@ -31,6 +31,7 @@ GLIBC: Mapping[str, Callable] = MappingProxyType({name: getattr(libm, name) for 
 ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
 # ... in attention's P·V value sum alone (its logit dots rounded apart): a compiler contracts one loop, not both
 VALUE_ACCUMULATE = "accumulate-values"
+LOGIT_ACCUMULATE = "accumulate-logits"  # ... in its logit dots alone (the P·V value sum rounded apart)
 PAIRS_FIRST = "pairs-first"  # a*b ± c*d -> fma(a, b, ±c*d)
 PAIRS_SECOND = "pairs-second"  # a*b ± c*d -> fma(±c, d, a*b)
 SUMS_FIRST = "sums-first"  # only a*b + c*d -> fma(a, b, c*d) (NVCC has been seen to fuse sums, not differences)
@@ -197,10 +198,13 @@ class Numerics:
         self._count("block-scale log2f", reference, result)
         return result
 
-    def accumulate(self, acc: np.ndarray, a, b, product: np.ndarray | None = None, value_sum: bool = False) -> None:
+    def accumulate(self, acc: np.ndarray, a, b, product: np.ndarray | None = None, value_sum: bool = False,
+                   logit_dot: bool = False) -> None:
         """acc += a*b in place: two roundings (the reference, and any variant that neither fuses
-        accumulations nor flushes) or one (fused: every accumulation, or ``value_sum``'s alone)."""
-        fused = ACCUMULATE in self.fused or (value_sum and VALUE_ACCUMULATE in self.fused)
+        accumulations nor flushes) or one (fused: every accumulation, or ``value_sum``'s or ``logit_dot``'s
+        alone)."""
+        fused = (ACCUMULATE in self.fused or (value_sum and VALUE_ACCUMULATE in self.fused)
+                 or (logit_dot and LOGIT_ACCUMULATE in self.fused))
         if not fused and not self.ftz:
             if product is None:
                 acc += a * b

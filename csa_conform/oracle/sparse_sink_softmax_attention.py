@@ -199,7 +199,7 @@ def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
     product = np.empty_like(dots)
     with np.errstate(over="ignore", invalid="ignore"):
         for d in range(keys.shape[0]):
-            numerics.accumulate(dots, queries[d][..., None], keys[d][:, :, None, :], product)
+            numerics.accumulate(dots, queries[d][..., None], keys[d][:, :, None, :], product, logit_dot=True)
         dots *= scale
     return dots
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
-from csa_conform.numerics.variant import ACCUMULATE, PAIR_FUSIONS, VALUE_ACCUMULATE
+from csa_conform.numerics.variant import ACCUMULATE, LOGIT_ACCUMULATE, PAIR_FUSIONS, VALUE_ACCUMULATE
 
 # What a stage reads when it reads the stream's state (past_* inputs) rather than an earlier stage.
 PAST_STATE = "past_state"
@@ -163,7 +163,8 @@ PIPELINE: tuple[Stage, ...] = (
             Payload("Y", "f32", "[B, S, N, 512]", ("b", "s", "h", "d"), "attention output before writeback"),
         ),
         inputs=("query", "current_kv", "head_sink", "attention_bias"),
-        engine_slot="sparse_sink_softmax_attention", libm=("expf",), fusions=(ACCUMULATE, VALUE_ACCUMULATE),
+        engine_slot="sparse_sink_softmax_attention", libm=("expf",),
+        fusions=(ACCUMULATE, VALUE_ACCUMULATE, LOGIT_ACCUMULATE),
         outputs=("Y",),
     ),
     Stage(

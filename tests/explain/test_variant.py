@@ -108,11 +108,11 @@ def test_block_scale_exponent_is_the_same_with_a_correctly_rounded_log2f():
 def test_the_value_sum_alone_fused_leaves_the_logits_rounded_apart():
     """On a closed-form case (its logit products are not exact in binary32) fusing every accumulation moves the
     attention scores, and fusing the P·V value sum alone moves Y but leaves the scores the reference's: the
-    variant a kernel that contracts only its P·V loop computes."""
+    variant a kernel that contracts only its P·V loop computes. Fusing the logit dots alone is the other loop."""
     from ci_steps import first_step
 
     from csa_conform.explain.stages import run_stage
-    from csa_conform.numerics.variant import VALUE_ACCUMULATE
+    from csa_conform.numerics.variant import LOGIT_ACCUMULATE, VALUE_ACCUMULATE
 
     g, inputs, expected = first_step("seed-closed-form.r4-prefill-8")
     stage = "sparse_sink_softmax_attention"
@@ -122,3 +122,7 @@ def test_the_value_sum_alone_fused_leaves_the_logits_rounded_apart():
     assert (_bits(values["scores"]) == _bits(reference["scores"])).all()
     assert (_bits(every["scores"]) != _bits(reference["scores"])).any()
     assert (_bits(values["Y"]) != _bits(reference["Y"])).any()
+    # the logit dots alone fused: the scores every accumulation fused computes, Y from the value sum rounded apart
+    logits = run_stage(stage, g, inputs, expected, Numerics(fused=frozenset({LOGIT_ACCUMULATE})))
+    assert (_bits(logits["scores"]) == _bits(every["scores"])).all()
+    assert (_bits(logits["Y"]) != _bits(every["Y"])).any()
