@@ -146,18 +146,37 @@ def _observed(stage: str, held: Held) -> Finding | None:
         support = int(np.count_nonzero(same & (values != 0)))
         if support < MIN_SUPPORT or matched < DECISIVE * total:
             continue
-        after = list(order[order.index(step) + 1:])
+        after = _acting(held, differ, step, list(order[order.index(step) + 1:]))
         if not after:
             continue
         listing = _listing(after)
         what = f"the stage's {FIRST_INPUT[stage]} input as it is" if step == INPUT else f"the reference's {step} output"
+        identity = ", or RoPE applied at position 0, which rotates nothing" if "RoPE" in after else ""
         headline = (f"at the {total:,} differing elements of {held.tensor} the device holds {what}, "
                     f"before {listing} (bit for bit at {matched:,} of {total:,}): {listing} "
-                    f"{'is' if len(after) == 1 else 'are'} not applied there")
+                    f"{'is' if len(after) == 1 else 'are'} not applied there{identity}")
         return Finding(SUB_STEP, stage, held.tensor, headline, matched, total,
                        {"sub_step": step, "not_applied": after, "held": step, "support": support,
                         "method": "held values"}, source=OBSERVATION)
     return None
+
+
+def _acting(held: Held, differ: np.ndarray, step: str, after: list[str]) -> list[str]:
+    """The sub-steps after ``step`` that change the reference's values at the differing elements: one that leaves
+    them alone there (the FP8 quantization and a record's bf16 RoPE tail) is no sub-step left out there. The last
+    one's output is the tensor's final values."""
+    outputs = [held.intermediates[name] if name in held.intermediates else None for name in after]
+    outputs[-1] = held.reference
+    acting, before = [], held.intermediates[step]
+    for name, output in zip(after, outputs):
+        if output is None:  # no full-width intermediate: it may act anywhere
+            acting.append(name)
+            continue
+        if (np.ascontiguousarray(output[differ]).view(np.uint32)
+                != np.ascontiguousarray(before[differ]).view(np.uint32)).any():
+            acting.append(name)
+        before = output
+    return acting
 
 
 def _listing(steps: list[str]) -> str:

@@ -50,8 +50,10 @@ PAYLOAD_FIRST = {"sparse_sink_softmax_attention": ("logits", "scores")}
 # What a stage computes before a probe that no probe observes, and whose output only that probe reads: where that
 # probe is the first to differ, the divergence may start there (where it is equal, it did not).
 UNPROBED_BEFORE = {
-    "compression_update": {"pooled": "the kv rows' copy into the carry"},
-    "index_key_update": {"pooled": "the kv rows' copy into the carry"},
+    "compression_update": {"pool_scores": "the rows' scores written into the carry, or carried over from the past one",
+                           "pooled": "the kv rows' copy into the carry"},
+    "index_key_update": {"pool_scores": "the rows' scores written into the carry, or carried over from the past one",
+                         "pooled": "the kv rows' copy into the carry"},
 }
 # What a unit's several calls of a probe are (else its quantization blocks): candidate slots, index heads.
 CALLS = {"pool_scores": "slot", "index_dots": "i", "index_relu": "i"}
@@ -341,7 +343,8 @@ def probe_claim(observation: dict | None) -> Claim | None:
                          {"sub_step": first["sub_step"], "exact": observation["exact"]})
         classes = "".join(f"; {text}" for text in first.get("classes", ()))
         return Claim(f"the first divergent sub-step on the device is {first['sub_step']}{exact} (probes: "
-                     f"{first['differing']:,} of {first['elements']:,} elements differ there{classes})", PROBE,
+                     f"{first['differing']:,} of {first['elements']:,} elements differ there{classes}"
+                     f"{_between(observation['probes'], first, bool(exact))})", PROBE,
                      int(first["differing"]), {"sub_step": first["sub_step"], "exact": observation["exact"]})
     equal = [probe for probe in observation["probes"] if probe["status"] == EQUAL]
     if not equal:
@@ -352,6 +355,19 @@ def probe_claim(observation: dict | None) -> Claim | None:
     return Claim(f"{every} ({', '.join(probe['sub_step'] for probe in equal)}) {'are' if moved else 'is'} the "
                  f"reference's bit for bit on the device{moved}{after}", PROBE,
                  sum(int(probe["elements"]) for probe in equal), {"equal": [probe["sub_step"] for probe in equal]})
+
+
+def _between(probes: list[dict], first: dict, hedged: bool) -> str:
+    """Where a first divergent probe puts the divergence: a probe sees a sub-step's output, so what differs arose in
+    that sub-step or in whatever the kernel did between the last equal probe and it (an operation moved there from
+    elsewhere, a step of its own), as a clause."""
+    at = probes.index(first)
+    if at == 0:  # unless the hedge already names what comes before it
+        return "" if hedged else f"; the first one probed: the divergence arises in {first['sub_step']} or before it"
+    if probes[at - 1]["status"] != EQUAL:  # an unobserved or reordered one: the hedges before name it
+        return ""
+    return (f"; {probes[at - 1]['sub_step']} before it equal: the divergence arises in {first['sub_step']} or "
+            "between the two")
 
 
 def _unprobed(observation: dict) -> str:

@@ -4,9 +4,11 @@ For every differing tensor, each differing element's reference value and
 device value get a class (−inf, ±0, subnormal, NaN, the format's saturated
 maximum, index −1; per code format the E4M3 zero and subnormal codes, the
 E2M1 zero, the E8M0 scale byte) and the pair a relation when one holds
-(the sign flipped, a power-of-two ratio, the device's value equal to another
-element of the reference's row, and which one: stated on at least
-MIN_SUPPORT elements, since a few values repeat by coincidence). Packed
+(the sign flipped, a power-of-two ratio, the reference's value rounded to
+bf16 to nearest or toward zero, the device's value equal to another element
+of the reference's row, and which one: these last two stated on at least
+MIN_SUPPORT elements, since a few values repeat or land on a bf16 number by
+coincidence). Packed
 records are split into their parts (scale bytes, codes or nibbles, the bf16
 RoPE tail) first.
 These are observations: always true, often the bug's name ("the device holds
@@ -23,6 +25,7 @@ import numpy as np
 
 from csa_conform.explain.claims import OBSERVATION, Claim
 from csa_conform.explain.patterns.findings import MIN_SUPPORT, comparable
+from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCK_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 
@@ -33,6 +36,8 @@ MOST_PAIRS = 3  # class pairs listed when none covers a part
 POWER = "scale exponent "
 RATIO = "ratio 2^"
 SIGN = "sign flipped"
+# the device's value is the reference's rounded to bf16: to nearest (ties to even), toward zero, or either (the same)
+BF16_NEAREST, BF16_TRUNCATED, BF16_EITHER = "bf16 to nearest", "bf16 toward zero", "bf16 either way"
 ELSEWHERE = "elsewhere in the row "
 DISTINCT = 0.9  # rows whose values are at least this share distinct say something by holding a value elsewhere
 CHUNK = 1 << 22  # row elements compared at once when looking for the device's value elsewhere in the row
@@ -136,6 +141,12 @@ def relations(part: Part, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
             power = finite & (fe == fd) & (me != md)
             out[power] = [f"{RATIO}{int(k)}" for k in (md - me)[power]]
             out[finite & (fe == -fd) & (me == md)] = SIGN
+        nearest = bf16_round(e).view(np.uint32) == d.view(np.uint32)
+        truncated = (e.view(np.uint32) & 0xFFFF0000) == d.view(np.uint32)
+        free = out == ""
+        out[free & nearest] = BF16_NEAREST
+        out[free & truncated & ~nearest] = BF16_TRUNCATED
+        out[free & nearest & truncated] = BF16_EITHER
     elif part.form in ("e4m3", "e2m1"):
         sign = 0x80 if part.form == "e4m3" else 0x8
         out[(d == (e ^ sign)) & ((e & (sign - 1)) != 0)] = SIGN
@@ -217,6 +228,10 @@ def _relation(related: np.ndarray) -> str:
             return several.format(", ".join(f"{v:+d}" for v in values[:6]) + (", ..." if len(values) > 6 else ""))
     if all(label == SIGN for label in related):
         return "the device holds the reference's value with its sign flipped"
+    if all(label in (BF16_NEAREST, BF16_EITHER) for label in related) and BF16_NEAREST in related:
+        return "the device holds the reference's value rounded to bf16 (to nearest, ties to even)"
+    if all(label in (BF16_TRUNCATED, BF16_EITHER) for label in related) and BF16_TRUNCATED in related:
+        return "the device holds the reference's value truncated to bf16 (rounded toward zero)"
     return ""
 
 
@@ -241,7 +256,7 @@ def part_claims(part: Part) -> tuple[list[Claim], list[str]]:
                                 f"{_named(e, ce, part.form)}, {n:,} of {n:,}", OBSERVATION, n,
                                 {"part": part.name, "reference": reference, "device": device, "elements": n}))
     relation = _relation(related)
-    if relation and (n >= MIN_SUPPORT or not related[0].startswith(ELSEWHERE)):  # a few repeats are coincidence
+    if relation and (n >= MIN_SUPPORT or not related[0].startswith((ELSEWHERE, "bf16"))):  # a few: coincidence
         claims.append(Claim(f"{part.name}: {relation}, {n:,} of {n:,}", OBSERVATION, n,
                             {"part": part.name, "relation": relation, "elements": n}))
     lines = []

@@ -208,10 +208,11 @@ def test_kinds_are_documented_and_in_the_schema():
     assert schema()["$defs"]["finding"]["properties"]["kind"]["enum"] == list(KINDS)
 
 
-def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_up_to_rope_and_names_none():
+def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_and_names_none():
     """What the CUDA seed's kernels do at large positions (device cosf/powf): one bf16 of the RoPE tail
     one step off; the head's codes and the tail's energy are the reference's. A difference that small at the
-    pool, bf16 or RMSNorm fits the same bytes: the finding lists them all and names no sub-step."""
+    pool, bf16 or RMSNorm fits the same bytes, and so does the record's packing, whose codes bound the fit: the
+    finding lists them all and names no sub-step."""
     from csa_conform.explain.patterns.substeps import STREAMED, localize
 
     g, inputs, stages = first_step("boundaries.r128-resumed-119-chunks")
@@ -220,8 +221,10 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_up
     device["present_compressed_kv"][0, -1, 583 - 2] ^= 0x01  # the low byte of the last tail bf16
     found = localize("compression_update", g, inputs, reference, device)
     assert found.kind == SUB_STEP and found.evidence["sub_step"] is None and found.evidence["rule"] == "rope"
-    assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE"] and found.decisive
-    assert "pool, bf16, RMSNorm or RoPE output, or in the rows streamed into the carry that the pool reads" in \
+    assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
+    assert found.decisive
+    assert ("pool, bf16, RMSNorm, RoPE or FP8 block quantization output, or in the rows streamed into the carry "
+            "that the pool reads") in \
         found.headline and "not separable" in found.headline
     assert found.confidence != "strong" and found.to_dict()["source"] == "fit"
     assert found.evidence["first"] == [0, device["present_compressed_kv"].shape[1] - 1]

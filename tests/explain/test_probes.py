@@ -341,7 +341,22 @@ def test_an_unexplained_divergences_headline_leads_with_the_sub_step_its_probes_
     assert result.exit_code == 1, result.output
     headline = next(line for line in result.output.splitlines() if "step 0 compression_update" in line)
     assert ": unexplained: sub-step: the first divergent sub-step on the device is RMSNorm (probes: " in headline
+    assert "bf16 before it equal: the divergence arises in RMSNorm or between the two)" in headline
     assert "consistent with" not in headline
+
+
+def test_scores_the_pool_reads_from_a_carry_never_rotated_may_differ_before_their_probe(tmp_path):
+    """The ratio-4 carry left unrotated at a block's end: the next block's pool reads stale slots, so the first
+    probe that differs is the gate + APE scores it reads from the carry, though this step computed every score it
+    wrote right: the claim names the carry's writes before that probe as where the divergence may start."""
+    from csa_conform.explain.probes import probe_claim
+
+    kernels = _plant(tmp_path, "state[i] = state[block_floats + i];", "state[i] = state[i];")
+    observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
+    assert observation["first_divergent"] == "gate + APE scores" and not observation["exact"]
+    assert probe_claim(observation).text.startswith(
+        "the first divergent sub-step on the device is gate + APE scores or an unobserved one before it (the rows' "
+        "scores written into the carry, or carried over from the past one) (probes: ")
 
 
 def test_every_probe_equal_lists_all_that_no_probe_observed_where_the_divergence_arises():

@@ -244,9 +244,12 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions
 
 def consistent(stage: str, rule: str, factor: float = 1.0) -> tuple[str, ...]:
     """The sub-steps whose difference the fit ``rule`` cannot tell apart, in the stage's order: a difference at
-    any of them (an earlier one smaller than the later roundings) gives bytes that fit so; the pool's, also the
-    rows streamed into the carry that it reads."""
+    any of them (an earlier one smaller than the later roundings) gives bytes that fit so, and always the last,
+    the quantization whose codes set the bounds; the pool's, also the rows streamed into the carry that it
+    reads."""
     found = _consistent(stage, rule, factor)
+    if found and SUB_STEPS[stage][-1] not in found:  # every bound is the device's own codes' gaps: a quantization
+        found += SUB_STEPS[stage][-1:]  # done another way (a coarser scale, another rounding) stays within them
     return ((STREAMED,) + found) if "pool" in found else found
 
 

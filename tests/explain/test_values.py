@@ -1,0 +1,35 @@
+"""Value classes at the differing elements: the relations between what the device and the reference hold."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from csa_conform.explain.values import value_classes
+
+
+def _bf16(values: np.ndarray, nearest: bool) -> np.ndarray:
+    """binary32 to bf16 and back by the bits: to nearest with ties to even, or toward zero."""
+    bits = values.view(np.uint32).astype(np.uint64)
+    if nearest:
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (bits & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def test_a_tensor_written_rounded_to_bf16_says_so_and_which_rounding():
+    """Y written as bf16 (a bf16-output habit): every differing element is the reference's value rounded, to
+    nearest or toward zero; where both roundings agree on some, the rest still name the one."""
+    reference = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    for nearest, how in ((True, "rounded to bf16 (to nearest, ties to even)"),
+                         (False, "truncated to bf16 (rounded toward zero)")):
+        claims, _ = value_classes({"Y": reference}, {"Y": _bf16(reference, nearest)})
+        differing = int(np.count_nonzero(_bf16(reference, nearest) != reference))
+        assert [claim.text for claim in claims] == [f"Y: the device holds the reference's value {how}, "
+                                                    f"{differing:,} of {differing:,}"]
+
+
+def test_a_few_values_that_land_on_bf16_numbers_are_no_relation():
+    reference = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    device = reference.copy()
+    device[0, :3] = _bf16(reference[0, :3], True)
+    claims, _ = value_classes({"Y": reference}, {"Y": device})
+    assert not any("bf16" in claim.text for claim in claims)
