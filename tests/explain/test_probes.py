@@ -206,7 +206,7 @@ def test_a_probe_that_saw_other_values_earlier_refutes_a_rearrangement_of_the_by
                        if entry["stage"] == "index_key_update" and entry["step"] == 0)
     assert explanation["probe"]["first_divergent"] == "Hadamard"
     assert not {finding["kind"] for finding in explanation["diagnosis"]} & {"permutation", "layout"}
-    assert "exchanged" not in explanation["headline"] and "first divergent sub-step on the device is Hadamard" in (
+    assert "exchanged" not in explanation["headline"] and "first sub-step whose probed output differs on the device is Hadamard" in (
         explanation["headline"])
 
 
@@ -340,7 +340,7 @@ def test_an_unexplained_divergences_headline_leads_with_the_sub_step_its_probes_
                                        "--case", "boundaries.r4-prefill-8", "--stage", "compression_update", "-q"])
     assert result.exit_code == 1, result.output
     headline = next(line for line in result.output.splitlines() if "step 0 compression_update" in line)
-    assert ": unexplained: sub-step: the first divergent sub-step on the device is RMSNorm (probes: " in headline
+    assert ": unexplained: sub-step: the first sub-step whose probed output differs on the device is RMSNorm (probes: " in headline
     assert "bf16 before it equal: the divergence arises in RMSNorm or between the two)" in headline
     assert "consistent with" not in headline
 
@@ -355,7 +355,7 @@ def test_scores_the_pool_reads_from_a_carry_never_rotated_may_differ_before_thei
     observation = _observed(kernels, "boundaries.r4-prefill-8", 0, COMPRESSION)["compression_update"]
     assert observation["first_divergent"] == "gate + APE scores" and not observation["exact"]
     assert probe_claim(observation).text.startswith(
-        "the first divergent sub-step on the device is gate + APE scores or an unobserved one before it (the rows' "
+        "the first sub-step whose probed output differs on the device is gate + APE scores or an unobserved one before it (the rows' "
         "scores written into the carry, or carried over from the past one) (probes: ")
 
 
@@ -418,6 +418,6 @@ def test_a_probe_whose_calls_wrote_another_extent_is_the_first_divergent_sub_ste
     assert rope["status"] == "extent" and rope["elements"] * 2 == rope["reference_elements"]
     assert observation["first_divergent"] == "RoPE" and observation["exact"]
     assert probe_claim(observation).text == (
-        f"the first divergent sub-step on the device is RoPE (probes: its calls wrote {rope['elements']:,} elements "
+        f"the first sub-step whose probed output differs on the device is RoPE (probes: its calls wrote {rope['elements']:,} elements "
         f"where the reference's RoPE computes {rope['reference_elements']:,}: it ran over another extent)")
     assert "the first divergent sub-step is RoPE — " in probe_text(observation)

@@ -123,7 +123,7 @@ def test_explain_leads_with_the_sub_step_a_providers_probes_observed():
     text = CliRunner().invoke(main, ["explain", str(CI), "--case", PREFILL, "--stage", "compression_update",
                                      "--kernels", planted("RmsNormWeightOff")]).output
     headline = next(line for line in text.splitlines() if "step 0 compression_update" in line)
-    assert ": unexplained: sub-step: the first divergent sub-step on the device is RMSNorm (probes: " in headline
+    assert ": unexplained: sub-step: the first sub-step whose probed output differs on the device is RMSNorm (probes: " in headline
 
 
 def test_the_protocol_gives_the_layout_of_every_probe_explain_compares():

@@ -146,7 +146,8 @@ def stale(stage: str, tensor: str, expected, actual, differ, axes, context: Cont
     where = _where(np.pad(kept, [(0, 0), (0, actual.shape[1] - rows)] + [(0, 0)] * (actual.ndim - 2)), axes)
     places = "; ".join(f"{axis} {indices}" for axis, indices in where.items())
     headline = (f"{tensor} is stale: {count:,} of {differing:,} differing elements still hold {past_name}'s values, "
-                f"their rows whole and bit for bit (copied through, never updated){', at ' + places if places else ''}")
+                f"their rows whole and bit for bit (this step's update is not there: left as they were, or rewritten "
+                f"from {past_name}){', at ' + places if places else ''}")
     return Finding(STALE, stage, tensor, headline, count, differing, {"source": past_name, "kept": count,
                                                                        "where": where})
 
