@@ -22,6 +22,7 @@ from csa_conform.contract import StepGeometry, validate_step
 from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.explain.claims import ABLATION, Claim
+from csa_conform.explain.patterns.findings import MIN_SUPPORT
 from csa_conform.golden.carries import omitted_carries
 from csa_conform.golden.edits import BIAS, Stream, fitted, heads, index_heads, restarted, rows
 from csa_conform.oracle import run_step
@@ -200,15 +201,19 @@ def ablation_runner(runner: DeviceRunner, ratio: int, stages: Sequence[str]) -> 
     return runner.sibling(force_host=runner.force_host | _device_stages(ratio, stages))
 
 
-def ablation_claim(results: list[dict]) -> Claim | None:
+def ablation_claim(results: list[dict], differing: int | None = None) -> Claim | None:
     """The headline's sentence from the ablations that ran: on this step the divergence vanished with each
-    of these inputs neutralised (a fact about one step, not a cause: rounding can hide a bug too)."""
+    of these inputs neutralised (a fact about one step, not a cause: rounding can hide a bug too). A divergence
+    of fewer than MIN_SUPPORT ``differing`` elements may vanish with any input that moves them: said so, weak."""
     vanishes = [result["change"] for result in results if result["outcome"] == VANISHES]
     ran = [result for result in results if result["outcome"] in (VANISHES, PERSISTS)]
     if not vanishes:
         return None
+    few = differing is not None and differing < MIN_SUPPORT
+    chance = (f"; the step's {differing} differing element{'s' if differing != 1 else ''} are few enough for any "
+              "changed input to move by chance" if few else "")
     return Claim(f"on this step the divergence vanishes with {'; with '.join(vanishes)} (ablation: {len(ran)} "
-                 "inputs neutralised one at a time)", ABLATION, len(ran),
+                 f"inputs neutralised one at a time{chance})", ABLATION, 1 if few else len(ran),
                  {"vanishes": vanishes, "persists": [result["change"] for result in ran
                                                      if result["outcome"] == PERSISTS]})
 

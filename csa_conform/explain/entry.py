@@ -315,11 +315,13 @@ def explain_step(divergence: Divergence, device_libm: Callable[[str], Callable] 
     explanation.baseline = inherited.mismatches if computed else mismatches(expected[stage], target)[0]
     explanation.claims, explanation.values = value_classes(expected[stage], target)
     if inherited is not None:  # the launch's own upstream diverged: not all of this need be this stage's
-        unread = (f", which may include slots whose {own} the runner's read-back could not identify"
-                  if own == "candidate_assembly" else "")  # candidate ids are read off the scores, not written
-        after = (f"from the device's {own} the reference's arithmetic leaves {inherited.mismatches:,} of this "
-                 f"stage's elements unlike the device{unread}" if computed else
-                 f"from the device's {own} the reference computes no {stage}: {_refusal(inherited.rejected)}")
+        # candidate ids are read off the scores, not written: a column the read-back places as one candidate may
+        # hold another (a dense window shortened moves the records into the dense columns)
+        read = (f" (as the runner read it back off the scores: the kernel writes no candidate ids, so a column read "
+                f"as one candidate may hold another)" if own == "candidate_assembly" else "")
+        after = (f"from the device's {own}{read} the reference's arithmetic leaves {inherited.mismatches:,} of this "
+                 f"stage's elements unlike the device" if computed else
+                 f"from the device's {own}{read} the reference computes no {stage}: {_refusal(inherited.rejected)}")
         explanation.claims.insert(0, Claim(
             f"the same launch computed {own} itself and it diverged too: {after}", OBSERVATION,
             max(inherited.mismatches, 0),
@@ -531,7 +533,7 @@ def _observe(explanations: Sequence[Explanation], runner: DeviceRunner, info, st
         except Exception as error:  # noqa: BLE001 - as above
             explanation.ablations = [{"key": "failed", "change": "every ablation", "outcome": NOT_RUN,
                                       "reason": failure_note(error)}]
-        explanation.claims.extend(filter(None, [ablation_claim(explanation.ablations)]))
+        explanation.claims.extend(filter(None, [ablation_claim(explanation.ablations, explanation.baseline)]))
 
 
 def _held_to_ablations(explanation: Explanation, variants) -> None:

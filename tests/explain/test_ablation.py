@@ -89,3 +89,17 @@ def test_a_carrys_divergence_is_ablated_on_a_step_that_completes_no_record(tmp_p
     assert {diff.split("/")[1].split(":")[0] for diff in first.summary} == {"present_compression_carry"}
     outcomes = {ablation["key"]: ablation["outcome"] for ablation in first.ablations}
     assert outcomes["position-0"] == VANISHES and outcomes["compressor_ape=0"] == PERSISTS, first.ablations
+
+
+def test_a_divergence_of_a_few_elements_that_vanishes_says_it_may_be_chance():
+    """Two differing elements vanish with almost any input changed: the claim says so and leans on nothing."""
+    from csa_conform.explain.ablation import PERSISTS, VANISHES, ablation_claim
+
+    results = [{"key": "compressor_norm=1", "change": "compressor_norm = 1", "outcome": VANISHES, "differing": 0},
+               {"key": "one-row", "change": "only batch row b=0", "outcome": PERSISTS, "differing": 2}]
+    few = ablation_claim(results, 2)
+    assert few.text.endswith("(ablation: 2 inputs neutralised one at a time; the step's 2 differing elements are few "
+                             "enough for any changed input to move by chance)")
+    assert few.confidence == "weak"
+    many = ablation_claim(results, 40)
+    assert many.text.endswith("(ablation: 2 inputs neutralised one at a time)") and many.confidence == "moderate"

@@ -608,7 +608,10 @@ def test_a_stage_whose_launch_computed_a_divergent_upstream_says_so_before_any_s
     explanation = explain_step(Divergence("case", 0, stage, g, inputs, expected, actual, diffs), None, {})
     assert explanation.verdict != EXPLAINED
     assert explanation.claims[0].text.startswith("the same launch computed candidate_assembly itself and it "
-                                                 "diverged too")
+                                                 "diverged too: from the device's candidate_assembly (as the runner "
+                                                 "read it back off the scores: the kernel writes no candidate ids, "
+                                                 "so a column read as one candidate may hold another) the "
+                                                 "reference's arithmetic leaves")
     assert explanation.baseline == explanation.claims[0].detail["unlike_device"] > 0
 
 
