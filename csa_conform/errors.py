@@ -185,6 +185,23 @@ class WorkerCrashed(CsaConformError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+class CorruptedWorker(WorkerCrashed):
+    """The worker process that runs kernels in its own memory (the host backend) raised an error no code path
+    expects after kernel code ran there: an out-of-bounds write of a kernel can leave that process's memory
+    corrupt, so the error is no evidence of a bug of csa-conform's; the worker is replaced."""
+
+    ends_worker = True
+
+    def __init__(self, error: str):
+        super().__init__(f"the worker process that runs the kernels failed after kernel code ran in it ({error}): a "
+                         "kernel may have written outside its buffers into that process's memory; --backend cuda, "
+                         "or the case alone under a memory checker, shows which")
+        self.error = error
+
+    def __reduce__(self):
+        return type(self), (self.error,)
+
+
 class InternalError(CsaConformError):
     """csa-conform itself failed (an exception no code path expects): its bug, reported as such, never a
     verdict on the kernels; ``of(error)`` names the error and where it was raised in one line."""
@@ -193,13 +210,18 @@ class InternalError(CsaConformError):
 
     @classmethod
     def of(cls, error: BaseException) -> InternalError:
-        traceback = error.__traceback__
-        while traceback is not None and traceback.tb_next is not None:
-            traceback = traceback.tb_next
-        where = "" if traceback is None else (
-            f" at {traceback.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{traceback.tb_lineno}")
-        message = " ".join(str(error).split())
-        return cls(f"internal error in csa-conform: {type(error).__name__}: {message}{where}; please report it")
+        return cls(f"internal error in csa-conform: {error_line(error)}; please report it")
+
+
+def error_line(error: BaseException) -> str:
+    """An error in one line: its type, message and the file and line that raised it."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    where = "" if traceback is None else (
+        f" at {traceback.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{traceback.tb_lineno}")
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message}{where}"
 
 
 class SanitizedRunFailed(CsaConformError):

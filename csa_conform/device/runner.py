@@ -40,13 +40,15 @@ from csa_conform.device.recorder import LAUNCH_STAGES, LaunchRecorder
 from csa_conform.device.replay import Replayer
 from csa_conform.device.step import DeviceStepResult, Launcher, StepRun
 from csa_conform.device.tensors import StepTensors
-from csa_conform.errors import KernelFault, UsageError, WorkerCrashed
+from csa_conform.errors import (CorruptedWorker, CsaConformError, KernelFault, UsageError, WorkerCrashed,
+                                error_line)
 from csa_conform.spec import Mode
 
 __all__ = ["DeviceRunner", "DeviceStepResult"]
 
 # --launch-timeout's default: far above any launch of the committed suites on the host backend (seconds).
 LAUNCH_TIMEOUT = 300.0
+_KERNEL_CODE_RAN = False  # in a worker: a kernel has been launched in this process
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,23 @@ class DeviceRunner:
 
     def _serve(self, request: tuple, herald: Callable):
         """In the worker: a step (its device outputs kept here and handed out as Held handles), or a backend
-        request."""
+        request. An error no code path expects, raised after kernel code ran in this process's own memory, is
+        a corrupted worker, not csa-conform's bug (csa_conform.errors.CorruptedWorker)."""
+        def heard(note):
+            global _KERNEL_CODE_RAN
+            _KERNEL_CODE_RAN = _KERNEL_CODE_RAN or note is not None
+            herald(note)
+
+        try:
+            return self._answer(request, heard)
+        except CsaConformError:
+            raise
+        except Exception as error:  # noqa: BLE001 - named as the worker's, where a kernel could have caused it
+            if _KERNEL_CODE_RAN and getattr(self._backend, "in_process", False):
+                raise CorruptedWorker(error_line(error)) from error
+            raise
+
+    def _answer(self, request: tuple, herald: Callable):
         kind, payload = request
         if kind == "offers":
             return callable(getattr(self.backend(), payload, None))

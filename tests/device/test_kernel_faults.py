@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -300,3 +301,39 @@ def test_a_process_that_initialised_cuda_launches_in_itself(monkeypatch):
     monkeypatch.setattr(cuda, "initialised", True)
     assert DeviceRunner(backend_factory=backend_named(CUDA), isolate=True).worker is None
     assert DeviceRunner(backend_factory=backend_named(HOST), isolate=True).worker is not None
+
+
+def test_an_error_after_kernel_code_ran_in_the_workers_own_memory_is_a_corrupted_worker(monkeypatch):
+    """On the host backend kernels run in the worker's memory: an out-of-bounds write can make the worker's own
+    Python raise anything later (a heap-corrupting kernel once made NumPy report negative dimensions). Such an
+    error is the worker's, replaced, exit 4, never csa-conform's internal error; before any launch, or on a
+    backend whose kernels cannot touch that memory, it stays what it is."""
+    from types import SimpleNamespace
+
+    import csa_conform.device.runner as runner_module
+    from csa_conform.device.kernels import KernelDirectory
+    from csa_conform.device.runner import DeviceRunner
+    from csa_conform.errors import CorruptedWorker
+
+    def failing(request, herald):
+        if request == "launch":
+            herald(("a launch", None))
+            herald(None)
+        raise ValueError("negative dimensions are not allowed")
+
+    runner = DeviceRunner(KernelDirectory(ROOT / "kernels"), isolate=False)
+    monkeypatch.setattr(runner, "_answer", failing)
+    monkeypatch.setattr(runner_module, "_KERNEL_CODE_RAN", False)
+    runner._backend = SimpleNamespace(in_process=True)
+    with pytest.raises(ValueError):  # no kernel ran here yet: a bug of csa-conform's, reported as such
+        runner._serve("step", lambda note: None)
+    with pytest.raises(CorruptedWorker) as raised:
+        runner._serve("launch", lambda note: None)
+    assert raised.value.exit_code == ExitCode.ENVIRONMENT and raised.value.ends_worker
+    crossed = pickle.loads(pickle.dumps(raised.value))  # it crosses the worker's pipe as itself
+    assert type(crossed) is CorruptedWorker and str(crossed) == str(raised.value)
+    assert str(raised.value).startswith("the worker process that runs the kernels failed after kernel code ran in "
+                                        "it (ValueError: negative dimensions are not allowed at ")
+    runner._backend = SimpleNamespace(in_process=False)  # CUDA: the kernels' writes land on the device
+    with pytest.raises(ValueError):
+        runner._serve("step", lambda note: None)

@@ -201,6 +201,8 @@ def process_build_dir() -> Path:
 class HostEmulationBackend:
     """The CUDA backend's interface, executing modules on the CPU."""
 
+    in_process = True  # its kernels run in this process's memory, and can write anywhere in it
+
     def __init__(self, build_dir: Path | None = None):
         if GXX is None:
             raise DeviceUnavailable("the host backend needs g++ (install it, or use --backend cuda on a GPU machine)")
