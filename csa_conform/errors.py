@@ -198,7 +198,7 @@ class CorruptedWorker(WorkerCrashed):
                          "or the case alone under a memory checker, shows which")
         self.error = error
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return type(self), (self.error,)
 
 
