@@ -210,8 +210,8 @@ def ablation_claim(results: list[dict], differing: int | None = None) -> Claim |
     if not vanishes:
         return None
     few = differing is not None and differing < MIN_SUPPORT
-    chance = (f"; the step's {differing} differing element{'s' if differing != 1 else ''} are few enough for any "
-              "changed input to move by chance" if few else "")
+    chance = (f"; the step's {differing} differing element{'s are' if differing != 1 else ' is'} few enough for "
+              "any changed input to move by chance" if few else "")
     return Claim(f"on this step the divergence vanishes with {'; with '.join(vanishes)} (ablation: {len(ran)} "
                  f"inputs neutralised one at a time{chance})", ABLATION, 1 if few else len(ran),
                  {"vanishes": vanishes, "persists": [result["change"] for result in ran
