@@ -143,7 +143,8 @@ class Explanation:
         if steps:
             parts.append(f"the device agrees with it on {steps} conformant step{'s' if steps != 1 else ''} of this "
                          "kernel")
-        ablated = sum(bool(e.get("ablation")) for e in self.experiments)
+        key = self.cause.key if self.cause is not None else None
+        ablated = sum(bool(e.get("ablation")) and e["unlike_device"].get(key) == 0 for e in self.experiments)
         if ablated:
             parts.append(f"its re-run predicts the device's bytes on {ablated} ablated variant"
                          f"{'s' if ablated != 1 else ''} of this step too")

@@ -302,6 +302,9 @@ def test_an_ablated_step_the_device_computed_refutes_a_cause_that_predicts_it_ot
     kept = explained()
     entry._held_to_ablations(kept, [persisted])
     assert kept.verdict == EXPLAINED and kept.experiments[0]["unlike_device"] == {ties.key: 0}
+    assert "its re-run predicts the device's bytes on 1 ablated variant of this step too" in kept.headline()
+    kept.experiments.append({**kept.experiments[0], "unlike_device": {}})  # a variant the cause was not re-run on
+    assert "on 1 ablated variant of this step too" in kept.headline()
     entry.settle_across_steps([kept])
     assert kept.verdict == EXPLAINED  # three arguments, reproduced again where the divergence persisted
 
