@@ -98,8 +98,11 @@ class Explanation:
                     f"reproduces {self.tensors()} bit for bit ({self.cause.strength()}){self.experiment_text()}")
         if self.verdict == AMBIGUOUS:
             names = " or ".join(trial.name for trial in self.rivals)
-            separated = (f"{len(self.experiments)} experiments on conformant steps of this kernel separated none "
-                         "of them" if self.experiments else "no experiment separated them")
+            ablated = sum(bool(e.get("ablation")) for e in self.experiments)
+            steps = len(self.experiments) - ablated
+            done = [f"{steps} experiment{'s' if steps != 1 else ''} on steps of this kernel"] if steps else []
+            done += [f"{ablated} ablated variant{'s' if ablated != 1 else ''} of this step"] if ablated else []
+            separated = f"{' and '.join(done)} separated none of them" if done else "no experiment separated them"
             return (f"{where}: ambiguous: {names} — each reproduces {self.tensors()} bit for bit "
                     f"({'; '.join(f'{trial.name}: {trial.effect()}' for trial in self.rivals)}); {separated}")
         if self.verdict == INHERITED:

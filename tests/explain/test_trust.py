@@ -655,3 +655,16 @@ def test_one_index_moved_along_an_axis_is_no_shift_of_every_index():
     two[0], two[1] = expected[2], expected[3]
     found = index_shift("selection", "selected", expected, two, differing_bits(expected, two), ("b", "k"), None)
     assert found is not None and found.evidence["axis"] == "b" and found.evidence["shift"] == 2
+
+
+def test_an_ambiguous_headline_counts_the_steps_and_the_ablated_variants_that_separated_nothing():
+    rivals = [_trial("expf:exp2f", 0), _trial("ftz", 0)]
+    witness = {"case": "c", "step": 1, "predicted_differing": {"expf:exp2f": 0, "ftz": 0}, "device_differing": 0}
+    ablated = {"case": "c", "step": 0, "ablation": "one-row", "change": "only batch row b=0", "predicted_differing": {},
+               "device_differing": 5, "unlike_device": {"expf:exp2f": 0, "ftz": 0}}
+    explanation = Explanation("c", 0, "sparse_sink_softmax_attention", AMBIGUOUS, rivals=rivals,
+                              experiments=[witness, dict(witness, step=2), ablated])
+    assert explanation.headline().endswith("2 experiments on steps of this kernel and 1 ablated variant of this step "
+                                           "separated none of them")
+    assert Explanation("c", 0, "selection", AMBIGUOUS, rivals=rivals).headline().endswith(
+        "no experiment separated them")
