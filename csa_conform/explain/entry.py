@@ -182,9 +182,7 @@ def _unconfirmed_alone(explanation: Explanation, explanations: Sequence[Explanat
     trial = explanation.cause
     if trial.confidence == "strong":
         return
-    support = trial.support + sum(
-        experiment["device_differing"] for experiment in explanation.experiments
-        if experiment.get("ablation") and experiment["unlike_device"].get(trial.key) == 0)
+    support = trial.support + sum(variant["device_differing"] for variant in explanation.ablated_agreeing(trial.key))
     support += sum(other_trial.support for other in explanations if other is not explanation
                    for other_trial in other.trials if other_trial.key == trial.key and other_trial.reproduces)
     if support >= STRONG:
@@ -205,21 +203,32 @@ def _rivals_unreproduced_elsewhere(explanation: Explanation, explanations: Seque
     is unexplained (rivals that each fit a few elements of every step by coincidence, and each miss one step, name
     no cause between them); with one left it explains, unless it is a sub-step re-run (its finding needs the
     re-run's own evidence)."""
-    kept, dropped = [], []
+    dropped = []
     for trial in explanation.rivals:
         missed, tried = _tried_elsewhere(explanation, explanations, trial.key)
-        (dropped if missed else kept).append((trial, missed, tried))
-    if not dropped:
-        return
-    explanation.rivals = [trial for trial, _, _ in kept]
-    explanation.claims.extend(_no_cause(trial.name, trial.key, missed, tried) for trial, missed, tried in dropped)
-    if not kept:
-        gone = {trial.key for trial, _, _ in dropped}
-        explanation.verdict, explanation.cause, explanation.closest = UNEXPLAINED, None, dropped[0][0]
+        if missed:
+            dropped.append(trial)
+            explanation.claims.append(_no_cause(trial.name, trial.key, missed, tried))
+    if dropped:
+        _drop_rivals(explanation, dropped, lambda key: key in sub_steps)
+
+
+def _drop_rivals(explanation: Explanation, dropped: list, sub_step: Callable[[str], bool]) -> None:
+    """The verdict once an experiment refuted the rivals ``dropped``: none left, the divergence is unexplained (the
+    first dropped its closest trial, their findings gone); an explained verdict whose cause went takes the surviving
+    variant changing fewest arguments; an ambiguous one left one rival explains, unless it is a sub-step re-run (its
+    finding needs the re-run's own evidence)."""
+    gone = {trial.key for trial in dropped}
+    explanation.rivals = [trial for trial in explanation.rivals if trial.key not in gone]
+    if not explanation.rivals:
+        explanation.verdict, explanation.cause, explanation.closest = UNEXPLAINED, None, dropped[0]
         explanation.diagnosis = [finding for finding in explanation.diagnosis
                                  if finding.evidence.get("trial") not in gone]
-    elif len(kept) == 1 and kept[0][0].key not in sub_steps:
-        explanation.verdict, explanation.cause = EXPLAINED, kept[0][0]
+    elif explanation.verdict == EXPLAINED:
+        if explanation.cause.key in gone:
+            explanation.cause = min(explanation.rivals, key=_simplest)
+    elif len(explanation.rivals) == 1 and not sub_step(explanation.rivals[0].key):
+        explanation.verdict, explanation.cause = EXPLAINED, explanation.rivals[0]
 
 
 def _finding_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],
@@ -555,24 +564,13 @@ def _held_to_ablations(explanation: Explanation, variants) -> None:
     if not gone:
         return
     dropped = [trial for trial in explanation.rivals if trial.key in gone]
-    explanation.rivals = [trial for trial in explanation.rivals if trial.key not in gone]
     explanation.claims.extend(Claim(
         f"{trial.name} reproduces this step bit for bit, but re-run on it with {gone[trial.key]['change']} it leaves "
         f"{gone[trial.key]['unlike_device'][trial.key]:,} elements unlike the device there, so it is not claimed as "
         "the cause", RERUN, gone[trial.key]["unlike_device"][trial.key],
         {"ablation": gone[trial.key]["ablation"], "trial": trial.key}) for trial in dropped)
-    if explanation.rivals and explanation.verdict == EXPLAINED:
-        if explanation.cause.key in gone:
-            explanation.cause = min(explanation.rivals, key=_simplest)
-        return
-    if len(explanation.rivals) > 1 or (explanation.rivals and explanation.rivals[0].key in explanation.hypotheses
-                                       and explanation.hypotheses[explanation.rivals[0].key].sub_step):
-        return
-    if explanation.rivals:
-        explanation.verdict, explanation.cause = EXPLAINED, explanation.rivals[0]
-        return
-    explanation.verdict, explanation.cause, explanation.closest = UNEXPLAINED, None, dropped[0]
-    explanation.diagnosis = [finding for finding in explanation.diagnosis if finding.evidence.get("trial") not in gone]
+    _drop_rivals(explanation, dropped, lambda key: key in explanation.hypotheses
+                 and bool(explanation.hypotheses[key].sub_step))
 
 
 def explain_report(golden: GoldenFile, chained: CaseVerdict, runner: DeviceRunner, stages: Sequence[str] = STAGE_NAMES,

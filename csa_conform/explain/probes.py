@@ -337,15 +337,13 @@ def probe_claim(observation: dict | None) -> Claim | None:
         unseen, moved = _before(observation, first)
         exact = (f" or an unobserved one before it ({', '.join(unseen)})" if unseen else "") + (
             f" or one before it whose values sit in other places ({', '.join(moved)})" if moved else "")
+        lead = f"the first sub-step whose probed output differs on the device is {first['sub_step']}{exact}"
+        detail = {"sub_step": first["sub_step"], "exact": observation["exact"]}
         if first["status"] == EXTENT:
-            return Claim(f"the first sub-step whose probed output differs on the device is {first['sub_step']}{exact} (probes: "
-                         f"{_extent(first)})", PROBE, int(first["elements"]),
-                         {"sub_step": first["sub_step"], "exact": observation["exact"]})
+            return Claim(f"{lead} (probes: {_extent(first)})", PROBE, int(first["elements"]), detail)
         classes = "".join(f"; {text}" for text in first.get("classes", ()))
-        return Claim(f"the first sub-step whose probed output differs on the device is {first['sub_step']}{exact} (probes: "
-                     f"{first['differing']:,} of {first['elements']:,} elements differ there{classes}"
-                     f"{_between(observation['probes'], first, bool(exact))})", PROBE,
-                     int(first["differing"]), {"sub_step": first["sub_step"], "exact": observation["exact"]})
+        return Claim(f"{lead} (probes: {first['differing']:,} of {first['elements']:,} elements differ there{classes}"
+                     f"{_between(observation['probes'], first, bool(exact))})", PROBE, int(first["differing"]), detail)
     equal = [probe for probe in observation["probes"] if probe["status"] == EQUAL]
     if not equal:
         return None

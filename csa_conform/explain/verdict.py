@@ -126,6 +126,10 @@ class Explanation:
             return finding
         return None
 
+    def ablated_agreeing(self, key: str) -> list[dict]:
+        """The ablated variants of this step on which the re-run ``key`` predicts the device's bytes."""
+        return [e for e in self.experiments if e.get("ablation") and e["unlike_device"].get(key) == 0]
+
     def experiment_text(self) -> str:
         """What the experiments showed: the rivals they refuted (on a conformant step, or on a divergent step of
         the same kernel that another rival reproduces), the conformant steps that agree, and the ablated variants
@@ -146,8 +150,7 @@ class Explanation:
         if steps:
             parts.append(f"the device agrees with it on {steps} conformant step{'s' if steps != 1 else ''} of this "
                          "kernel")
-        key = self.cause.key if self.cause is not None else None
-        ablated = sum(bool(e.get("ablation")) and e["unlike_device"].get(key) == 0 for e in self.experiments)
+        ablated = len(self.ablated_agreeing(self.cause.key)) if self.cause is not None else 0
         if ablated:
             parts.append(f"its re-run predicts the device's bytes on {ablated} ablated variant"
                          f"{'s' if ablated != 1 else ''} of this step too")
