@@ -107,29 +107,20 @@ def test_query_values_that_are_its_own_input_say_every_sub_step_is_not_applied()
         finding.headline
 
 
-def test_a_record_tail_rotated_at_position_0_names_only_rope_and_says_what_that_looks_like(tmp_path):
-    """The ratio-4 main records rotated at position 0: their bf16 RoPE tail holds the RMSNorm output. The FP8
+def test_a_record_tail_rotated_at_position_0_names_only_rope_and_says_what_that_looks_like():
+    """Ratio-4 main records rotated at position 0: their bf16 RoPE tail holds the RMSNorm output. The FP8
     quantization never touches the tail, so it is not among what was left out there; and a rotation at position 0
     leaves the same bytes as none, which the observation says."""
-    import shutil
-    from pathlib import Path
+    from csa_conform.numerics.bf16 import bf16_bits
 
-    from click.testing import CliRunner
-
-    from csa_conform.cli import main
-
-    root = Path(__file__).resolve().parents[2]
-    kernels = tmp_path / "kernels"
-    shutil.copytree(root / "kernels", kernels)
-    source = kernels / "csa_ratio4_main_compression.cu"
-    old = "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, block_start);"
-    assert source.read_text().count(old) == 1
-    source.write_text(source.read_text().replace(old, "csa_compressed_rope(pooled + dim - rope_dim, rope_dim, 0);"))
-    result = CliRunner().invoke(main, ["explain", str(root / "goldens" / "ci.h5"), "--kernels", str(kernels),
-                                       "--backend", "host", "--case", "boundaries.r4-prefill-8", "--stage",
-                                       COMPRESSOR, "-q"])
-    assert result.exit_code == 1, result.output
-    headline = next(line for line in result.output.splitlines() if f"step 0 {COMPRESSOR}" in line)
+    g, inputs, expected = first_step("boundaries.r4-prefill-8")
+    probes = oracle_probes(COMPRESSOR, g, inputs, expected)
+    device = {name: np.array(array, copy=True) for name, array in expected[COMPRESSOR].items()}
+    tails = device["present_compressed_kv"][:, inputs["past_compressed_kv"].shape[1]:, -2 * g.rope_dim:]
+    tails[...] = np.ascontiguousarray(bf16_bits(probes["rmsnorm"][..., -g.rope_dim:])).view(np.uint8).reshape(
+        tails.shape)
+    finding = earlier_sub_step(COMPRESSOR, g, inputs, expected, expected[COMPRESSOR], device)
+    assert finding.evidence["held"] == "RMSNorm" and finding.evidence["not_applied"] == ["RoPE"]
     assert ("the device holds the reference's RMSNorm output, before RoPE (bit for bit at 39 of 39): RoPE is not "
-            "applied there, or RoPE applied at position 0, which rotates nothing") in headline
-    assert "FP8" not in headline.split("(structural")[0]
+            "applied there, or RoPE applied at position 0, which rotates nothing") in finding.headline
+    assert "FP8" not in finding.headline
