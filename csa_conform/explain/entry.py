@@ -54,6 +54,7 @@ from csa_conform.explain.structural import (
     unwritten_state,
 )
 from csa_conform.explain.values import value_classes
+from csa_conform.explain.trial import Trial
 from csa_conform.explain.verdict import AMBIGUOUS, EXPLAINED, FAILED, INHERITED, UNEXPLAINED, Explanation
 from csa_conform.golden import GoldenFile
 from csa_conform.numerics.variant import Numerics
@@ -182,10 +183,16 @@ def _unconfirmed_alone(explanation: Explanation, explanations: Sequence[Explanat
     trial = explanation.cause
     if trial.confidence == "strong":
         return
-    support = trial.support + sum(variant["device_differing"] for variant in explanation.ablated_agreeing(trial.key))
-    support += sum(other_trial.support for other in explanations if other is not explanation
-                   for other_trial in other.trials if other_trial.key == trial.key and other_trial.reproduces)
+    own = _support_on(explanation, trial)
+    others = [_support_on(other, other_trial) for other in explanations if other is not explanation
+              for other_trial in other.trials if other_trial.key == trial.key and other_trial.reproduces]
+    support = own + sum(others)
     if support >= STRONG:
+        if own < STRONG:
+            explanation.claims.append(Claim(
+                f"with the {len(others)} other divergent step{'s' if len(others) != 1 else ''} of this run it "
+                f"reproduces bit for bit, {support} changed arguments or reproduced elements in all (a cause needs "
+                f"{STRONG})", RERUN, support, {"confirmed_by_steps": len(others), "trial": trial.key}))
         return
     explanation.verdict, explanation.cause, explanation.rivals, explanation.closest = UNEXPLAINED, None, [], trial
     explanation.diagnosis = [finding for finding in explanation.diagnosis
@@ -194,6 +201,13 @@ def _unconfirmed_alone(explanation: Explanation, explanations: Sequence[Explanat
         f"{trial.name} reproduces this step bit for bit, but on {trial.strength().split(': ', 1)[1]}, {support} with "
         f"every other step it reproduces (fewer than {STRONG}), so it is not claimed as the cause", RERUN, support,
         {"unconfirmed": True, "trial": trial.key}))
+
+
+def _support_on(explanation: Explanation, trial: Trial) -> int:
+    """A reproducing re-run's evidence on one divergent step: its own changed arguments or elements, and the
+    differing elements of the step's ablated variants it predicts too. The same sum for every step, so the run's
+    steps that share a cause all keep it or all lose it."""
+    return trial.support + sum(variant["device_differing"] for variant in explanation.ablated_agreeing(trial.key))
 
 
 def _rivals_unreproduced_elsewhere(explanation: Explanation, explanations: Sequence[Explanation],

@@ -269,6 +269,13 @@ def test_a_cause_on_few_arguments_is_claimed_only_where_another_step_reproduces_
                  "predicted_differing": {}, "device_differing": 6, "unlike_device": {"fma:pairs": 0}}
     assert alone(experiments=[persisted]).verdict == EXPLAINED
     assert alone(experiments=[{**persisted, "device_differing": 5}]).verdict == UNEXPLAINED
+    # another step's ablated variants count for this one as for their own (a stream's later step, never ablated)
+    first = Explanation("case", 1, stage, UNEXPLAINED, kernel=kernel, trials=[_trial("fma:pairs", 0, changed=1)],
+                        experiments=[{**persisted, "step": 1, "device_differing": 5}])
+    confirmed = alone(first)
+    assert confirmed.verdict == EXPLAINED
+    assert ("with the 1 other divergent step of this run it reproduces bit for bit, 8 changed arguments or "
+            "reproduced elements in all (a cause needs 8)") in confirmed.headline()
     # a case's own pass leaves it to the run's: another case may still reproduce it
     waiting = Explanation("case", 0, stage, EXPLAINED, cause=_trial("fma:pairs", 0, changed=2), kernel=kernel)
     waiting.rivals = [waiting.cause]
