@@ -12,6 +12,7 @@ from csa_conform.explain.patterns import (
     NEVER_WRITTEN,
     PERMUTATION,
     RESTRICTED,
+    ROW_ALIASING,
     SCALE_EXPONENT,
     STALE,
     SUB_STEP,
@@ -95,6 +96,20 @@ def test_index_shift_names_axis_and_offset():
     finding = _kinds("candidate_assembly", "candidates", ids, early, ("s", "c"))[0]
     assert finding.kind == INDEX_SHIFT and finding.evidence["axis"] == "c" and finding.evidence["shift"] == -1
     assert "device c=k holds the reference's c=k-1" in finding.headline
+
+
+def test_values_held_twice_along_an_axis_are_no_shift():
+    """A ratio-4 carry whose slots 4..7 were not cleared after the rotation keeps there what slots 0..3 now hold:
+    slot k holds the reference's slot k-4, but slot k-4 still holds it too. A shift would have moved those on."""
+    carry = RNG.standard_normal((3, 8, 8)).astype(np.float32)
+    kept = carry.copy()
+    kept[0, 4:] = carry[0, :4]  # one batch row completed a block: no row of slots aliases across the batch
+    (finding,) = [f for f in _kinds("compression_update", "present_compression_carry", carry, kept, ("b", "slot", "d"))
+                  if f.kind in (INDEX_SHIFT, ROW_ALIASING)]
+    assert finding.kind == ROW_ALIASING and finding.evidence["twice"] and finding.evidence["shift"] == -4
+    assert ("present_compression_carry holds values twice along slot: device slot=k holds the reference's slot=k-4 "
+            "in 32 of 32 differing elements") in finding.headline
+    assert "slot=k-4 keeps them too" in finding.headline
 
 
 def test_constant_factor_names_a_simple_form_and_ignores_rounding_noise():

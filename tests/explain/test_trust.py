@@ -585,9 +585,10 @@ def test_a_rounding_convention_a_re_run_found_on_one_step_is_dropped_when_the_ke
 
 
 def test_an_observation_of_reordered_ids_leaves_the_re_runs_to_name_the_reading():
-    """Batch row 1 reading batch row 0's selection: its candidates row holds the reference row's ids in
-    another order, an observation that names no cause; the re-runs still run, and `selected` read without its
-    batch offset reproduces the device."""
+    """Batch row 1 reading batch row 0's selection: its candidates row is, bit for bit, batch row 0's (its own
+    ids in another order too, which the observation does not say: the rows it holds say more), an observation
+    that names no cause; the re-runs still run, and `selected` read without its batch offset reproduces the
+    device."""
     g, inputs, expected = first_step("random.r4-bias-1")
     selection = {tensor: np.array(values) for tensor, values in expected["selection"].items()}
     for values in selection.values():
@@ -596,8 +597,11 @@ def test_an_observation_of_reordered_ids_leaves_the_re_runs_to_name_the_reading(
     explanation = explain_payload("candidate_assembly", g, inputs, expected, device)
     assert explanation.verdict == EXPLAINED, explanation.headline()
     assert "selected read without its offset along axis 0" in explanation.headline()
-    assert any(finding.evidence.get("pattern") == "reordered" and finding.established_by == "observation"
-               for finding in explanation.diagnosis)
+    (held,) = [finding for finding in explanation.diagnosis if finding.established_by == "observation"
+               and finding.kind == "row-aliasing"]
+    assert held.evidence["rows"] == {3: 1}
+    assert held.headline == ("each differing row of candidates is, bit for bit, another of the reference's rows "
+                             "(b=1, s=1 holds b=0, s=1's; 1 of 1 rows, the 2 differing elements at c = 128..129)")
 
 
 def test_a_stage_whose_launch_computed_a_divergent_upstream_says_so_before_any_sub_step():
@@ -649,7 +653,8 @@ def test_a_launchs_own_upstream_the_reference_refuses_is_said_so_and_leaves_the_
 
 def test_one_index_moved_along_an_axis_is_no_shift_of_every_index():
     """Every batch writing batch 0's selection rows, the last writer (b = 2) winning, leaves b = 0 holding b = 2's
-    row: one alias, not "b = k holds b = k + 2"; two rows moved by the same offset are a shift."""
+    row: one alias, not "b = k holds b = k + 2"; two rows moved by the same offset are a shift, or, where the rows
+    they came from keep their own values, the values held twice."""
     from csa_conform.explain.patterns.shift import index_shift
     from csa_conform.numerics.bits import differing_bits
 
@@ -662,6 +667,11 @@ def test_one_index_moved_along_an_axis_is_no_shift_of_every_index():
     two[0], two[1] = expected[2], expected[3]
     found = index_shift("selection", "selected", expected, two, differing_bits(expected, two), ("b", "k"), None)
     assert found is not None and found.evidence["axis"] == "b" and found.evidence["shift"] == 2
+    assert found.kind == "row-aliasing" and "holds values twice along b" in found.headline
+    moved = np.roll(expected, -1, axis=0)  # row k holds row k+1: each row's values moved on, none kept in place
+    found = index_shift("selection", "selected", expected, moved, differing_bits(expected, moved), ("b", "k"), None)
+    assert found is not None and found.kind == "index-shift" and found.evidence["shift"] == 1
+    assert "is shifted along b" in found.headline
 
 
 def test_an_ambiguous_headline_counts_the_steps_and_the_ablated_variants_that_separated_nothing():

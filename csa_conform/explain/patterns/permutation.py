@@ -42,6 +42,7 @@ from csa_conform.explain.claims import OBSERVATION
 from csa_conform.explain.patterns.findings import (
     MIN_SUPPORT,
     PERMUTATION,
+    ROW_ALIASING,
     Context,
     Finding,
     beats_chance,
@@ -135,6 +136,9 @@ def permuted(stage: str, tensor: str, expected, actual, differ, axes, context: C
                                coincidences)
         if ordered is not None:
             return ordered
+    elsewhere = _held_elsewhere(stage, tensor, expected, actual, differ, axes, rows)
+    if elsewhere is not None:
+        return elsewhere
     distinct = np.unique(unsigned(expected_rows), axis=0).shape[0]  # tied batch rows are one row said twice
     if distinct >= 2 and beats_chance(considered, coincidences, considered):
         count = int(rows.sum())
@@ -257,6 +261,9 @@ def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) ->
         return None
     if not (meaningful(_rows(actual)[rows]) & _rows(differ)[rows]).any():
         return None
+    elsewhere = _held_elsewhere(stage, tensor, expected, actual, differ, axes, rows)
+    if elsewhere is not None:
+        return elsewhere
     count, differing = int(rows.sum()), int(np.count_nonzero(differ))
     columns = spans(np.flatnonzero(_rows(differ).any(axis=0)))
     headline = (f"each differing row of {tensor} holds the reference row's values in another order ({count:,} of "
@@ -264,3 +271,32 @@ def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) ->
     return Finding(PERMUTATION, stage, tensor, headline, differing, differing,
                    {"pattern": "reordered", "rows": count, "support": differing, "structural": False},
                    source=OBSERVATION)
+
+
+def _held_elsewhere(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
+    """An observation: every differing row is, bit for bit, another of the reference's rows (a batch row given
+    batch 0's selection holds its own ids too when both select every record: a reordering only by coincidence).
+    The rows are named; which reading put them there, only a re-run says."""
+    reference, device = _rows(unsigned(expected)), _rows(unsigned(actual))
+    places: dict[bytes, int] = {}
+    for index in range(reference.shape[0] - 1, -1, -1):  # the first row holding them wins
+        places[reference[index].tobytes()] = index
+    held = {}
+    for index in np.flatnonzero(rows):
+        source = places.get(device[index].tobytes())
+        if source is None or source == index:
+            return None
+        held[int(index)] = source
+    shape, names = expected.shape[:-1], axes[:-1]
+
+    def at(row: int) -> str:
+        return ", ".join(f"{name}={int(i)}" for name, i in zip(names, np.unravel_index(row, shape)))
+
+    count, differing = len(held), int(np.count_nonzero(differ))
+    pairs = "; ".join(f"{at(k)} holds {at(j)}'s" for k, j in list(held.items())[:4])
+    more = f"; and {count - 4} more" if count > 4 else ""
+    columns = spans(np.flatnonzero(_rows(differ).any(axis=0)))
+    headline = (f"each differing row of {tensor} is, bit for bit, another of the reference's rows ({pairs}{more}; "
+                f"{count:,} of {count:,} rows, the {differing:,} differing elements at {axes[-1]} = {columns})")
+    return Finding(ROW_ALIASING, stage, tensor, headline, differing, differing,
+                   {"rows": held, "support": differing, "structural": False}, source=OBSERVATION)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import INDEX_SHIFT, MIN_SUPPORT, Context, Finding, beats_chance, chance
+from csa_conform.explain.patterns.findings import (INDEX_SHIFT, MIN_SUPPORT, ROW_ALIASING, Context, Finding, beats_chance,
+                                                   chance)
 from csa_conform.numerics.bits import equal_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
 # of the rows a shift is claimed in, the share of all their elements (differing or not) the shifted reference
 # must reproduce: a real shift moves whole rows, coinciding neighbours move only the elements that differ
 WHOLE_ROWS = 0.9
+# of the elements a shift moves, the share whose source may keep its own value: a shift moves the sources on too
+# (a window off by one), so sources that still hold the reference's values make the values held twice, not moved
+KEPT_SOURCES = 0.1
 FILLERS = {"f": (-np.inf, 0.0), "i": (-1,), "u": (0,)}  # what an unset element holds; record id 0 is an id
 
 
@@ -84,9 +88,14 @@ def index_shift(stage: str, tensor: str, expected, actual, differ, axes, context
     name = axes[axis] if axis < len(axes) else f"a{axis}"
     rows = int(np.count_nonzero(fits.any(axis=axis))) if expected.ndim > 1 else 1
     sign = "-" if d > 0 else "+"
-    headline = (f"{tensor} is shifted along {name}: device {name}=k holds the reference's {name}=k{sign}{abs(d)} "
-                f"in {count:,} of {considered:,} differing elements (not counting fillers: -inf, -1, 0), across "
-                f"{rows:,} row{'s' if rows != 1 else ''}")
-    return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing,
-                   {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows,
-                    "support": count, "chance": round(coincidences, 2)})
+    held = (f"device {name}=k holds the reference's {name}=k{sign}{abs(d)} in {count:,} of {considered:,} differing "
+            f"elements (not counting fillers: -inf, -1, 0), across {rows:,} row{'s' if rows != 1 else ''}")
+    evidence = {"axis": name, "shift": -d, "matched": count, "considered": considered, "rows": rows,
+                "support": count, "chance": round(coincidences, 2)}
+    sources, _ = _shifted(fits, axis, -d)
+    if np.count_nonzero(sources & differ) <= KEPT_SOURCES * count:
+        headline = (f"{tensor} holds values twice along {name}: {held}, and {name}=k{sign}{abs(d)} keeps them too "
+                    f"(written at both places, or left at {name}=k from before: not a shift, which would move them on)")
+        return Finding(ROW_ALIASING, stage, tensor, headline, count, differing, {**evidence, "twice": True})
+    headline = f"{tensor} is shifted along {name}: {held}"
+    return Finding(INDEX_SHIFT, stage, tensor, headline, count, differing, evidence)
