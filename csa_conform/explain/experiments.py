@@ -107,6 +107,11 @@ def replay(stage: str, g, inputs, upstream, hypothesis: Hypothesis):
         return None
 
 
+# The tensors an ablated (isolated) run's later launch of the stage wrote from the oracle's copy of another of the
+# stage's tensors: replicate read the oracle's selected, so its selected_indices are those, whatever selected was.
+ORACLE_FED = {"selection": ("selected_indices",)}
+
+
 def on_ablations(stage: str, case: str, step: int, variants: Sequence[Variant],
                  hypotheses: Sequence[Hypothesis]) -> list[dict]:
     """The hypotheses re-run on the ablated steps the device ran: an input that changed, a step the device
@@ -119,7 +124,9 @@ def on_ablations(stage: str, case: str, step: int, variants: Sequence[Variant],
         for hypothesis in hypotheses:
             payload = replay(stage, variant.g, variant.inputs, variant.expected, hypothesis)
             if payload is not None:
-                unlike[hypothesis.key] = mismatches(payload, variant.actual[stage])[0]
+                fed = {tensor: variant.expected[stage][tensor] for tensor in ORACLE_FED.get(stage, ())
+                       if tensor in payload}
+                unlike[hypothesis.key] = mismatches({**payload, **fed}, variant.actual[stage])[0]
         if unlike:
             experiments.append({"case": case, "step": step, "ablation": variant.key, "change": variant.change,
                                 "predicted_differing": {}, "device_differing": variant.differing,

@@ -187,7 +187,8 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     rounding ties away from zero, FP8 codes truncated, RoPE at the wrong position (the block's last position
     for a record, one off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed
     or the rotation left out; and one step of a single-step stage done another way: index scoring's causal
-    count one off, selection padding with record 0 or ranking the whole cache, the dense window one slot
+    count one off, selection padding with record 0, ranking the whole cache or ranking by a sort key that orders
+    negative scores another way, the dense window one slot
     longer, the dense window or (ratio 128) the causal records taken from the step's first position for every
     query, the sink logit in attention's running max."""
     found = []
@@ -241,6 +242,12 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
                                 "query's causal ones: the non-causal records (score -inf, lowest id first) fill the "
                                 "slots past a row's causal records instead of -1",
                                 port=(("selection_over_cache", True),)))
+        found.append(Hypothesis("selection:sign-flipped-key", "the top-k sort key flipping only the sign bit of each "
+                                "score (negative scores ranked in reverse: the most negative first among them)",
+                                port=(("selection_key", "sign-flipped"),)))
+        found.append(Hypothesis("selection:raw-bits-key", "the top-k sort key the score's bits as they are (negative "
+                                "scores ranked above every positive one, the most negative first)",
+                                port=(("selection_key", "raw-bits"),)))
     if stage == "candidate_assembly":
         found.append(Hypothesis("dense:one-longer", "the dense window one slot longer than the contract's (the record "
                                 "slots one place up, the last dropped)", port=(("dense_extra", 1),)))

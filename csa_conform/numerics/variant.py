@@ -113,6 +113,7 @@ class Numerics:
     causal_shift: int = 0  # index scoring's causal count as (position + 1 + this) / 4
     selection_pad: int = -1  # what selection writes past a row's causal records
     selection_over_cache: bool = False  # selection ranks every record of the cache, the non-causal ones (-inf) last
+    selection_key: str | None = None  # selection's sort key on the scores' bits (oracle.selection.SORT_KEYS)
     sink_in_max: bool = False  # the sink logit taken into the softmax's running max
     dense_extra: int = 0  # slots candidate assembly's dense window takes beyond the contract's
     # what candidate assembly takes from the step's first position instead of each query's own: "dense window"
@@ -129,7 +130,8 @@ class Numerics:
                 and not self.softmax_reciprocal and self.weights_expf is None and not self.codes_truncated
                 and not self.deferred_normalization and self.binary64_values is None
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
-                and self.selection_pad == -1 and not self.selection_over_cache and not self.sink_in_max
+                and self.selection_pad == -1 and not self.selection_over_cache and self.selection_key is None
+                and not self.sink_in_max
                 and not self.dense_extra and not self.from_step_start and self.rms_norm is None)
 
     def count_bf16(self, reference, swapped) -> None:

@@ -21,7 +21,7 @@ CHUNK_ELEMENTS = 1 << 20
 
 
 def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *prior: RowFailure | None,
-              pad: int = -1, over_cache: bool = False):
+              pad: int = -1, over_cache: bool = False, key: str | None = None):
     """Returns {"selected": i32[B,S,Kw], "selected_indices": i32[B,I,S,Kw]} or raises the earliest row failure.
 
     Equal neighbours among a row's sorted live scores are the ties the
@@ -34,6 +34,8 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
     ``over_cache``: a variant that ranks every record of the cache, so the
     non-causal ones (score -inf, lowest id first) follow a row's causal
     records: slot j past them holds record j (the causal records are 0..n-1).
+    ``key``: a variant's sort key on the scores' bits (``SORT_KEYS``), a radix top-k's key conversion done
+    another way; None is the reference's total order.
     """
     batch, sequence, records = scores.shape
     width = geometry.topk_width
@@ -41,7 +43,7 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
 
     def select_chunk(rows: slice) -> RowFailure | None:
         return _select_rows(scores[:, rows], live[:, rows], width, rows.start, sequence, selected[:, rows], pad,
-                            over_cache)
+                            over_cache, key)
 
     failure = earliest(*prior, *map_chunks(select_chunk, query_chunks(sequence, batch * records, CHUNK_ELEMENTS)))
     if failure is not None:
@@ -53,10 +55,11 @@ def selection(geometry: StepGeometry, scores: np.ndarray, live: np.ndarray, *pri
 
 
 def _select_rows(scores, live, width: int, first_query: int, sequence: int, selected,
-                 pad: int = -1, over_cache: bool = False) -> RowFailure | None:
+                 pad: int = -1, over_cache: bool = False, key: str | None = None) -> RowFailure | None:
     """Query rows first_query.. of the step: writes their top ``width`` into ``selected``, or returns
     their first tie (the caller raises the step's earliest failure, so a tied chunk's slots are left)."""
-    keys = np.where(live, -scores, np.inf)
+    ranked = -scores if key is None else -SORT_KEYS[key](np.ascontiguousarray(scores, np.float32).view(np.uint32))
+    keys = np.where(live, ranked, np.inf)
     if 0 < PARTITION_FACTOR * width < keys.shape[-1]:
         failure = _first_tie(scores, live, np.sort(keys, axis=-1), first_query, sequence)
         order = None
@@ -72,6 +75,14 @@ def _select_rows(scores, live, width: int, first_query: int, sequence: int, sele
         filler = np.where(slots < keys.shape[-1], slots, pad)
     selected[...] = np.where(np.take_along_axis(live, order, axis=-1), order, filler)
     return None
+
+
+# A radix top-k ranks each score's bits as an unsigned key (largest first). The reference's total order flips
+# every bit of a negative score and the sign bit of the others; these are that conversion done another way.
+SORT_KEYS = {
+    "sign-flipped": lambda bits: (bits ^ np.uint32(0x80000000)).astype(np.float64),  # negatives in reverse
+    "raw-bits": lambda bits: bits.astype(np.float64),  # negatives above positives, in reverse
+}
 
 
 def _smallest(keys: np.ndarray, width: int) -> np.ndarray:

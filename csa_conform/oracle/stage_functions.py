@@ -85,6 +85,7 @@ def _select(run: StageInputs) -> dict:
         run.geometry, scores, live,
         run.prior_failure("index_query_finalize"), run.prior_failure("index_scoring"),
         pad=run.engine.numerics.selection_pad, over_cache=run.engine.numerics.selection_over_cache,
+        key=run.engine.numerics.selection_key,
     )
 
 

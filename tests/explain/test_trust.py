@@ -585,10 +585,9 @@ def test_a_rounding_convention_a_re_run_found_on_one_step_is_dropped_when_the_ke
 
 
 def test_an_observation_of_reordered_ids_leaves_the_re_runs_to_name_the_reading():
-    """Batch row 1 reading batch row 0's selection: its candidates row is, bit for bit, batch row 0's (its own
-    ids in another order too, which the observation does not say: the rows it holds say more), an observation
-    that names no cause; the re-runs still run, and `selected` read without its batch offset reproduces the
-    device."""
+    """Batch row 1 reading batch row 0's selection: its candidates row is, bit for bit, batch row 0's, and its own
+    ids in another order too (two records, both selected): an observation of both that names no cause; the
+    re-runs still run, and `selected` read without its batch offset reproduces the device."""
     g, inputs, expected = first_step("random.r4-bias-1")
     selection = {tensor: np.array(values) for tensor, values in expected["selection"].items()}
     for values in selection.values():
@@ -601,7 +600,9 @@ def test_an_observation_of_reordered_ids_leaves_the_re_runs_to_name_the_reading(
                and finding.kind == "row-aliasing"]
     assert held.evidence["rows"] == {3: 1}
     assert held.headline == ("each differing row of candidates is, bit for bit, another of the reference's rows "
-                             "(b=1, s=1 holds b=0, s=1's; 1 of 1 rows, the 2 differing elements at c = 128..129)")
+                             "(b=1, s=1 holds b=0, s=1's; 1 of 1 rows, the 2 differing elements at c = 128..129), "
+                             "and its own row's values in another order: the bytes do not tell a row read at "
+                             "another place from a reordering")
 
 
 def test_a_stage_whose_launch_computed_a_divergent_upstream_says_so_before_any_sub_step():
@@ -685,3 +686,21 @@ def test_an_ambiguous_headline_counts_the_steps_and_the_ablated_variants_that_se
                                            "separated none of them")
     assert Explanation("c", 0, "selection", AMBIGUOUS, rivals=rivals).headline().endswith(
         "no experiment separated them")
+
+
+def test_an_ablated_selection_holds_a_cause_to_what_its_isolated_replicate_wrote():
+    """An ablated step runs isolated: the replicate launch copies the oracle's selected, not the one the device's
+    selection wrote. A sort-key cause that reproduces the device's selected is held to that: predicted, not
+    refuted by selected_indices it never wrote; another ordering leaves the device's selected unlike it."""
+    from csa_conform.explain.experiments import on_ablations
+
+    g, inputs, expected = first_step("edges.r4-n8-i5-k5")
+    flipped = Hypothesis("selection:sign-flipped-key", "", port=(("selection_key", "sign-flipped"),))
+    raw = Hypothesis("selection:raw-bits-key", "", port=(("selection_key", "raw-bits"),))
+    device = run_stage("selection", g, inputs, expected, flipped.numerics())
+    actual = dict(expected, selection={"selected": device["selected"],
+                                       "selected_indices": expected["selection"]["selected_indices"]})
+    variant = Variant("one-row", "only batch row b=0", g, inputs, expected, actual, 48)
+    (experiment,) = on_ablations("selection", "case", 0, [variant], [flipped, raw])
+    assert experiment["unlike_device"]["selection:sign-flipped-key"] == 0
+    assert experiment["unlike_device"]["selection:raw-bits-key"] > 0

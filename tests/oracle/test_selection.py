@@ -60,3 +60,16 @@ def test_both_routes_name_the_first_tied_pair(records, chunking):
     live = np.ones(scores.shape, dtype=bool)
     with pytest.raises(ContractError, match=r"equal score 0 at \[batch=0, query=1\] for compressed records 0 and 7"):
         stage.selection(SimpleNamespace(batch=1, index_heads=1, topk_width=8), scores, live)
+
+
+@pytest.mark.parametrize("key, expected", [
+    (None, [3, 0, 1, 4, 2, -1]),  # the total order: 1.0, 0.5, -0.25, -1.0, -2.0
+    ("sign-flipped", [3, 0, 2, 4, 1, -1]),  # positives first, the negatives by magnitude: -2.0 before -0.25
+    ("raw-bits", [2, 4, 1, 3, 0, -1]),  # the negatives' set sign bit ranks them above every positive
+])
+def test_a_sort_key_variant_orders_the_negative_scores_its_way(key, expected):
+    """The variants a radix top-k's key conversion makes, by hand on five scores (the sixth record not causal)."""
+    scores = np.array([[[0.5, -0.25, -2.0, 1.0, -1.0, 3.0]]], np.float32)
+    live = np.array([[[True] * 5 + [False]]])
+    selected = stage.selection(_geometry(6), scores, live, key=key)["selected"]
+    assert selected[0, 0].tolist() == expected

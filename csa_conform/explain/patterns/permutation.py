@@ -274,9 +274,10 @@ def _reordered(stage: str, tensor: str, expected, actual, differ, axes, rows) ->
 
 
 def _held_elsewhere(stage: str, tensor: str, expected, actual, differ, axes, rows) -> Finding | None:
-    """An observation: every differing row is, bit for bit, another of the reference's rows (a batch row given
-    batch 0's selection holds its own ids too when both select every record: a reordering only by coincidence).
-    The rows are named; which reading put them there, only a re-run says."""
+    """An observation: every differing row is, bit for bit, another of the reference's rows, and (as the callers
+    checked) its own row's values in another order too: a batch row given batch 0's selection, or its own
+    selection in another order, when both rows select every record. Both facts are said; which one the kernel
+    did, only a re-run says."""
     reference, device = _rows(unsigned(expected)), _rows(unsigned(actual))
     places: dict[bytes, int] = {}
     for index in range(reference.shape[0] - 1, -1, -1):  # the first row holding them wins
@@ -297,6 +298,8 @@ def _held_elsewhere(stage: str, tensor: str, expected, actual, differ, axes, row
     more = f"; and {count - 4} more" if count > 4 else ""
     columns = spans(np.flatnonzero(_rows(differ).any(axis=0)))
     headline = (f"each differing row of {tensor} is, bit for bit, another of the reference's rows ({pairs}{more}; "
-                f"{count:,} of {count:,} rows, the {differing:,} differing elements at {axes[-1]} = {columns})")
+                f"{count:,} of {count:,} rows, the {differing:,} differing elements at {axes[-1]} = {columns}), "
+                "and its own row's values in another order: the bytes do not tell a row read at another place from "
+                "a reordering")
     return Finding(ROW_ALIASING, stage, tensor, headline, differing, differing,
                    {"rows": held, "support": differing, "structural": False}, source=OBSERVATION)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.patterns.findings import (INDEX_SHIFT, MIN_SUPPORT, ROW_ALIASING, Context, Finding, beats_chance,
-                                                   chance)
+from csa_conform.explain.patterns.findings import (INDEX_SHIFT, MIN_SUPPORT, ROW_ALIASING, Context, Finding,
+                                                   beats_chance, chance)
 from csa_conform.numerics.bits import equal_bits
 
 LARGEST = 4  # shifts tried: ±1 .. ±LARGEST
