@@ -25,7 +25,7 @@ from csa_conform.contract import validate_step
 from csa_conform.errors import ContractError
 from csa_conform.explain.ablation import Variant
 from csa_conform.explain.hypotheses import Hypothesis
-from csa_conform.explain.stages import mismatches, run_stage
+from csa_conform.explain.stages import judged_tensors, mismatches, run_stage
 from csa_conform.golden import GoldenFile
 from csa_conform.golden.layout import WINDOW
 
@@ -107,11 +107,6 @@ def replay(stage: str, g, inputs, upstream, hypothesis: Hypothesis):
         return None
 
 
-# The tensors an ablated (isolated) run's later launch of the stage wrote from the oracle's copy of another of the
-# stage's tensors: replicate read the oracle's selected, so its selected_indices are those, whatever selected was.
-ORACLE_FED = {"selection": ("selected_indices",)}
-
-
 def on_ablations(stage: str, case: str, step: int, variants: Sequence[Variant],
                  hypotheses: Sequence[Hypothesis]) -> list[dict]:
     """The hypotheses re-run on the ablated steps the device ran: an input that changed, a step the device
@@ -121,12 +116,14 @@ def on_ablations(stage: str, case: str, step: int, variants: Sequence[Variant],
     experiments = []
     for variant in variants:
         unlike = {}
+        device, oracle = variant.actual[stage], variant.expected[stage]
+        # an ablated step runs isolated: a copy another launch made of the oracle's tensor says nothing of this one
+        judged = judged_tensors(stage, device, {name for name, array in device.items()
+                                                if mismatches({name: oracle[name]}, {name: array})[0]})
         for hypothesis in hypotheses:
             payload = replay(stage, variant.g, variant.inputs, variant.expected, hypothesis)
             if payload is not None:
-                fed = {tensor: variant.expected[stage][tensor] for tensor in ORACLE_FED.get(stage, ())
-                       if tensor in payload}
-                unlike[hypothesis.key] = mismatches({**payload, **fed}, variant.actual[stage])[0]
+                unlike[hypothesis.key] = mismatches(payload, judged)[0]
         if unlike:
             experiments.append({"case": case, "step": step, "ablation": variant.key, "change": variant.change,
                                 "predicted_differing": {}, "device_differing": variant.differing,

@@ -189,8 +189,8 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     or the rotation left out; and one step of a single-step stage done another way: index scoring's causal
     count one off, selection padding with record 0, ranking the whole cache or ranking by a sort key that orders
     negative scores another way, the dense window one slot
-    longer, the dense window or (ratio 128) the causal records taken from the step's first position for every
-    query, the sink logit in attention's running max."""
+    longer or leaving the query's own position out, the dense window or (ratio 128) the causal records taken from
+    the step's first position for every query, the sink logit in attention's running max."""
     found = []
     if stage in ("compression_update", "index_key_update"):
         for skipped in ("first", "last"):
@@ -251,6 +251,9 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     if stage == "candidate_assembly":
         found.append(Hypothesis("dense:one-longer", "the dense window one slot longer than the contract's (the record "
                                 "slots one place up, the last dropped)", port=(("dense_extra", 1),)))
+        found.append(Hypothesis("dense:own-position-left-out", "the dense window's causal bound strict (position < "
+                                "the query's, not <=): each query's own position left out",
+                                port=(("dense_strict", True),)))
         found.append(Hypothesis("dense:from-step-start", "every query's dense window started from the step's first "
                                 "position instead of its own",
                                 port=(("from_step_start", frozenset({"dense window"})),)))

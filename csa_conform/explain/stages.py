@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from csa_conform.contract import StepGeometry
+from csa_conform.contract.bias import attention_bias
 from csa_conform.errors import ContractError
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.variant import REFERENCE, Numerics
@@ -75,7 +76,22 @@ def run_stage(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], ups
         cache = upstream.get("compression_update", {}).get("present_compressed_kv")
         _readable_candidates(g, upstream["candidate_assembly"]["candidates"],
                              g.next_records if cache is None else int(np.shape(cache)[1]))
-    return STAGE_FUNCTIONS[stage](_StageRun(g, inputs, upstream, numerics))
+    payload = STAGE_FUNCTIONS[stage](_StageRun(g, inputs, upstream, numerics))
+    if stage == "candidate_assembly":
+        payload = _as_read_back(g, inputs, payload, upstream.get(stage, {}).get("candidates"))
+    return payload
+
+
+def _as_read_back(g: StepGeometry, inputs: Mapping[str, np.ndarray], payload: dict, reference) -> dict:
+    """Candidate ids as the runner reads them back off the kernel's scores (csa_conform.device.candidates): where
+    the bias is -inf on every head no score shows whether the kernel took a slot, so the runner reports the
+    reference's id there, and a re-run is held to the same (a window that leaves the query's own position out
+    is not refuted by a row the bias masks whole)."""
+    if not g.has_bias or reference is None or np.shape(reference) != np.shape(payload["candidates"]):
+        return payload
+    bias = attention_bias(inputs["attention_bias"], (g.batch, g.heads, g.sequence, g.candidate_count))
+    hidden = (bias == -np.inf).all(axis=1)
+    return {**payload, "candidates": np.where(hidden, reference, payload["candidates"]).astype(np.int32)}
 
 
 def _readable_candidates(g: StepGeometry, candidates: np.ndarray, records_held: int) -> None:

@@ -116,6 +116,7 @@ class Numerics:
     selection_key: str | None = None  # selection's sort key on the scores' bits (oracle.selection.SORT_KEYS)
     sink_in_max: bool = False  # the sink logit taken into the softmax's running max
     dense_extra: int = 0  # slots candidate assembly's dense window takes beyond the contract's
+    dense_strict: bool = False  # the dense window's causal bound strict: a query's own position left out
     # what candidate assembly takes from the step's first position instead of each query's own: "dense window"
     # (its start), "causal records" (ratio 128: the records a query may attend)
     from_step_start: frozenset[str] = frozenset()
@@ -132,7 +133,8 @@ class Numerics:
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
                 and self.selection_pad == -1 and not self.selection_over_cache and self.selection_key is None
                 and not self.sink_in_max
-                and not self.dense_extra and not self.from_step_start and self.rms_norm is None)
+                and not self.dense_extra and not self.dense_strict and not self.from_step_start
+                and self.rms_norm is None)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""

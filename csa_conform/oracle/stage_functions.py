@@ -92,7 +92,8 @@ def _select(run: StageInputs) -> dict:
 def _assemble_candidates(run: StageInputs) -> dict:
     selected = run.upstream("selection", "selected") if run.geometry.ratio == 4 else None
     numerics = run.engine.numerics
-    return candidate_assembly(run.geometry, selected, numerics.dense_extra, numerics.from_step_start)
+    return candidate_assembly(run.geometry, selected, numerics.dense_extra, numerics.from_step_start,
+                              numerics.dense_strict)
 
 
 def _attend(run: StageInputs) -> dict:

@@ -1,7 +1,7 @@
 """A step of the data flow ported another way is named as the cause only by a re-run that reproduces the
 device bit for bit (the pool, the RMSNorm, the FP8 codes, the causal count, the head weight scale, the
-selection's filler, the dense window's length, the sink in the running max), and a hypothesis about how a
-kernel reads its data is re-run on conformant steps reading their inputs the same way."""
+selection's filler and sort key, the dense window's length and causal bound, the sink in the running max), and
+a hypothesis about how a kernel reads its data is re-run on conformant steps reading their inputs the same way."""
 
 from __future__ import annotations
 
@@ -42,7 +42,10 @@ PORTED = [
      "selection:raw-bits-key"),
     ("edges.r4-n8-i5-k5", "selection", {"selection_key": "raw-bits"}, "selection:raw-bits-key",
      "selection:sign-flipped-key"),
-    ("boundaries.r4-prefill-8", "candidate_assembly", {"dense_extra": 1}, "dense:one-longer", None),
+    ("boundaries.r4-prefill-8", "candidate_assembly", {"dense_extra": 1}, "dense:one-longer",
+     "dense:own-position-left-out"),
+    ("boundaries.r4-prefill-8", "candidate_assembly", {"dense_strict": True}, "dense:own-position-left-out",
+     "dense:one-longer"),
     ("edges.r128-f32-b2-block-end-in-step", "candidate_assembly", {"from_step_start": frozenset({"dense window"})},
      "dense:from-step-start", "records:from-step-start"),
     ("edges.r128-f32-b2-block-end-in-step", "candidate_assembly", {"from_step_start": frozenset({"causal records"})},
@@ -152,3 +155,17 @@ def test_a_witness_without_what_a_reading_reads_tests_nothing():
         report.stages[stage] = StageVerdict(stage, "device", "identical")
         experiments = Witnesses(golden, [report]).run(stage, 4, [reading, Hypothesis("reference", "")])
     assert experiments and experiments[0]["predicted_differing"] == {"reference": 0}
+
+
+def test_a_strict_dense_bound_leaves_each_querys_own_position_out():
+    """An 8-token prefill: query s attends positions 0..s of its dense window; with a strict bound, 0..s-1 (query 0
+    none), the rest of the row as it was."""
+    from csa_conform.oracle.candidate_assembly import candidate_assembly
+
+    g, inputs, expected = first_step("boundaries.r4-prefill-8")
+    reference = candidate_assembly(g, expected["selection"]["selected"])["candidates"]
+    strict = candidate_assembly(g, expected["selection"]["selected"], dense_strict=True)["candidates"]
+    assert reference[0, 2, :4].tolist() == [0, 1, 2, -1]
+    assert strict[0, 2, :4].tolist() == [0, 1, -1, -1]
+    assert strict[0, 0, :8].tolist() == [-1] * 8
+    assert (strict[..., 8:] == reference[..., 8:]).all()
