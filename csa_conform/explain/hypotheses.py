@@ -188,9 +188,9 @@ def structural_hypotheses(stage: str, ratio: int) -> list[Hypothesis]:
     for a record, one off) or with the split-halves pair layout, the Hadamard butterfly's difference reversed
     or the rotation left out; and one step of a single-step stage done another way: index scoring's causal
     count one off, selection padding with record 0, ranking the whole cache or ranking by a sort key that orders
-    negative scores another way, the dense window one slot
-    longer or leaving the query's own position out, the dense window or (ratio 128) the causal records taken from
-    the step's first position for every query, the sink logit in attention's running max."""
+    negative scores another way, the dense window one slot longer or leaving the query's own position out, the
+    dense window or (ratio 128) the causal records taken from the step's first position for every query, the
+    sink logit in attention's running max."""
     found = []
     if stage in ("compression_update", "index_key_update"):
         for skipped in ("first", "last"):

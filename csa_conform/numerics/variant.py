@@ -132,9 +132,8 @@ class Numerics:
                 and not self.deferred_normalization and self.binary64_values is None
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
                 and self.selection_pad == -1 and not self.selection_over_cache and self.selection_key is None
-                and not self.sink_in_max
-                and not self.dense_extra and not self.dense_strict and not self.from_step_start
-                and self.rms_norm is None)
+                and not self.sink_in_max and not self.dense_extra and not self.dense_strict
+                and not self.from_step_start and self.rms_norm is None)
 
     def count_bf16(self, reference, swapped) -> None:
         """Tally the bf16 roundings the convention changed (bit patterns widened to 32 bits)."""
