@@ -55,11 +55,19 @@ def candidates_read_back(
     valid = (scores != -np.inf).any(axis=2)
     if bias is not None:
         structural = candidate_assembly(g, selection_rows)["candidates"] >= 0
-        valid |= (bias == -np.inf).all(axis=1) & structural
+        valid |= hidden_by_bias(bias) & structural
     ids = np.where(valid, ids, -1).astype(np.int32)
     if reference is not None:
         ids = _observed(g, ids, valid, scores, reference, bias, query, current_kv)
     return ids
+
+
+def hidden_by_bias(bias: np.ndarray) -> np.ndarray:
+    """bool[B,S,C]: the slots whose bias f32[B,N,S,C] is -inf on every head, where no score shows whether the kernel
+    took the slot. Read once along each axis the bias is broadcast on (a [B,N,S,C] mask of a long prefill's
+    broadcast bias would be gigabytes)."""
+    compact = bias[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in bias.strides)]
+    return np.broadcast_to((compact == -np.inf).all(axis=1), bias.shape[:1] + bias.shape[2:])
 
 
 def _same(left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ import numpy as np
 
 from csa_conform.contract import StepGeometry
 from csa_conform.contract.bias import attention_bias
+from csa_conform.device.candidates import hidden_by_bias
 from csa_conform.errors import ContractError
 from csa_conform.numerics.bits import differing_bits
 from csa_conform.numerics.variant import REFERENCE, Numerics
@@ -89,8 +90,7 @@ def _as_read_back(g: StepGeometry, inputs: Mapping[str, np.ndarray], payload: di
     is not refuted by a row the bias masks whole)."""
     if not g.has_bias or reference is None or np.shape(reference) != np.shape(payload["candidates"]):
         return payload
-    bias = attention_bias(inputs["attention_bias"], (g.batch, g.heads, g.sequence, g.candidate_count))
-    hidden = (bias == -np.inf).all(axis=1)
+    hidden = hidden_by_bias(attention_bias(inputs["attention_bias"], (g.batch, g.heads, g.sequence, g.candidate_count)))
     return {**payload, "candidates": np.where(hidden, reference, payload["candidates"]).astype(np.int32)}
 
 

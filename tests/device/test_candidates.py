@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from csa_conform.contract import validate_step
-from csa_conform.device.candidates import candidates_read_back
+from csa_conform.device.candidates import candidates_read_back, hidden_by_bias
 from csa_conform.golden import GoldenFile
 
 CI_GOLDENS = Path(__file__).resolve().parents[2] / "goldens" / "ci.h5"
@@ -72,3 +73,13 @@ def test_a_window_further_off_than_the_neighbours_searched_is_found_a_row_at_a_t
     assert g.sequence > 5 and moved[:, 5:].any()  # rows more than NEAREST places off
     ids = candidates_read_back(g, scores, None, None, step.stages, step.inputs["query"], step.inputs["current_kv"])
     assert np.array_equal(ids, shifted["candidates"])
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 3, 1, 5), (2, 1, 4, 1), (1, 1, 1, 1), (2, 3, 1, 5)])
+def test_the_slots_a_broadcast_bias_hides_are_those_of_the_whole_bias(shape):
+    """Read once along each broadcast axis, the mask is the one the materialized [B,N,S,C] bias gives."""
+    rng = np.random.default_rng(sum(shape))
+    raw = rng.standard_normal(shape).astype(np.float32)
+    raw[rng.random(shape) < 0.5] = -np.inf
+    bias = np.broadcast_to(raw, (2, 3, 4, 5))
+    assert np.array_equal(hidden_by_bias(bias), (np.ascontiguousarray(bias) == -np.inf).all(axis=1))
