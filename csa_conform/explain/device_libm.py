@@ -42,8 +42,10 @@ class DeviceLibm:
         key = bits[0] if len(bits) == 1 else (bits[0] << np.uint64(32)) | bits[1]
         known = self._keys.get(name, np.zeros(0, np.uint64))
         values = self._values.get(name, np.zeros(0, np.float32))
-        unique = np.unique(key)
-        missing = unique[~np.isin(unique, known)]
+        where = np.searchsorted(known, key)
+        if known.size and np.array_equal(known[np.minimum(where, known.size - 1)], key):
+            return values[where]  # every argument evaluated before: a sorted lookup, no hashing of the calls
+        missing = np.setdiff1d(key, known)
         if missing.size:
             parts = [(missing >> np.uint64(32)).astype(np.uint32), (missing & np.uint64(0xFFFFFFFF)).astype(np.uint32)]
             args = (parts[1].view(np.float32),) if len(bits) == 1 else (parts[0].view(np.float32),
