@@ -23,10 +23,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from csa_conform.numerics import libm
+from csa_conform.numerics.memo import Remembered
 
 LIBM = ("expf", "sinf", "cosf", "powf", "log2f")
 # exp2f is no function of the reference's: a fast-math expf calls it, and a probe of the device's compares with it
-GLIBC: Mapping[str, Callable] = MappingProxyType({name: getattr(libm, name) for name in LIBM + ("exp2f",)})
+GLIBC: Mapping[str, Callable] = MappingProxyType({name: Remembered(getattr(libm, name)) for name in LIBM + ("exp2f",)})
 
 ACCUMULATE = "accumulate"  # acc + a*b -> fma(a, b, acc) in every dot product and product sum
 # ... in attention's P·V value sum alone (its logit dots rounded apart): a compiler contracts one loop, not both
