@@ -23,6 +23,7 @@ from csa_conform.device.runner import DeviceRunner
 from csa_conform.errors import ContractError, HostStageRejected
 from csa_conform.explain.claims import ABLATION, Claim
 from csa_conform.explain.patterns.findings import MIN_SUPPORT
+from csa_conform.explain.stages import ORACLE_ENGINE
 from csa_conform.golden.carries import omitted_carries
 from csa_conform.golden.edits import BIAS, Stream, fitted, heads, index_heads, restarted, rows
 from csa_conform.oracle import run_step
@@ -182,7 +183,7 @@ def _run(stream: Stream, stage: str, runner: DeviceRunner, ulp: int, tensors: se
     try:
         g = validate_step(attrs, inputs, names)
         idle = _idle(stage, g, tensors)
-        expected = run_step(attrs, inputs, names).stages
+        expected = run_step(attrs, inputs, names, engine=ORACLE_ENGINE).stages
     except ContractError as error:
         return {"outcome": NOT_RUN, "reason": f"the contract rejects it: {error}"}, None
     if idle:
