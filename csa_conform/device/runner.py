@@ -65,7 +65,8 @@ class DeviceRunner:
     ("graph") replays each step's launches on a captured graph (csa_conform.device.replay);
     ``probes`` builds the directory with -DCSA_PROBES and reads every launch's probe log back
     (csa_conform.device.probes: the step result's ``probes``); on a provider it hands each call that names
-    ``probe`` a callback and keeps what the call shows (csa_conform.device.provider.ProbeCalls)."""
+    ``probe`` a callback and keeps what the call shows (csa_conform.device.provider.ProbeCalls). ``engine``
+    is the oracle engine of the stages forced to the host (None: $CSA_CONFORM_ENGINE, else auto)."""
 
     def __init__(
         self,
@@ -80,8 +81,10 @@ class DeviceRunner:
         isolate: bool = False,
         launch_timeout: float = LAUNCH_TIMEOUT,
         probes: bool = False,
+        engine: str | None = None,
     ):
         self.provider = provider
+        self.engine = engine
         self.kernels = kernels if kernels is not None or provider is not None else KernelDirectory()
         if probes and (repeat > 1 or replay):
             raise UsageError("a probed run launches each kernel once, eagerly: no --repeat or --replay")
@@ -109,8 +112,8 @@ class DeviceRunner:
         self._held: dict[Held, object] = {}  # in the worker: the last step's present_* buffers
         self._serial = 0
         self._herald: Callable | None = None
-        self._shares: tuple[frozenset[str], bool] | None = None  # a sibling's key in the worker it shares
-        self._siblings: dict[tuple[frozenset[str], bool], DeviceRunner] = {}  # in the worker
+        self._shares: tuple[frozenset[str], bool, str | None] | None = None  # a sibling's key in its worker
+        self._siblings: dict[tuple[frozenset[str], bool, str | None], DeviceRunner] = {}  # in the worker
 
     def backend(self) -> Backend:
         """The backend (CUDA unless told), created on the first device launch (never for an all-host run)."""
@@ -127,16 +130,16 @@ class DeviceRunner:
             self._backend = PoisonedScratch(backend) if self.repeat > 1 else backend
         return self._backend
 
-    def sibling(self, force_host: frozenset[str], probes: bool = False) -> DeviceRunner:
+    def sibling(self, force_host: frozenset[str], probes: bool = False, engine: str | None = None) -> DeviceRunner:
         """An isolated runner on the same kernels and backend kind, with its own force-host set: explain's
         probed and ablated re-runs of a step, which must not touch this runner's provenance. It runs in this
         runner's worker, where the modules are compiled and the device context made already (a worker of its
         own would build both again for every re-run)."""
         runner = DeviceRunner(self.kernels, mode=Mode.ISOLATED, force_host=force_host,
                               backend_factory=self._backend_factory, provider=self.provider,
-                              launch_timeout=self.launch_timeout, probes=probes)
+                              launch_timeout=self.launch_timeout, probes=probes, engine=engine)
         if self.worker is not None:
-            runner.worker, runner._shares = self.worker, (frozenset(force_host), probes)
+            runner.worker, runner._shares = self.worker, (frozenset(force_host), probes, engine)
         return runner
 
     def plan(self, ratio: int) -> StepPlan:
@@ -263,15 +266,15 @@ class DeviceRunner:
         self.provenance.launches.clear()
         return result, self.provenance.device, dict(self.provenance.compiled), self.provenance.replay
 
-    def _sibling_step(self, key: tuple[frozenset[str], bool], request: tuple, herald: Callable):
+    def _sibling_step(self, key: tuple[frozenset[str], bool, str | None], request: tuple, herald: Callable):
         """In the worker: a sibling's step, on a runner of this process kept per force-host set and probing
         (the process's compiled modules and device context shared); its outputs come back as arrays."""
         runner = self._siblings.get(key)
         if runner is None:
-            force_host, probes = key
+            force_host, probes, engine = key
             runner = self._siblings[key] = DeviceRunner(self.kernels, mode=Mode.ISOLATED, force_host=force_host,
                                                         backend_factory=self._backend_factory,
-                                                        provider=self.provider, probes=probes)
+                                                        provider=self.provider, probes=probes, engine=engine)
         runner._herald = lambda launch: herald(None if launch is None else (launch, runner.provenance.device))
         result = runner._run(*request)
         for name, value in result.present.items():
@@ -299,7 +302,7 @@ class DeviceRunner:
             elements = _probed_elements(geometry)
             recorder = ProbeCalls() if self.provider is not None else ProbeRecorder(room_for(elements))
         launcher = Launcher(self.backend, self.kernels, self.provenance, self.repeat, self.provider, self._herald,
-                            recorder)
+                            recorder, self.engine)
         result = StepRun(launcher, geometry, plan, tensors, reference or {}, case, step, records).execute()
         if self.replayer is not None and self._backend is not None:
             result.findings += self.replayer.step(self._backend, case, step)

@@ -63,6 +63,7 @@ class Launcher:
     runner's parent, which judges a launch that kills or outlives the worker by it).
     ``probes``: a probed run's recorder, which gives every launch a log (csa_conform.device.probes), or every
     provider call its probe callback (csa_conform.device.provider).
+    ``engine``: the oracle engine of host-fallback stages (None: $CSA_CONFORM_ENGINE, else auto).
     """
 
     backend: Callable[[], object]
@@ -72,6 +73,7 @@ class Launcher:
     provider: Provider | None = None  # a Python provider's calls instead of kernel launches
     herald: Callable[[LaunchRecord | None], None] | None = None
     probes: ProbeRecorder | ProbeCalls | None = None
+    engine: str | None = None
 
 
 class StepRun:
@@ -97,6 +99,7 @@ class StepRun:
         self.provider = launcher.provider
         self.herald = launcher.herald
         self.probes = launcher.probes
+        self._engine = launcher.engine
         self.records = records or geometry.next_records
         self.stages: dict[str, dict[str, np.ndarray]] = {}
         self.launches: list[LaunchRecord] = []
@@ -118,8 +121,8 @@ class StepRun:
 
     @property
     def engine(self) -> Engine:
-        """The oracle engine a host-fallback stage runs with ($CSA_CONFORM_ENGINE, else auto)."""
-        return resolve_engine()
+        """The oracle engine a host-fallback stage runs with."""
+        return resolve_engine(self._engine)
 
     @property
     def isolated(self) -> bool:

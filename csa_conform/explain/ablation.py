@@ -199,7 +199,7 @@ def _run(stream: Stream, stage: str, runner: DeviceRunner, ulp: int, tensors: se
 
 def ablation_runner(runner: DeviceRunner, ratio: int, stages: Sequence[str]) -> DeviceRunner:
     """An isolated runner on the same kernels and backend that keeps only the launches of ``stages``."""
-    return runner.sibling(force_host=runner.force_host | _device_stages(ratio, stages))
+    return runner.sibling(force_host=runner.force_host | _device_stages(ratio, stages), engine=ORACLE_ENGINE)
 
 
 def ablation_claim(results: list[dict], differing: int | None = None) -> Claim | None:

@@ -25,7 +25,7 @@ from csa_conform.device.probes import (ProbeLog, attention_units, compressor_uni
 from csa_conform.device.provider import ProvidedProbes
 from csa_conform.errors import ContractError
 from csa_conform.explain.claims import PROBE, Claim
-from csa_conform.explain.stages import run_stage
+from csa_conform.explain.stages import ORACLE_ENGINE, run_stage
 from csa_conform.explain.values import Part, part_claims
 from csa_conform.numerics.bits import differing_bits, unsigned
 from csa_conform.numerics.variant import Numerics
@@ -389,7 +389,7 @@ def probe_step(runner, attrs: Mapping, output_names, inputs, expected, unprobed:
     if not stages:
         return {}
     keep = probed_launches(g.ratio, stages, calls)
-    probed = runner.sibling(runner.force_host | (frozenset(STAGE_NAMES) - keep), probes=True)
+    probed = runner.sibling(runner.force_host | (frozenset(STAGE_NAMES) - keep), probes=True, engine=ORACLE_ENGINE)
     result = probed.run_step(attrs, inputs, output_names, reference=expected, case=case, step=step)
     moved = [f"{stage}/{name}" for stage in STAGE_NAMES if stage in keep and stage in unprobed
              for name, array in result.stages.get(stage, {}).items()

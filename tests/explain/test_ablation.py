@@ -77,6 +77,28 @@ def test_an_ablation_the_step_cannot_take_is_not_run_with_its_reason():
         "ablation: the divergence vanishes with compressor_ape = 0; with compressor_norm = 1")
 
 
+def test_explains_oracle_re_runs_take_the_numpy_engine_whatever_the_environment_names(monkeypatch):
+    """The compiled engine gives the same bytes but first compiles its kernels where numba's cache is cold
+    (about 20 s of a whole-ci explain on a fresh machine), for ci-sized re-runs it does no faster."""
+    import csa_conform.device.step as step_module
+    import csa_conform.oracle.pipeline as pipeline
+
+    monkeypatch.setenv("CSA_CONFORM_ENGINE", "numba")
+    asked = []
+    for module in (step_module, pipeline):
+        def recorded(choice=None, *args, _resolve=module.resolve_engine, **kwargs):
+            asked.append(choice)
+            return _resolve(choice, *args, **kwargs)
+        monkeypatch.setattr(module, "resolve_engine", recorded)
+    with GoldenFile(CI) as golden:
+        info = golden.case_info("boundaries.r4-prefill-8")
+        step = golden.read_step("boundaries.r4-prefill-8", 0)
+    runner = ablation_runner(DeviceRunner(mode=Mode.ISOLATED), 4, ["compression_update"])
+    results = ablate(info.attrs, info.output_names, step.inputs, "compression_update", [], runner)
+    assert any(result["outcome"] == VANISHES for result in results)
+    assert asked and set(asked) == {"numpy"}, asked
+
+
 def test_a_carrys_divergence_is_ablated_on_a_step_that_completes_no_record(tmp_path):
     """A compressor that clears its carry whenever no record precedes the step: at a decode inside the first
     block only the carry diverges. The step completes no record but still writes the carry, so the ablations
