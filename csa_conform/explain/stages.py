@@ -26,12 +26,13 @@ from csa_conform.spec import BY_NAME, LAUNCHES
 
 Payloads = Mapping[str, Mapping[str, np.ndarray]]
 
-# stage -> the upstream stage it reads that the same fused launch computes on the device
-# explain's oracle re-runs (a stage, an ablated step) run on the numpy engine: the same bytes as the compiled
-# one, which every swapped ingredient needs anyway and which runs ci-sized steps no slower; the compiled engine
-# would first compile its kernels on a machine whose cache is cold (about 20 s of a whole-ci explain).
+# explain's oracle re-runs (a stage, an ablated step, the host stages of a probed or ablated device run) run
+# on the numpy engine: the same bytes as the compiled one, which every swapped ingredient needs anyway and which
+# runs ci-sized steps no slower; the compiled engine would first compile its kernels where numba's cache is
+# cold (about 20 s of a whole-ci explain).
 ORACLE_ENGINE = "numpy"
 
+# stage -> the upstream stage it reads that the same fused launch computes on the device
 UPSTREAM_IN_LAUNCH = {
     stage: earlier
     for launch in LAUNCHES

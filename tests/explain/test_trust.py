@@ -404,7 +404,8 @@ def test_the_device_libm_is_measured_once_per_argument_and_counts_where_it_diffe
     seen = sinf(np.array([3.0, 1.0, 0.5, 3.0], dtype=np.float32))
     assert calls == [3, 1], "each distinct argument goes to the device once"
     assert first.shape == (2, 2) and first[0, 0].view(np.uint32) == again[1].view(np.uint32)
-    assert np.array_equal(seen.view(np.uint32), np.array([again[2], first[0, 1], first[0, 0], again[2]]).view(np.uint32))
+    expected = np.array([again[2], first[0, 1], first[0, 0], again[2]])
+    assert np.array_equal(seen.view(np.uint32), expected.view(np.uint32))
     assert first[0, 1] == GLIBC["sinf"](np.array([1.0], dtype=np.float32))[0]
     assert libm.measured() == {"sinf": {"arguments": 4, "differing": 1}}
 
