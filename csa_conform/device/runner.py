@@ -49,6 +49,7 @@ __all__ = ["DeviceRunner", "DeviceStepResult"]
 # --launch-timeout's default: far above any launch of the committed suites on the host backend (seconds).
 LAUNCH_TIMEOUT = 300.0
 _KERNEL_CODE_RAN = False  # in a worker: a kernel has been launched in this process
+SiblingKey = tuple[frozenset[str], bool, str | None]  # a sibling runner's force-host set, probing and engine
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ class DeviceRunner:
         self._held: dict[Held, object] = {}  # in the worker: the last step's present_* buffers
         self._serial = 0
         self._herald: Callable | None = None
-        self._shares: tuple[frozenset[str], bool, str | None] | None = None  # a sibling's key in its worker
-        self._siblings: dict[tuple[frozenset[str], bool, str | None], DeviceRunner] = {}  # in the worker
+        self._shares: SiblingKey | None = None  # a sibling's key in the worker it shares
+        self._siblings: dict[SiblingKey, DeviceRunner] = {}  # in the worker
 
     def backend(self) -> Backend:
         """The backend (CUDA unless told), created on the first device launch (never for an all-host run)."""
@@ -266,7 +267,7 @@ class DeviceRunner:
         self.provenance.launches.clear()
         return result, self.provenance.device, dict(self.provenance.compiled), self.provenance.replay
 
-    def _sibling_step(self, key: tuple[frozenset[str], bool, str | None], request: tuple, herald: Callable):
+    def _sibling_step(self, key: SiblingKey, request: tuple, herald: Callable):
         """In the worker: a sibling's step, on a runner of this process kept per force-host set and probing
         (the process's compiled modules and device context shared); its outputs come back as arrays."""
         runner = self._siblings.get(key)
