@@ -51,17 +51,17 @@ def check_cases(options: RunOptions, stages: tuple[str, ...], diagnose: Diagnose
                        diagnose) for case in cases], runner.provenance
 
 
-def run_cases(options: RunOptions, stages: tuple[str, ...], case_glob: str | None, shard: Shard | None = None,
-              devices: tuple[int, ...] | None | bool = False, watch: Watch | None = None,
+def run_cases(options: RunOptions, golden: GoldenFile, stages: tuple[str, ...], case_glob: str | None,
+              shard: Shard | None = None, devices: tuple[int, ...] | None | bool = False, watch: Watch | None = None,
               diagnose: Diagnose | None = None):
-    """The timed verdicts of every selected case (of this shard), the run's provenance, and the
-    golden file's reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs; ``watch``
-    (the CLI's progress bar) sees each case as it is judged; ``diagnose`` is check_case's."""
+    """The timed verdicts of every selected case (of this shard) of ``golden`` (options.file, open: the caller's
+    explanations re-read its failing cases from the same index), the run's provenance, and the golden file's
+    reference; ``devices`` (ordinals, or None for all) spreads the cases over GPUs, each worker opening the file
+    itself; ``watch`` (the CLI's progress bar) sees each case as it is judged; ``diagnose`` is check_case's."""
     # A provider is loaded in each --devices worker only: its import may start CUDA, which a fork must not inherit.
     runner = None if options.build.provider and devices is not False else options.runner()
-    with GoldenFile(options.file) as golden:
-        cases = matching_cases(golden.case_ids(), case_glob, golden.path)
-        golden_ref = golden_reference(options.file, golden.schema_version)
+    cases = matching_cases(golden.case_ids(), case_glob, golden.path)
+    golden_ref = golden_reference(options.file, golden.schema_version)
     if shard is not None:
         cases = shard.select(cases)
     if devices is not False:
@@ -74,10 +74,9 @@ def run_cases(options: RunOptions, stages: tuple[str, ...], case_glob: str | Non
     def describe(done: CaseVerdict) -> str:
         return f"{'ok  ' if done.passed else 'DIFF'} {done.case}"
 
-    with GoldenFile(options.file) as golden:
-        timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance,
-                        diagnose) for case in cases)
-        reports = list(watch(timed, len(cases), "diff", describe) if watch else timed)
+    timed = (_timed(golden, case, runner, stages, options.ulp, options.tolerance is not None, options.invariance,
+                    diagnose) for case in cases)
+    reports = list(watch(timed, len(cases), "diff", describe) if watch else timed)
     return reports, runner.provenance, golden_ref
 
 

@@ -332,10 +332,11 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
         if devices is not False:
             raise UsageError("--sanitize runs one process under compute-sanitizer: leave out --devices")
         return sanitized_diff(depth.sanitize, options, stages, case_glob, shard, output.as_json, device.git_bisect)
-    reports, provenance, golden_ref = run_cases(options, stages, case_glob, shard, devices,
-                                                watch=functools.partial(progress, quiet=output.quiet or output.as_json),
-                                                diagnose=stage_findings)
-    explanations = explain_reports(file, reports, options, stages) if checks.explain else None
+    with GoldenFile(file) as golden:
+        reports, provenance, golden_ref = run_cases(
+            options, golden, stages, case_glob, shard, devices,
+            watch=functools.partial(progress, quiet=output.quiet or output.as_json), diagnose=stage_findings)
+        explanations = explain_reports(golden, reports, options, stages) if checks.explain else None
     invalid = any(report.invalid for report in reports)
     code = verdicts_code(not all(report.passed for report in reports), invalid)
     judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None

@@ -24,7 +24,7 @@ from csa_conform.golden import GoldenFile
 from csa_conform.spec import Mode
 
 
-def explain_reports(file: str, reports: list[CaseVerdict], options: RunOptions,
+def explain_reports(golden: GoldenFile, reports: list[CaseVerdict], options: RunOptions,
                     stages: tuple[str, ...]) -> list[Explanation]:
     """Explanations of every case a diff run found divergent (what `diff --explain` adds).
 
@@ -34,13 +34,12 @@ def explain_reports(file: str, reports: list[CaseVerdict], options: RunOptions,
     chained = options.runner(Mode.CHAINED) if options.mode is not Mode.CHAINED else None
     isolated = options.runner(Mode.ISOLATED)
     explanations = []
-    with GoldenFile(file) as golden:
-        for report in reports:
-            if report.passed or report.invalid is not None or (report.fault is not None and not report.diverged()):
-                continue  # a fault or hang has no numeric cause to find
-            if chained is not None:
-                report = check_case(golden, report.case, chained, stages, options.ulp, diagnose=stage_findings)
-            explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
+    for report in reports:
+        if report.passed or report.invalid is not None or (report.fault is not None and not report.diverged()):
+            continue  # a fault or hang has no numeric cause to find
+        if chained is not None:
+            report = check_case(golden, report.case, chained, stages, options.ulp, diagnose=stage_findings)
+        explanations += explain_report(golden, report, isolated, stages, options.ulp, reports)
     settle_across_steps(explanations)  # the run's other cases of the same kernel are evidence too
     return explanations
 
