@@ -337,11 +337,11 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
             options, golden, stages, case_glob, shard, devices,
             watch=functools.partial(progress, quiet=output.quiet or output.as_json), diagnose=stage_findings)
         explanations = explain_reports(golden, reports, options, stages) if checks.explain else None
+        refused = reference_refusals(reports, file_profile(golden.provenance, file)) if envelope is not None else []
     invalid = any(report.invalid for report in reports)
     code = verdicts_code(not all(report.passed for report in reports), invalid)
     judged = envelope.judge_run(tolerance, [report.errors for report in reports]) if envelope is not None else None
     if judged is not None:
-        refused = reference_refusals(reports, golden_profile(file))
         judged["rejected_by_reference"] = refused
         waived = {(entry["case"], entry["step"]) for entry in refused}
         sound = all((report.stopped is None or (report.case, report.stopped.step) in waived) and not report.findings
@@ -376,11 +376,6 @@ def diff(file, stages, mode, case_glob, device: DeviceOptions, depth: DepthOptio
     for line in envelope_lines(judged, envelope) if judged is not None else ():
         click.echo(line)
     return code
-
-
-def golden_profile(path: str) -> str:
-    with GoldenFile(path) as golden:
-        return file_profile(golden.provenance, path)
 
 
 def reference_refusals(reports: list[CaseVerdict], profile: str) -> list[dict]:

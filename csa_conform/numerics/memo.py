@@ -32,13 +32,13 @@ class Remembered:
         arrays = tuple(np.asarray(arg, dtype=np.float32) for arg in args)
         size = sum(array.nbytes for array in arrays)
         if size > self.budget // 4:
-            return self.function(*args)
+            return self.function(*arrays)
         key = tuple((array.shape, array.tobytes()) for array in arrays)
         with self._lock:
             if key in self._kept:
                 self._kept.move_to_end(key)
                 return self._kept[key][0].copy()
-        result = np.asarray(self.function(*args))
+        result = np.asarray(self.function(*arrays))
         with self._lock:
             if key not in self._kept:
                 held = size + result.nbytes
