@@ -225,6 +225,20 @@ class Numerics:
             separate = contracted
         acc[...] = self._flush(separate) if self.ftz else separate
 
+    def sum_of_squares(self, x: np.ndarray) -> np.ndarray:
+        """Σ x*x over the last axis, ascending from +0: accumulate() once per element. Where that rounds each
+        product and partial sum to binary32 (no fused accumulation, no flush), numpy's accumulate is the same
+        recurrence in one call (its reductions sum pairwise, another order); +0 plus the last partial sum is
+        the loop's result, a -0 made +0 as the loop's first addition makes it."""
+        total = np.zeros(x.shape[:-1], dtype=np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if ACCUMULATE in self.fused or self.ftz:
+                for column in np.moveaxis(x, -1, 0):
+                    self.accumulate(total, column, column)
+            elif x.shape[-1]:
+                total += np.add.accumulate(x * x, axis=-1)[..., -1]
+        return total
+
     def pair(self, a, b, c, d, sign: int = 1) -> np.ndarray:
         """a*b + sign*c*d: both products rounded (the reference) or one of them fused into the sum."""
         with np.errstate(over="ignore", invalid="ignore"):

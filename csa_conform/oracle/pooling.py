@@ -40,20 +40,22 @@ def softmax_pool(values: np.ndarray, scores: np.ndarray, numerics: Numerics = RE
     no_finite = ~np.isfinite(maximum)
     numerator = np.zeros(maximum.shape, dtype=np.float32)
     denominator = np.zeros(maximum.shape, dtype=np.float32)
+    pooled_slots = _pooled_candidates(scores.shape[-2], numerics.pool_skipped)
     with np.errstate(invalid="ignore", over="ignore"):
-        for candidate in _pooled_candidates(scores.shape[-2], numerics.pool_skipped):
-            score = scores[..., candidate, :]
-            weight = np.where(score == -np.inf, np.float32(0), numerics.expf(score - maximum))
-            numerics.accumulate(numerator, weight, values[..., candidate, :])
+        pooled_scores = scores[..., pooled_slots, :]
+        weights = np.where(pooled_scores == -np.inf, np.float32(0),
+                           numerics.expf(pooled_scores - maximum[..., None, :]))
+        for weight, value in zip(np.moveaxis(weights, -2, 0), np.moveaxis(values[..., pooled_slots, :], -2, 0)):
+            numerics.accumulate(numerator, weight, value)
             denominator += weight
         invalid = (denominator == 0) | ~np.isfinite(denominator) | ~np.isfinite(numerator)
         pooled = numerator / denominator
     return pooled, no_finite, invalid
 
 
-def _pooled_candidates(count: int, skipped: str | None) -> range:
+def _pooled_candidates(count: int, skipped: str | None) -> slice:
     """The candidate slots the pooled sums run over: all (the reference), or all but the first or the last."""
-    return range(1 if skipped == "first" else 0, count - 1 if skipped == "last" else count)
+    return slice(1 if skipped == "first" else 0, count - 1 if skipped == "last" else count)
 
 
 def pool_failure(no_finite: np.ndarray, invalid: np.ndarray, prefix: str) -> str | None:
@@ -71,11 +73,7 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Nu
     """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w (or a port of RMS_NORM_PORTS)."""
     values = bf16_round(records, numerics)
     numerics.probe("bf16", values)
-    by_dim = np.moveaxis(values, -1, 0)
-    square_sum = np.zeros(by_dim.shape[1:], dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for column in by_dim:
-            numerics.accumulate(square_sum, column, column)
+    square_sum = numerics.sum_of_squares(values)
     if not np.isfinite(square_sum).all():
         raise ContractError(operator_message(f"{what}RMSNorm square sum is non-finite"))
     width = np.float32(values.shape[-1])
