@@ -8,6 +8,8 @@ and before the start of the score scratch (tests/kernels_mutants/mutants.py).
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
 from csa_conform.device.guards import AFTER, BEFORE, GUARD_BYTE, GuardedWrites
 from csa_conform.device.host import HostEmulationBackend
-from csa_conform.device.host.emulation import GUARD_BYTES
+from csa_conform.device.host.emulation import GUARD_BYTES, PAGE
 from csa_conform.exitcodes import ExitCode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels_mutants"))
@@ -42,11 +44,40 @@ def writes(tmp_path):
 
 
 def test_every_buffer_has_a_band_of_the_guard_byte_on_either_side(writes):
-    for buffer in (writes.empty((2, 3), np.float32), writes.full((5,), -1, np.int32), writes.upload(np.ones(3))):
+    for buffer in (writes.empty((2, 3), np.float32), writes.full((5,), -1, np.int32), writes.upload(np.ones(3)),
+                   writes.empty((PAGE // 4,), np.float32)):
         before, after, size = writes.guard_bands(buffer)
         assert size == buffer.array.nbytes
-        assert before.size == after.size == GUARD_BYTES
+        assert before.size == GUARD_BYTES
+        assert after.size >= GUARD_BYTES and (GUARD_BYTES + size + after.size) % PAGE == 0, "to the page's end"
         assert set(before.tolist()) == set(after.tolist()) == {GUARD_BYTE}
+        assert buffer.address % GUARD_BYTES == 0
+
+
+_BEYOND_THE_BANDS = """
+import ctypes, sys
+import numpy as np
+from csa_conform.device.host import HostEmulationBackend
+from csa_conform.device.host.emulation import GUARD_BYTES
+buffer = HostEmulationBackend(sys.argv[1]).empty((3,), np.float32)
+after = buffer.allocation.size - GUARD_BYTES - buffer.array.nbytes
+reach = {"after": buffer.address + buffer.array.nbytes + after, "before": buffer.address - GUARD_BYTES - 1,
+         "last band byte": buffer.address + buffer.array.nbytes + after - 1}[sys.argv[2]]
+ctypes.memset(reach, 0, 1)
+print("written")
+"""
+
+
+@pytest.mark.parametrize("where, faults", [("after", True), ("before", True), ("last band byte", False)])
+def test_a_write_beyond_the_bands_faults_where_it_is_made(where, faults, tmp_path):
+    """Past a band lies an inaccessible page, not the heap: the write faults in the launch that makes it
+    instead of corrupting the worker's memory for a later crash no case is blamed for."""
+    run = subprocess.run([sys.executable, "-c", _BEYOND_THE_BANDS, str(tmp_path), where], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])
+    if faults:
+        assert run.returncode == -signal.SIGSEGV and "written" not in run.stdout, run.stderr[-2000:]
+    else:
+        assert run.returncode == 0 and run.stdout == "written\n", run.stderr[-2000:]
 
 
 def test_an_untouched_band_is_no_finding(writes):

@@ -40,6 +40,7 @@ PLANTS = {
     "SIGFPE": "volatile int zero = 0; output[0] = (float)(batch / zero);",
     "loop": "for (;;) { asm volatile(\"\"); }",  # its asm is a side effect: NVRTC may not drop the loop
     "misaligned": "*(float *)((char *)output + 2) = 1.0f;",  # a fault on a GPU only (x86 loads unaligned)
+    "past the band": "output[-1024] = 1.0f;",  # 4 KiB before the output: past its 64-byte band, not far off
 }
 
 pytestmark = pytest.mark.skipif(GXX is None, reason="the host backend needs g++")
@@ -87,6 +88,17 @@ def test_a_segfaulting_kernel_is_its_cases_fault_and_the_run_writes_its_document
                                     tmp_path / "report.html"), capture_output=True, text=True, env=environment())
     assert report.returncode == 0, report.stderr
     assert '<failure type="fault"' in (tmp_path / "junit.xml").read_text(encoding="utf-8")
+
+
+def test_a_write_just_past_a_band_is_its_cases_fault_not_a_corrupted_worker(tmp_path):
+    """The host backend's buffers lie between inaccessible pages: a write a little beyond a band faults in
+    its launch, where in the heap it corrupted the worker for a crash outside any launch (exit 4, no case)."""
+    kernels = planted(tmp_path / "kernels", "past the band")
+    result = CliRunner().invoke(main, ["diff", str(CI), "--backend", "host", "--kernels", str(kernels),
+                                       "--case", CASES])
+    assert result.exit_code == ExitCode.DIVERGED, result.output
+    assert "fault: SIGSEGV in csa_ratio128_attention:csa_ratio128_sink_attention" in result.output
+    assert "0 diverged, 1 fault" in result.output
 
 
 @pytest.mark.parametrize("signal_name", ["SIGABRT", "SIGFPE"])

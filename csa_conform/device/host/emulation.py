@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import mmap
 import os
 import shutil
 import subprocess
@@ -124,13 +125,41 @@ def build_prelude(build_dir: Path, kernels: KernelDirectory | None = None) -> ct
 # (what compute-sanitizer's memcheck reports on a GPU) lands there instead of in the host heap, and the
 # runner sees it (csa_conform.device.guards). 64 keeps the buffer as aligned as the allocation.
 GUARD_BYTES = 64
+PAGE = mmap.PAGESIZE
+
+
+@cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc
+
+
+def _inaccessible(address: int) -> None:
+    if _libc().mprotect(address, PAGE, 0) != 0:
+        raise DeviceUnavailable("the host backend cannot protect the pages around its buffers")
 
 
 def _guarded(shape, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(the buffer, its whole allocation: the buffer with a band on either side)."""
+    """(the buffer, its allocation: the buffer with a band before it and one after it to the page's end).
+
+    The allocation is a mapping of its own between two inaccessible pages: a write farther out than a band
+    faults in the launch that made it (the case's verdict, ``fault``) where, in the heap, it would corrupt
+    the worker's memory and kill it later, outside any launch, with no case to blame.
+    """
     dtype = np.dtype(dtype)
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(GUARD_BYTES + size + GUARD_BYTES, np.uint8)
+    span = -(-(GUARD_BYTES + size + GUARD_BYTES) // PAGE) * PAGE
+    try:
+        mapping = mmap.mmap(-1, PAGE + span + PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as error:
+        raise MemoryError(f"cannot map {PAGE + span + PAGE} bytes ({error.strerror})") from None
+    whole = np.frombuffer(mapping, np.uint8)
+    _inaccessible(whole.ctypes.data)
+    _inaccessible(whole.ctypes.data + PAGE + span)
+    raw = whole[PAGE: PAGE + span]
     raw[:GUARD_BYTES] = GUARD_BYTE
     raw[GUARD_BYTES + size:] = GUARD_BYTE
     return raw[GUARD_BYTES: GUARD_BYTES + size].view(dtype).reshape(shape), raw
@@ -169,7 +198,6 @@ class EmulatedArray:
 
 
 # Each thread of a multi-thread block runs on its own stack: STACK_BYTES above an inaccessible page.
-PAGE = 4096
 STACK_BYTES = 512 * 1024
 STACK_STRIDE = PAGE + STACK_BYTES
 
@@ -178,10 +206,7 @@ STACK_STRIDE = PAGE + STACK_BYTES
 def thread_stacks(threads: int) -> int:
     """The address of stacks for ``threads`` fibers, mapped once per process and block width and shared
     by every module (mappings per module would exhaust the process's mapping count)."""
-    libc = ctypes.CDLL(None)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    libc = _libc()
     read_write, private_anonymous_unreserved = 0x1 | 0x2, 0x02 | 0x20 | 0x4000
     base = libc.mmap(None, threads * STACK_STRIDE, read_write, private_anonymous_unreserved, -1, 0)
     if base in (None, ctypes.c_void_p(-1).value):
@@ -283,9 +308,9 @@ class HostEmulationBackend:
 
     def guard_bands(self, array) -> tuple[np.ndarray, np.ndarray, int]:
         """(the band before, the band after, the buffer's size in bytes) as they are now."""
-        raw = array.allocation
-        return raw[:GUARD_BYTES].copy(), raw[raw.size - GUARD_BYTES:].copy(), raw.size - 2 * GUARD_BYTES
+        raw, size = array.allocation, array.array.nbytes
+        return raw[:GUARD_BYTES].copy(), raw[GUARD_BYTES + size:].copy(), size
 
     def restore_guard_bands(self, array) -> None:
         array.allocation[:GUARD_BYTES] = GUARD_BYTE
-        array.allocation[array.allocation.size - GUARD_BYTES:] = GUARD_BYTE
+        array.allocation[GUARD_BYTES + array.array.nbytes:] = GUARD_BYTE
