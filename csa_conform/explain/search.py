@@ -84,8 +84,8 @@ def search(rerun: Rerun, device_libm, baseline: int, rope_exact: bool = False,
     CUDA's powf, sinf and cosf together) when no single reproduces and ``combine``, at most COMBINATION_CAP of
     them (STALLED_CAP when no single moved the result closer to the device's). Trials are screened on the
     rows that differ; every reproducing trial and ``closest`` (the trial with fewest mismatches among those
-    with fewer than ``baseline``, the reference's own) are re-run on the whole stage, and a screened trial
-    that does not reproduce there is no cause."""
+    with fewer than ``baseline``, the reference's own) are re-run on the whole stage, a screened trial that
+    does not reproduce there is no cause, and ``closest`` is None unless it has fewer than ``baseline`` there."""
     singles = [hypothesis for hypothesis in stage_hypotheses(rerun.stage, device_libm)
                if not (rope_exact and acts_only_in_rope(hypothesis))]
     trials = [rerun.confirmed(hypothesis, rerun.trial(hypothesis)) for hypothesis in singles]
@@ -110,5 +110,8 @@ def search(rerun: Rerun, device_libm, baseline: int, rope_exact: bool = False,
     measured = [trial for trial in trials if trial.rejected is None and trial.mismatches < baseline]
     closest = min(measured, key=lambda trial: trial.mismatches) if measured else None
     if closest is not None and rerun.screened is not None:
+        # screened, it was counted on the differing rows alone: on the whole stage it may also break rows the
+        # device has right, and is closer than the reference only if it still has fewer mismatches there
         closest = rerun.whole(closest)
+        closest = closest if closest.mismatches < baseline else None
     return reproducing, closest, trials, summary

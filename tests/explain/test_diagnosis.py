@@ -45,6 +45,9 @@ def test_never_written_finds_the_poison_and_where_it_is():
     finding = _kinds("compression_update", "present_compression_carry", expected, actual, ("b", "slot", "ch", "d"))[0]
     assert finding.kind == NEVER_WRITTEN and finding.decisive
     assert finding.evidence["poisoned"] == 3 * 2 * 16 and finding.evidence["where"] == {"slot": "5..7"}
+    # a kernel copying from memory it never wrote (a carry rotated from slots never filled) leaves the same bytes
+    assert "never written, or copied from memory never written" in finding.headline
+    assert "was never written" not in finding.headline
 
 
 def test_guard_band_bytes_read_back_are_a_copy_from_outside_a_buffer():
@@ -237,6 +240,8 @@ def test_one_rope_tail_byte_a_bf16_step_off_is_consistent_with_every_sub_step_an
     found = localize("compression_update", g, inputs, reference, device)
     assert found.kind == SUB_STEP and found.evidence["sub_step"] is None and found.evidence["rule"] == "rope"
     assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
+    assert "tail's energy is the reference's within them (measured 1.00× the reference's, the bound ±2%)" in \
+        found.headline
     assert found.decisive
     assert ("pool, bf16, RMSNorm, RoPE or FP8 block quantization output, or in the rows streamed into the carry "
             "that the pool reads") in \

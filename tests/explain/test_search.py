@@ -61,6 +61,24 @@ def test_a_hypothesis_that_reproduces_only_the_screened_rows_is_no_cause():
     assert single.mismatches > 0 and single.elements == sum(a.size for a in expected[ATTENTION].values())
 
 
+def test_a_trial_closer_on_the_screened_rows_only_is_not_called_closest():
+    """Screened on the one differing row, expf correctly rounded leaves one flipped bit; on the whole stage it
+    also changes the rows the device computed the reference's way, more elements than the device's own
+    divergence: it brings nothing closer, and the headline does not say it does."""
+    g, inputs, expected = first_step("boundaries.r128-resumed-119-chunks")
+    rounded, _ = _rounded_expf_rows(g, inputs, expected, slice(None))
+    rows = differing_rows(rounded, expected[ATTENTION])
+    _, payload = _rounded_expf_rows(g, inputs, expected, rows[:1])
+    y = payload["Y"][:, rows[0]].reshape(-1)
+    y[np.flatnonzero(y.view(np.uint32) != expected[ATTENTION]["Y"][:, rows[0]].reshape(-1).view(np.uint32))[0]] *= 2
+    payload["Y"][:, rows[0]] = y.reshape(payload["Y"][:, rows[0]].shape)
+    explanation = explain_payload(ATTENTION, g, inputs, expected, payload)
+    single = next(trial for trial in explanation.trials if trial.key == "expf:correctly-rounded")
+    assert explanation.search["screened_rows"] == 1 and single.mismatches < explanation.baseline
+    assert explanation.verdict == UNEXPLAINED and explanation.closest is None
+    assert "closest:" not in explanation.headline()
+
+
 def test_the_combination_search_stops_at_its_cap_and_says_so(monkeypatch):
     """A record byte no ingredient produces and no single comes closer to: the stalled cap stops it."""
     g, inputs, expected = first_step("boundaries.r4-prefill-8")

@@ -6,6 +6,7 @@ the diff's)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -111,6 +112,12 @@ def test_records_pooled_from_another_vector_fit_every_norm_keeping_sub_step_and_
     found = localize(stage, g, inputs, expected[stage], device)
     assert found is not None and found.evidence["rule"] == "normalized" and found.evidence["sub_step"] is None
     assert found.evidence["consistent"] == [STREAMED, "pool", "bf16", "RMSNorm", "RoPE", "FP8 block quantization"]
+    # a fit within a bound says what it measured and how wide the bound was, so "RMS 1" is never a rounded claim
+    measured = re.search(r"RMS is 1 within the quantization error \(measured (\d\.\d\d)(?:–(\d\.\d\d))?× the "
+                         r"reference's, the bound ±(\d+)%\)", found.headline)
+    assert measured, found.headline
+    low, high, bound = float(measured[1]), float(measured[2] or measured[1]), int(measured[3]) / 100
+    assert 1 - bound - 0.005 <= low <= high <= 1 + bound + 0.005
     scrambled = {key: np.array(value, copy=True) for key, value in expected[stage].items()}
     records = scrambled["present_compressed_kv"]
     records[:, -1] = np.random.default_rng(3).integers(0, 255, records[:, -1].shape, dtype=np.uint8)

@@ -89,11 +89,13 @@ REASONS = {
                  "one step)",
     "hadamard-inverse": "the inverse Hadamard of the values is the reference's RoPE output within the quantization "
                         "error, the codes do not bracket the reference's Hadamard output",
-    "rope": "the dimensions RoPE leaves alone are the reference's within the roundings and the rotated tail keeps "
-            "the reference's energy, but it is not the reference's rotation",
-    "orthogonal": "the values keep the energy of the reference's RoPE output but are no inverse Hadamard of it",
+    "rope": "the dimensions RoPE leaves alone are the reference's within the roundings and the rotated tail's "
+            "energy is the reference's within them ({measured}), but it is not the reference's rotation",
+    "orthogonal": "the values' energy is the reference's RoPE output's within the quantization error ({measured}), "
+                  "and no other differing row's, but they are no inverse Hadamard of it",
     "scale": "the values are the reference's RoPE output times one constant per record, within the roundings",
-    "normalized": "undone back to RMSNorm's output the values have RMS 1 but are not the reference's",
+    "normalized": "undone back to RMSNorm's output the values' RMS is 1 within the quantization error ({measured}), "
+                  "but they are not the reference's",
     "none": "the values pass none of these checks (codes around the quantizer's input, an inverse transform, a "
             "kept energy, norm or constant)",
 }
@@ -169,30 +171,45 @@ def _unroped(values: np.ndarray, positions: np.ndarray, rope_dim: int) -> np.nda
     return out
 
 
-def _normalized(unroped: np.ndarray, weight: np.ndarray | None, gaps: np.ndarray) -> np.ndarray:
-    """Per row: divided by the norm weight the values have RMS 1 within their error bound ``gaps``."""
+def _ratio(measured: np.ndarray, reference: np.ndarray, error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(measured / reference, error / reference) per row: what a headline states of a fit within a bound."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return measured / reference, error / reference
+
+
+def _normalized(unroped: np.ndarray, weight: np.ndarray | None, gaps: np.ndarray):
+    """Per row: divided by the norm weight the values have RMS 1 within their error bound ``gaps``; and
+    (their RMS, its allowed deviation)."""
+    nothing = np.zeros(unroped.shape[:-1], dtype=bool), np.full(unroped.shape[:-1], np.nan), np.zeros(
+        unroped.shape[:-1])
     if weight is None:
-        return np.zeros(unroped.shape[:-1], dtype=bool)
+        return nothing
     w = np.abs(np.asarray(weight, dtype=np.float64))
     if not (w > 0).all():
-        return np.zeros(unroped.shape[:-1], dtype=bool)
+        return nothing
     n = unroped.shape[-1]
     bound = _norm(gaps / w) + BF16_SLACK * np.sqrt(n)
-    return np.abs(_norm(unroped / w) - np.sqrt(n)) <= bound
+    norm = _norm(unroped / w)
+    rms, allowed = _ratio(norm, np.sqrt(n), bound)
+    return np.abs(norm - np.sqrt(n)) <= bound, rms, allowed
 
 
 def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fit: bool, weight=None,
               positions=None) -> np.ndarray:
-    """(rule, fitted constant) of each FP4 row [rows, W]: quantizer, hadamard-inverse, rope, orthogonal, scale,
-    normalized or none."""
+    """(rule, fitted constant, measured) of each FP4 row [rows, W]: quantizer, hadamard-inverse, rope, orthogonal,
+    scale, normalized or none; ``measured`` maps a rule fitted within a bound to (its measure per row as a
+    multiple of the reference's, the bound the same way)."""
     head = device.shape[-1] - rope_dim
     gaps = _half_gaps(device, FP4)
     error = _norm(gaps) + BF16_SLACK * _norm(after_rope)
     inverse = _inverse_hadamard(device)
     rule = np.full(device.shape[:-1], "none", dtype=object)
     c = np.full(device.shape[:-1], np.nan)
-    normalized = (_normalized(_unroped(inverse, positions, rope_dim), weight, gaps) if positions is not None
-                  else np.zeros(rule.shape, dtype=bool))
+    measured = {}
+    if positions is not None:
+        normalized, *measured["normalized"] = _normalized(_unroped(inverse, positions, rope_dim), weight, gaps)
+    else:
+        normalized = np.zeros(rule.shape, dtype=bool)
     rule[normalized] = "normalized"
     if scale_fit:
         x = after_rope.astype(np.float64)
@@ -202,6 +219,7 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
         rule[(_norm(inverse - c[..., None] * x) <= bound) & (np.abs(c) * _norm(after_rope) > bound)] = "scale"
     energy = _norm(device)
     energy_kept = np.abs(energy - _norm(after_rope)) <= error
+    measured["orthogonal"] = _ratio(energy, _norm(after_rope), error)
     # energy is evidence only where it tells this row's reference apart from the other differing rows'
     references = np.sort(_norm(after_rope).reshape(-1))
     near = (np.searchsorted(references, energy + error, side="right")
@@ -211,19 +229,22 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
     rule[energy_kept & normalized] = "none"  # another pool or another transform: nothing tells them apart
     head_matches = _norm(inverse[..., :head] - before_rope[..., :head]) <= error
     energy = np.abs(_norm(inverse[..., head:]) - _norm(before_rope[..., head:])) <= error
+    measured["rope"] = _ratio(_norm(inverse[..., head:]), _norm(before_rope[..., head:]), error)
     rule[head_matches & energy] = "rope"
     rule[_norm(inverse - after_rope) <= error] = "hadamard-inverse"
     rule[_brackets(device, hadamard, FP4).all(axis=-1)] = "quantizer"
-    return rule, c
+    return rule, c, measured
 
 
 def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions=None) -> np.ndarray:
-    """(rule, fitted constant) of each FP8 record [rows, W]: quantizer, rope, scale, normalized or none."""
+    """(rule, fitted constant, measured) of each FP8 record [rows, W]: quantizer, rope, scale, normalized or none
+    (``measured`` as _fp4_rows's)."""
     head = device.shape[-1] - rope_dim
     brackets = _brackets(device[..., :head], normalized[..., :head], FP8).all(axis=-1)
     tail_same = (device[..., head:].view(np.uint32) == rotated[..., head:].view(np.uint32)).all(axis=-1)
     tail = _norm(rotated[..., head:])
     energy = np.abs(_norm(device[..., head:]) - tail) <= BF16_SLACK * tail
+    measured = {"rope": _ratio(_norm(device[..., head:]), tail, BF16_SLACK * tail)}
     x, d = normalized.astype(np.float64), device.astype(np.float64)
     c = (d[..., :head] * x[..., :head]).sum(axis=-1) / np.maximum((x[..., :head] ** 2).sum(axis=-1), 1e-300)
     fitted = c[..., None] * x
@@ -235,11 +256,12 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions
     rule = np.full(device.shape[:-1], "none", dtype=object)
     if positions is not None:
         gaps = np.concatenate([_half_gaps(device[..., :head], FP8), np.zeros(device.shape[:-1] + (rope_dim,))], -1)
-        rule[_normalized(_unroped(device, positions, rope_dim), weight, gaps)] = "normalized"
+        normalized, *measured["normalized"] = _normalized(_unroped(device, positions, rope_dim), weight, gaps)
+        rule[normalized] = "normalized"
     rule[scaled] = "scale"
     rule[brackets & energy] = "rope"
     rule[brackets & tail_same] = "quantizer"
-    return rule, c
+    return rule, c, measured
 
 
 def consistent(stage: str, rule: str, factor: float = 1.0) -> tuple[str, ...]:
@@ -376,7 +398,7 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
         return None
     if found is None:
         return None
-    tensor, (rules, factors), counts, differing, where = found
+    tensor, (rules, factors, measured), counts, differing, where = found
     steps = SUB_STEPS[stage]
     tally = {rule: int((rules == rule).sum()) for rule in REASONS if (rules == rule).any()}
     matched = {rule: n for rule, n in tally.items() if rule != "none"}
@@ -391,6 +413,8 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
     unit = "query rows" if stage == "index_query_finalize" else "records"
     order = " → ".join(steps)
     reason = REASONS[rule].replace("per record", f"per record (× {factor:.4g})") if rule == "scale" else REASONS[rule]
+    if "{measured}" in reason:
+        reason = reason.format(measured=_measured(*(np.asarray(m)[chosen] for m in measured[rule])))
     if rule == "none":
         headline = (f"no sub-step's output could be matched ({order}): in {int(chosen.sum()):,} of {len(rules):,} "
                     f"differing {unit} {reason}")
@@ -414,6 +438,16 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
     # no libm, FMA or flush-to-zero variant makes another orthogonal transform or a constant factor far from 1
     evidence["structural"] = rule == "orthogonal" or (rule == "scale" and abs(factor - 1) > FAR_FROM_ONE)
     return Finding(SUB_STEP, stage, tensor, headline, int(counts[chosen].sum()), differing, evidence, FIT)
+
+
+def _measured(ratios: np.ndarray, bounds: np.ndarray) -> str:
+    """'measured 0.74-0.79x the reference's, the bound ±31%': what a fit within a bound rests on, stated."""
+    ratios, bounds = ratios[np.isfinite(ratios)], bounds[np.isfinite(bounds)]
+    if not ratios.size:
+        return "no measure"
+    low, high = f"{ratios.min():.2f}", f"{ratios.max():.2f}"
+    span = low if low == high else f"{low}–{high}"
+    return f"measured {span}× the reference's, the bound ±{bounds.max():.0%}" if bounds.size else f"measured {span}×"
 
 
 def _listing(steps: list[str]) -> str:

@@ -92,8 +92,9 @@ def never_written(stage: str, tensor: str, expected, actual, differ, axes, conte
     if found is None:
         return None
     count, differing, first, where, at = found
-    headline = (f"{tensor} was never written: {count:,} of {differing:,} differing elements still hold the runner's "
-                f"0x{POISON:02X} poison (uninitialised memory){at}; first at {first}")
+    # poison in an output is memory no launch wrote: these elements, or a place the kernel copied them from
+    headline = (f"{tensor}: {count:,} of {differing:,} differing elements hold the runner's 0x{POISON:02X} poison "
+                f"(uninitialised memory: never written, or copied from memory never written){at}; first at {first}")
     return Finding(NEVER_WRITTEN, stage, tensor, headline, count, differing,
                    {"pattern": f"0x{POISON:02X}", "poisoned": count, "first": first, "where": where})
 
