@@ -11,48 +11,95 @@ rounding to odd"). Infinities and NaNs pass through the binary64 arithmetic
 as IEEE says. With numba the loop is compiled (fastmath off, so nothing is
 contracted); without it the NumPy formulation runs. Both are compared with
 the C library's fmaf on every edge class in tests/explain/test_exact_fma.py.
+An accumulation dot product's FMA hypothesis runs once per reduction index
+over the whole output: ``fused_accumulate`` does it in place in one compiled
+pass (no temporaries, broadcast operands read where they lie), counting the
+results the fusion changed, which the tally reports.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Callable
 
 import numpy as np
 
 from csa_conform.numerics.variant import fmaf as numpy_fmaf
+from csa_conform.numerics.variant import fused_accumulate as numpy_fused_accumulate
 from csa_conform.oracle.engine import numba_available
 
-__all__ = ["fmaf"]
-
-_KERNEL: list[Callable] = []
+__all__ = ["fmaf", "fused_accumulate"]
 
 
+@cache
 def _kernel() -> Callable:
     """The compiled loop over flat binary32 arrays (compiled on first use)."""
-    if not _KERNEL:
-        from numba import njit
+    from numba import njit
 
-        from csa_conform.oracle.compiled.cache import kernel_cache
+    from csa_conform.oracle.compiled.cache import kernel_cache
 
-        @njit(cache=kernel_cache(), fastmath=False)
-        def fused(a, b, c, out):  # pragma: no cover - compiled
-            totals = np.empty(a.shape[0], dtype=np.float64)
-            bits = totals.view(np.int64)
-            for i in range(a.shape[0]):
-                product = np.float64(a[i]) * np.float64(b[i])
-                addend = np.float64(c[i])
-                total = product + addend
-                totals[i] = total
-                if total - total != 0.0:  # an infinity or a NaN: IEEE's result already
-                    out[i] = np.float32(total)
-                    continue
-                virtual = total - product
-                error = (product - (total - virtual)) + (addend - virtual)
-                if error != 0.0 and (bits[i] & 1) == 0:
-                    bits[i] += 1 if (error > 0.0) == (total > 0.0) else -1
-                out[i] = np.float32(totals[i])
-        _KERNEL.append(fused)
-    return _KERNEL[0]
+    @njit(cache=kernel_cache(), fastmath=False)
+    def fused(a, b, c, out):  # pragma: no cover - compiled
+        totals = np.empty(a.shape[0], dtype=np.float64)
+        bits = totals.view(np.int64)
+        for i in range(a.shape[0]):
+            product = np.float64(a[i]) * np.float64(b[i])
+            addend = np.float64(c[i])
+            total = product + addend
+            totals[i] = total
+            if total - total != 0.0:  # an infinity or a NaN: IEEE's result already
+                out[i] = np.float32(total)
+                continue
+            virtual = total - product
+            error = (product - (total - virtual)) + (addend - virtual)
+            if error != 0.0 and (bits[i] & 1) == 0:
+                bits[i] += 1 if (error > 0.0) == (total > 0.0) else -1
+            out[i] = np.float32(totals[i])
+    return fused
+
+
+@cache
+def _accumulator() -> Callable:
+    """The compiled in-place accumulation over arrays of any layout, broadcast views included (compiled on
+    first use): fused()'s arithmetic per element, and a count of results unlike the two roundings'."""
+    from numba import njit
+
+    from csa_conform.oracle.compiled.cache import kernel_cache
+
+    @njit(cache=kernel_cache(), fastmath=False)
+    def accumulate(acc, a, b):  # pragma: no cover - compiled
+        results = np.empty(2, dtype=np.float32)
+        bits = results.view(np.uint32)
+        total = np.empty(1, dtype=np.float64)
+        total_bits = total.view(np.int64)
+        changed = 0
+        for index in np.ndindex(acc.shape):
+            x, y, c = a[index], b[index], acc[index]
+            product = np.float64(x) * np.float64(y)
+            addend = np.float64(c)
+            total[0] = product + addend
+            if total[0] - total[0] == 0.0:  # finite: rounded to odd (an infinity or a NaN is IEEE's already)
+                virtual = total[0] - product
+                error = (product - (total[0] - virtual)) + (addend - virtual)
+                if error != 0.0 and (total_bits[0] & 1) == 0:
+                    total_bits[0] += 1 if (error > 0.0) == (total[0] > 0.0) else -1
+            results[0] = np.float32(total[0])
+            results[1] = c + x * y
+            if bits[0] != bits[1]:
+                changed += 1
+            acc[index] = results[0]
+        return changed
+    return accumulate
+
+
+def fused_accumulate(acc: np.ndarray, a, b) -> int:
+    """acc = fma(a, b, acc) in place, a and b broadcast to acc; how many results differ, bit for bit, from
+    acc + a*b rounded twice. Compiled when numba imports (no temporaries, no copies of the broadcast
+    operands), else NumPy's formulation."""
+    a, b = (np.broadcast_to(np.asarray(value, dtype=np.float32), acc.shape) for value in (a, b))
+    if numba_available():
+        return int(_accumulator()(acc, a, b))
+    return numpy_fused_accumulate(acc, a, b)
 
 
 def compiled_fmaf(a, b, c) -> np.ndarray:

@@ -91,7 +91,8 @@ class Hypothesis:
     def numerics(self, tallies: dict[str, Tally] | None = None, trace: dict | None = None) -> Numerics:
         numerics = Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
                             self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
-                            self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp)
+                            self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp,
+                            fused_accumulation=exact_fma.fused_accumulate)
         return replace(numerics, **dict(self.port)) if self.port else numerics
 
     def combine(self, other: Hypothesis) -> Hypothesis:

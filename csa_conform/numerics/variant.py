@@ -59,6 +59,16 @@ def fmaf(a, b, c) -> np.ndarray:
         return np.where(np.isfinite(total), odd, total).astype(np.float32)
 
 
+def fused_accumulate(acc: np.ndarray, a, b) -> int:
+    """acc = fmaf(a, b, acc) in place; how many results differ, bit for bit, from acc + a*b rounded twice."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        separate = acc + a * b
+    contracted = fmaf(a, b, acc)
+    changed = int(np.count_nonzero(separate.view(np.uint32) != contracted.view(np.uint32)))
+    acc[...] = contracted
+    return changed
+
+
 def flush(x) -> np.ndarray:
     """Subnormal binary32 values to a zero of the same sign (what --ftz=true does to inputs and results)."""
     x = np.asarray(x, dtype=np.float32)
@@ -77,9 +87,11 @@ class Tally:
 
     def add(self, reference: np.ndarray, swapped: np.ndarray) -> None:
         reference, swapped = np.asarray(reference), np.asarray(swapped)
-        changed = int(np.count_nonzero(reference.view(np.uint32) != swapped.view(np.uint32)))
+        self.add_counts(int(np.count_nonzero(reference.view(np.uint32) != swapped.view(np.uint32))), reference.size)
+
+    def add_counts(self, changed: int, seen: int) -> None:
         with self._lock:
-            self.seen += reference.size
+            self.seen += seen
             self.changed += changed
 
 
@@ -123,6 +135,8 @@ class Numerics:
     from_step_start: frozenset[str] = frozenset()
     rms_norm: str | None = None  # a key of csa_conform.oracle.pooling.RMS_NORM_PORTS (the reference: None)
     probes: dict[str, np.ndarray] | None = None  # the named sub-step outputs a probed kernel copies (explain)
+    # acc = fma(a, b, acc) in place, returning how many results the fusion changed (explain: a compiled one)
+    fused_accumulation: Callable[..., int] = fused_accumulate
 
     @property
     def is_reference(self) -> bool:
@@ -216,14 +230,19 @@ class Numerics:
                 np.multiply(a, b, out=product)
                 np.add(acc, product, out=acc)
             return
-        a, b = (self._flush(v) if self.ftz else v for v in (a, b))
+        if not self.ftz:
+            changed = self.fused_accumulation(acc, a, b)
+            if self.tallies is not None:
+                self.tallies.setdefault("fused accumulation", Tally()).add_counts(changed, acc.size)
+            return
+        a, b = (self._flush(v) for v in (a, b))
         with np.errstate(over="ignore", invalid="ignore"):
-            separate = acc + self._flush(a * b) if self.ftz else acc + a * b
+            separate = acc + self._flush(a * b)
         if fused:
             contracted = self.fused_multiply_add(a, b, acc)
             self._count("fused accumulation", separate, contracted)
             separate = contracted
-        acc[...] = self._flush(separate) if self.ftz else separate
+        acc[...] = self._flush(separate)
 
     def sum_of_squares(self, x: np.ndarray) -> np.ndarray:
         """Σ x*x over the last axis, ascending from +0: accumulate() once per element. Where that rounds each

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from csa_conform.explain.exact_fma import compiled_fmaf, fmaf
+from csa_conform.explain.exact_fma import fused_accumulate as exact_fused_accumulate
 from csa_conform.numerics.variant import fmaf as numpy_fmaf
+from csa_conform.numerics.variant import fused_accumulate as numpy_fused_accumulate
 
 LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
 LIBM.fmaf.restype = ctypes.c_float
@@ -101,3 +103,34 @@ def test_broadcast_shapes_and_the_dispatch():
     got = fmaf(a, F32(3), np.ones((1, 3), F32))
     assert got.shape == (2, 3) and got.dtype == np.float32
     assert (_bits(got) == _bits(numpy_fmaf(a, F32(3), np.ones((1, 3), F32)))).all()
+
+
+@pytest.mark.parametrize("edge", list(EDGES))
+@pytest.mark.parametrize("implementation", ["numpy", "compiled"])
+def test_an_accumulation_in_place_is_the_hardware_fma_and_counts_what_fusing_changed(edge, implementation):
+    """acc = fma(a, b, acc): the hardware's bits, and the count of results that differ, bit for bit, from
+    acc + a*b rounded twice (a NaN of another payload counts; the same NaN does not)."""
+    if implementation == "compiled":
+        pytest.importorskip("numba")
+    a, b, c = EDGES[edge]
+    acc = c.copy()
+    function = exact_fused_accumulate if implementation == "compiled" else numpy_fused_accumulate
+    changed = function(acc, a, b)
+    expected = _hardware(a, b, c)
+    nan = np.isnan(expected)
+    assert (np.isnan(acc) == nan).all() and (_bits(acc)[~nan] == _bits(expected)[~nan]).all(), edge
+    with np.errstate(all="ignore"):
+        twice = c + a * b
+    assert changed == int(np.count_nonzero(_bits(twice) != _bits(acc)))
+
+
+def test_an_accumulation_reads_broadcast_operands_without_copying_them():
+    rng = np.random.default_rng(5)
+    acc = rng.standard_normal((3, 4, 5)).astype(F32)
+    a, b = rng.standard_normal((3, 4, 1)).astype(F32), rng.standard_normal((1, 5)).astype(F32)
+    expected = acc.copy()
+    numpy_fused_accumulate(expected, a, b)
+    changed = exact_fused_accumulate(acc, a, b)
+    assert (_bits(acc) == _bits(expected)).all() and changed >= 0
+    with pytest.raises(ValueError):
+        exact_fused_accumulate(acc, a, np.ones((2, 5), F32))
