@@ -25,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from csa_conform.contract import DENSE_WINDOW, StepGeometry
+from csa_conform.numerics.variant import ascending_dot
 from csa_conform.oracle.candidate_assembly import candidate_assembly
 
 NEAREST = 4  # slots or positions away an observed id is looked for
@@ -195,7 +196,4 @@ def _dense_by_row_shift(g, ids, remaining, scores, bias, query, current_kv) -> N
 
 def _scores(q: np.ndarray, values: np.ndarray, scale: float) -> np.ndarray:
     """[M, N] dot(q, v) ascending in d in binary32 (two roundings per step), times scale."""
-    acc = np.zeros(q.shape[:2], dtype=np.float32)
-    for i in range(q.shape[-1]):
-        acc = acc + q[:, :, i] * values[:, None, i]
-    return acc * np.float32(scale)
+    return ascending_dot(q, values[:, None, :]) * np.float32(scale)

@@ -15,6 +15,7 @@ re-runs under different variants (or threads of one) never see each other's.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -57,6 +58,30 @@ def fmaf(a, b, c) -> np.ndarray:
         away = (error > 0) == (total > 0)
         odd = (bits + np.where(away, 1, -1) * nudge).view(np.float64)
         return np.where(np.isfinite(total), odd, total).astype(np.float32)
+
+
+_DOT_BLOCK = 1 << 22  # products per accumulate call in ascending_dot: 16 MiB of binary32
+
+
+def ascending_dot(a, b) -> np.ndarray:
+    """Σ a*b over the last axis (a and b broadcast), ascending from +0, each product and partial sum rounded to
+    binary32: the reference's loop ``acc = acc + a[..., i] * b[..., i]`` in one numpy accumulate per block of
+    leading rows (accumulate is that recurrence in order; numpy's reductions sum pairwise, another order).
+    +0 plus the last partial sum is the loop's result, a -0 made +0 as the loop's first addition makes it."""
+    a, b = (np.asarray(value, dtype=np.float32) for value in (a, b))
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if len(shape) == 1:
+        return ascending_dot(a[None], b[None])[0]
+    total = np.zeros(shape[:-1], dtype=np.float32)
+    if not shape[-1] or not total.size:
+        return total
+    a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+    rows = max(1, _DOT_BLOCK // math.prod(shape[1:]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, shape[0], rows):
+            block = slice(start, start + rows)
+            total[block] += np.add.accumulate(a[block] * b[block], axis=-1)[..., -1]
+    return total
 
 
 def fused_accumulate(acc: np.ndarray, a, b) -> int:
@@ -245,17 +270,14 @@ class Numerics:
         acc[...] = self._flush(separate)
 
     def sum_of_squares(self, x: np.ndarray) -> np.ndarray:
-        """Σ x*x over the last axis, ascending from +0: accumulate() once per element. Where that rounds each
-        product and partial sum to binary32 (no fused accumulation, no flush), numpy's accumulate is the same
-        recurrence in one call (its reductions sum pairwise, another order); +0 plus the last partial sum is
-        the loop's result, a -0 made +0 as the loop's first addition makes it."""
+        """Σ x*x over the last axis, ascending from +0: accumulate() once per element, or, where that rounds
+        each product and partial sum to binary32 (no fused accumulation, no flush), ascending_dot."""
+        if ACCUMULATE not in self.fused and not self.ftz:
+            return ascending_dot(x, x)
         total = np.zeros(x.shape[:-1], dtype=np.float32)
         with np.errstate(over="ignore", invalid="ignore"):
-            if ACCUMULATE in self.fused or self.ftz:
-                for column in np.moveaxis(x, -1, 0):
-                    self.accumulate(total, column, column)
-            elif x.shape[-1]:
-                total += np.add.accumulate(x * x, axis=-1)[..., -1]
+            for column in np.moveaxis(x, -1, 0):
+                self.accumulate(total, column, column)
         return total
 
     def pair(self, a, b, c, d, sign: int = 1) -> np.ndarray:

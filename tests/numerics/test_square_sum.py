@@ -51,3 +51,21 @@ def test_pairwise_summation_would_differ():
 
 def test_an_empty_axis_sums_to_zero():
     assert np.array_equal(REFERENCE.sum_of_squares(np.zeros((3, 0), dtype=np.float32)), np.zeros(3, np.float32))
+
+
+def test_a_broadcast_dot_in_blocks_is_the_loop(monkeypatch):
+    """The candidates' read-back scores: q [M, N, D] against keys [M, 1, D], in blocks of leading rows."""
+    import csa_conform.numerics.variant as variant
+
+    rng = np.random.default_rng(9)
+    q = (rng.standard_normal((7, 3, 64)) * np.exp2(rng.integers(-60, 60, (7, 3, 1)))).astype(np.float32)
+    keys = rng.standard_normal((7, 1, 64)).astype(np.float32)
+    q[0, 0] = -0.0
+    loop = np.zeros((7, 3), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(64):
+            loop = loop + q[:, :, i] * keys[:, :, i]
+    monkeypatch.setattr(variant, "_DOT_BLOCK", 3 * 64 * 2)  # two rows of M per block: four blocks
+    dot = variant.ascending_dot(q, keys)
+    assert dot.shape == (7, 3) and np.array_equal(dot.view(np.uint32), loop.view(np.uint32))
+    assert np.array_equal(variant.ascending_dot(q[0, 1], keys[0, 0]).view(np.uint32), loop[0, 1].view(np.uint32))
