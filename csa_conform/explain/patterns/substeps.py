@@ -201,7 +201,8 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
     multiple of the reference's, the bound the same way)."""
     head = device.shape[-1] - rope_dim
     gaps = _half_gaps(device, FP4)
-    error = _norm(gaps) + BF16_SLACK * _norm(after_rope)
+    target = _norm(after_rope)
+    error = _norm(gaps) + BF16_SLACK * target
     inverse = _inverse_hadamard(device)
     rule = np.full(device.shape[:-1], "none", dtype=object)
     c = np.full(device.shape[:-1], np.nan)
@@ -215,21 +216,22 @@ def _fp4_rows(device, before_rope, after_rope, hadamard, rope_dim: int, scale_fi
         x = after_rope.astype(np.float64)
         c = (inverse * x).sum(axis=-1) / np.maximum((x * x).sum(axis=-1), 1e-300)
         # the roundings scale with the constant: a record of (near) zeros is no multiple of anything
-        bound = _norm(gaps) + BF16_SLACK * np.abs(c) * _norm(after_rope)
-        rule[(_norm(inverse - c[..., None] * x) <= bound) & (np.abs(c) * _norm(after_rope) > bound)] = "scale"
+        bound = _norm(gaps) + BF16_SLACK * np.abs(c) * target
+        rule[(_norm(inverse - c[..., None] * x) <= bound) & (np.abs(c) * target > bound)] = "scale"
     energy = _norm(device)
-    energy_kept = np.abs(energy - _norm(after_rope)) <= error
-    measured["orthogonal"] = _ratio(energy, _norm(after_rope), error)
+    energy_kept = np.abs(energy - target) <= error
+    measured["orthogonal"] = _ratio(energy, target, error)
     # energy is evidence only where it tells this row's reference apart from the other differing rows'
-    references = np.sort(_norm(after_rope).reshape(-1))
+    references = np.sort(target.reshape(-1))
     near = (np.searchsorted(references, energy + error, side="right")
             - np.searchsorted(references, energy - error, side="left"))
     energy_kept &= near <= 1  # its own reference row only
     rule[energy_kept & ~normalized] = "orthogonal"
     rule[energy_kept & normalized] = "none"  # another pool or another transform: nothing tells them apart
     head_matches = _norm(inverse[..., :head] - before_rope[..., :head]) <= error
-    energy = np.abs(_norm(inverse[..., head:]) - _norm(before_rope[..., head:])) <= error
-    measured["rope"] = _ratio(_norm(inverse[..., head:]), _norm(before_rope[..., head:]), error)
+    tail, reference_tail = _norm(inverse[..., head:]), _norm(before_rope[..., head:])
+    energy = np.abs(tail - reference_tail) <= error
+    measured["rope"] = _ratio(tail, reference_tail, error)
     rule[head_matches & energy] = "rope"
     rule[_norm(inverse - after_rope) <= error] = "hadamard-inverse"
     rule[_brackets(device, hadamard, FP4).all(axis=-1)] = "quantizer"
@@ -242,16 +244,16 @@ def _fp8_rows(device, normalized, rotated, rope_dim: int, weight=None, positions
     head = device.shape[-1] - rope_dim
     brackets = _brackets(device[..., :head], normalized[..., :head], FP8).all(axis=-1)
     tail_same = (device[..., head:].view(np.uint32) == rotated[..., head:].view(np.uint32)).all(axis=-1)
-    tail = _norm(rotated[..., head:])
-    energy = np.abs(_norm(device[..., head:]) - tail) <= BF16_SLACK * tail
-    measured = {"rope": _ratio(_norm(device[..., head:]), tail, BF16_SLACK * tail)}
+    tail, device_tail = _norm(rotated[..., head:]), _norm(device[..., head:])
+    energy = np.abs(device_tail - tail) <= BF16_SLACK * tail
+    measured = {"rope": _ratio(device_tail, tail, BF16_SLACK * tail)}
     x, d = normalized.astype(np.float64), device.astype(np.float64)
     c = (d[..., :head] * x[..., :head]).sum(axis=-1) / np.maximum((x[..., :head] ** 2).sum(axis=-1), 1e-300)
     fitted = c[..., None] * x
     blocks = np.abs(fitted[..., :head]).reshape(fitted.shape[:-1] + (-1, FP8_BLOCK)).max(axis=-1)
     floor = np.repeat(blocks * 2.0**-10, FP8_BLOCK, axis=-1)
     scaled = (np.abs(d[..., :head] - fitted[..., :head]) <= 2.0**-3 * np.abs(fitted[..., :head]) + floor).all(-1)
-    scaled &= np.abs(_norm(d[..., head:]) - np.abs(c) * tail) <= BF16_SLACK * np.abs(c) * tail + 1e-30
+    scaled &= np.abs(device_tail - np.abs(c) * tail) <= BF16_SLACK * np.abs(c) * tail + 1e-30
     scaled &= (c != 0) & (d[..., :head] != 0).any(axis=-1)  # a record of zeros is no multiple of anything
     rule = np.full(device.shape[:-1], "none", dtype=object)
     if positions is not None:
