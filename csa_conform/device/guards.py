@@ -4,8 +4,11 @@ A write past the end of a buffer (an off-by-one loop bound, one thread too
 many) that lands in memory nothing reads back leaves every payload
 bit-exact, and on a GPU the same write lands in whichever allocation follows
 or faults the context later. Both backends therefore allocate each output
-and scratch buffer with ``GUARD_BYTE`` bands of their own allocation on
-either side (csa_conform.device.cuda, csa_conform.device.host); after each
+and scratch buffer with bands of their own allocation on either side
+(csa_conform.device.cuda, csa_conform.device.host), each buffer of a step
+with a band byte of its own (``BAND_BYTES``, in the order the step allocates
+them), so that a kernel copying one buffer's band into another's (a read and
+a write one past two ends) still changes a band; after each
 launch the bands of every buffer this step allocated and the launch took
 are read back, and a changed byte is the kernel's defect: an
 ``out-of-bounds`` finding naming the launch, the argument, the side and how
@@ -24,9 +27,12 @@ import numpy as np
 
 from csa_conform._base.statuses import OUT_OF_BOUNDS
 
-# The bands' byte: none of --repeat's poison patterns (csa_conform.device.determinism), nor 0x00 or 0xFF,
-# so a kernel copying zeros, -1, NaN or uninitialised scratch past the end still changes it.
-GUARD_BYTE = 0xDB
+# The bands' bytes, 0xD0..0xDF from 0xDB on: none of --repeat's poison patterns (csa_conform.device.determinism),
+# nor 0x00 or 0xFF, so a kernel copying zeros, -1, NaN or uninitialised scratch past an end still changes a band;
+# repeated, each is a number no kernel computes by chance in binary32 or bf16 (-2.8e10 to -3.2e19) and a negative
+# index. A step allocates fewer buffers than there are bytes, so no two of its buffers share one.
+BAND_BYTES = tuple(0xD0 + (0xB + k) % 16 for k in range(16))
+GUARD_BYTE = BAND_BYTES[0]  # what a backend fills a new buffer's bands with
 AFTER = "after"
 BEFORE = "before"
 
@@ -79,7 +85,7 @@ class GuardedWrites:
 
     def __init__(self, backend):
         self.inner = backend
-        self._allocated: dict[int, object] = {}
+        self._allocated: dict[int, tuple[object, int]] = {}
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -90,9 +96,22 @@ class GuardedWrites:
     def full(self, shape, value, dtype):
         return self._keep(self.inner.full(shape, value, dtype))
 
-    def _keep(self, buffer):
-        self._allocated[id(buffer)] = buffer
+    def remake(self, fresh, pattern: int):
+        """A later ``--repeat`` run's copy of a buffer (csa_conform.device.determinism), its bands holding the
+        first run's byte: a kernel that reads a band reads the same bytes in every run."""
+        buffer = self.inner.remake(fresh, pattern)
+        self._band(buffer, self._allocated.get(id(fresh.buffer), (None, GUARD_BYTE))[1])
         return buffer
+
+    def _keep(self, buffer):
+        byte = BAND_BYTES[len(self._allocated) % len(BAND_BYTES)]
+        self._band(buffer, byte)
+        self._allocated[id(buffer)] = (buffer, byte)
+        return buffer
+
+    def _band(self, buffer, byte: int) -> None:
+        if byte != GUARD_BYTE and getattr(self.inner, "guard_bands", None) is not None:
+            self.inner.restore_guard_bands(buffer, byte)
 
     def check(self, args: tuple, *, entry: str, module: str, stages: tuple[str, ...],
               parameters: Sequence[str]) -> list[OutOfBounds]:
@@ -102,14 +121,15 @@ class GuardedWrites:
             return []
         findings = []
         for argument, arg in enumerate(args):
-            if self._allocated.get(id(arg)) is not arg:
+            buffer, byte = self._allocated.get(id(arg), (None, GUARD_BYTE))
+            if buffer is not arg:
                 continue
             guard = bands(arg)
             if guard is None:
                 continue
             before, after, size = guard
             for side, band in ((BEFORE, before), (AFTER, after)):
-                changed = np.flatnonzero(band != GUARD_BYTE)
+                changed = np.flatnonzero(band != byte)
                 if not changed.size:
                     continue
                 offsets = changed - band.size if side == BEFORE else changed + size
@@ -119,5 +139,5 @@ class GuardedWrites:
                                             parameters[argument] if argument < len(parameters) else "",
                                             side, size, int(changed.size), first, reach))
             if any(finding.argument == argument for finding in findings):
-                self.inner.restore_guard_bands(arg)
+                self.inner.restore_guard_bands(arg, byte)
         return findings

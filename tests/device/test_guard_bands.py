@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
-from csa_conform.device.guards import AFTER, BEFORE, GUARD_BYTE, GuardedWrites
+from csa_conform.device import determinism
+from csa_conform.device.guards import AFTER, BAND_BYTES, BEFORE, GUARD_BYTE, GuardedWrites
 from csa_conform.device.host import HostEmulationBackend
 from csa_conform.device.host.emulation import GUARD_BYTES, PAGE
 from csa_conform.exitcodes import ExitCode
@@ -43,15 +44,47 @@ def writes(tmp_path):
     return GuardedWrites(HostEmulationBackend(tmp_path))
 
 
-def test_every_buffer_has_a_band_of_the_guard_byte_on_either_side(writes):
-    for buffer in (writes.empty((2, 3), np.float32), writes.full((5,), -1, np.int32), writes.upload(np.ones(3)),
-                   writes.empty((PAGE // 4,), np.float32)):
+def test_every_buffer_has_a_band_of_its_own_byte_on_either_side(writes):
+    buffers = (writes.empty((2, 3), np.float32), writes.full((5,), -1, np.int32), writes.upload(np.ones(3)),
+               writes.empty((PAGE // 4,), np.float32))
+    bytes_held = []
+    for buffer in buffers:
         before, after, size = writes.guard_bands(buffer)
         assert size == buffer.array.nbytes
         assert before.size == GUARD_BYTES
         assert after.size >= GUARD_BYTES and (GUARD_BYTES + size + after.size) % PAGE == 0, "to the page's end"
-        assert set(before.tolist()) == set(after.tolist()) == {GUARD_BYTE}
+        assert len(set(before.tolist()) | set(after.tolist())) == 1
+        bytes_held.append(int(before[0]))
         assert buffer.address % GUARD_BYTES == 0
+    # the step's buffers in the order it allocated them; an input is not the step's to check
+    assert bytes_held == [BAND_BYTES[0], BAND_BYTES[1], GUARD_BYTE, BAND_BYTES[2]]
+
+
+def test_no_two_buffers_of_a_step_share_a_band_byte(writes):
+    held = {int(writes.guard_bands(writes.empty((1,), np.int32))[0][0]) for _ in BAND_BYTES}
+    assert held == set(BAND_BYTES)
+    assert not held & ({0x00, 0xFF} | set(determinism.POISON))
+
+
+def test_one_buffers_band_copied_into_anothers_is_a_finding(writes):
+    """One thread too many that reads one past the end of its source and writes one past the end of its
+    output carries the source's band byte into the output's band: seen because the two bytes differ."""
+    shared, out = writes.empty((4,), np.int32), writes.empty((4,), np.int32)
+    out.allocation[GUARD_BYTES + 16: GUARD_BYTES + 20] = shared.allocation[GUARD_BYTES + 16: GUARD_BYTES + 20]
+    [finding] = _check(writes, (shared, out, np.int32(4)))
+    assert (finding.argument, finding.side, finding.changed, finding.first, finding.distance) == (1, AFTER, 4, 16, 4)
+    assert _check(writes, (shared, out, np.int32(4))) == [], "restored to the output's own byte"
+
+
+def test_a_repeat_runs_buffer_has_its_first_runs_band_byte(tmp_path):
+    """Under --repeat a kernel reading a band reads the same bytes in every run: not non-deterministic."""
+    writes = GuardedWrites(determinism.PoisonedScratch(HostEmulationBackend(tmp_path)))
+    writes.empty((3,), np.float32), writes.full((2,), -1, np.int32)
+    for index, fresh in enumerate(writes.take_fresh()):
+        remade = writes.remake(fresh, determinism.POISON[1])
+        before, after, _ = writes.guard_bands(remade)
+        assert set(before.tolist()) | set(after.tolist()) == {BAND_BYTES[index]}
+        assert (remade.array.view(np.uint8) == (determinism.POISON[1] if fresh.fill is None else 0xFF)).all()
 
 
 _BEYOND_THE_BANDS = """
@@ -163,3 +196,21 @@ def test_a_planted_write_outside_the_scratch_fails_the_case_with_its_finding(nam
     assert text.exit_code == ExitCode.DIVERGED
     assert " OOB " in text.output and "out-of-bounds write: csa_ratio4_index_select.cu:csa_ratio4_index_select" \
         in text.output
+
+
+@pytest.mark.usefixtures("emulated_cuda")
+def test_a_band_copied_from_the_shared_selection_into_the_replicas_fails_the_case(device_goldens, tmp_path):
+    """The replicate kernel's bound off by one: its last thread copies the word past the shared selection (that
+    buffer's band) to the word past selected_indices (this one's), where one band byte for all would hide it."""
+    mutant = GUARDED["selection_replicated_one_past_the_end"]
+    kernels = mutant.apply(KERNELS, tmp_path / "kernels")
+    result = CliRunner().invoke(diff, [str(device_goldens), "--kernels", str(kernels), "--case", mutant.cases,
+                                       "--json"])
+    assert result.exit_code == ExitCode.DIVERGED, result.output[-2000:]
+    cases = json.loads(result.stdout)["cases"]
+    assert cases and not any(case["passed"] for case in cases)
+    for case in cases:
+        assert {stage for stage, verdict in case["verdicts"].items() if verdict != "identical"} == mutant.isolated
+        [finding] = [finding for step in case["steps"] for finding in step["findings"]]
+        assert (finding["name"], finding["argument"], finding["side"], finding["distance"]) == (
+            "selected", 1, AFTER, 4)

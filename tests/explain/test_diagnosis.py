@@ -19,10 +19,12 @@ from csa_conform.explain.patterns import (
     Context,
     diagnose,
 )
-from csa_conform.device.guards import GUARD_BYTE
+from csa_conform.device.guards import BAND_BYTES, GUARD_BYTE
 from csa_conform.explain.patterns.factor import simple_form
 from csa_conform.explain.patterns.findings import SOURCE, spans
+from csa_conform.explain.patterns.unwritten import BAND_RUN, RUN
 from csa_conform.numerics.fp4 import e2m1_decode, e2m1_encode
+from csa_conform.spec import POISON
 
 from ci_steps import first_step
 
@@ -59,6 +61,36 @@ def test_guard_band_bytes_read_back_are_a_copy_from_outside_a_buffer():
     assert "read them from outside a buffer" in finding.headline and finding.to_dict()["source"] == "transform"
     assert all(found.kind != GUARD_READ for found in
                _kinds("index_key_update", "present_index_key", expected, expected ^ np.uint8(1), ("b", "r", "byte")))
+
+
+def test_any_buffers_band_byte_is_a_guard_read_and_the_headline_names_the_bytes_found():
+    expected = RNG.standard_normal((2, 4, 16)).astype(np.float32)
+    actual = expected.copy()
+    actual[1, 2, 8:] = np.frombuffer(bytes([BAND_BYTES[5]]) * 4, np.float32)[0]
+    actual[0, 3, :2] = np.frombuffer(bytes([GUARD_BYTE]) * 4, np.float32)[0]
+    actual[0, 0, 0] = np.frombuffer(bytes([0xD0, 0xD0, 0xD0, 0xD1]), np.float32)[0]  # not one byte repeated
+    finding = _kinds("compression_update", "present_compression_carry", expected, actual, ("b", "slot", "d"))[0]
+    assert finding.kind == GUARD_READ and finding.evidence["copied"] == 10
+    assert finding.evidence["pattern"] == "0xD0, 0xDB" and "guard-band bytes (0xD0, 0xDB) in 10 of 11" in \
+        finding.headline
+
+
+def test_four_equal_band_codes_in_a_record_are_no_guard_read_eight_are():
+    """Quantized data repeats codes: a run of four of one of the sixteen band bytes (an E4M3 -22) is a
+    coincidence, not a read from outside a buffer; a run of BAND_RUN is claimed. Four poison bytes (a scale never
+    written), one byte, still are."""
+    expected = RNG.integers(0, 0xA0, (1, 4, 64), dtype=np.uint8)
+    actual = expected.copy()
+    actual[0, 1, 8:12] = GUARD_BYTE
+    assert not any(found.kind == GUARD_READ for found in
+                   _kinds("index_key_update", "present_index_key", expected, actual, ("b", "r", "byte")))
+    actual[0, 2, 20:20 + RUN] = POISON
+    actual[0, 3, 30:30 + BAND_RUN] = BAND_BYTES[3]
+    [finding] = [found for found in _kinds("index_key_update", "present_index_key", expected, actual,
+                                           ("b", "r", "byte")) if found.kind == GUARD_READ]
+    assert finding.evidence["copied"] == BAND_RUN and finding.evidence["pattern"] == "0xDE"
+    assert any(found.kind == NEVER_WRITTEN and found.evidence["poisoned"] == RUN for found in
+               _kinds("index_key_update", "present_index_key", expected, actual, ("b", "r", "byte")))
 
 
 def test_stale_finds_past_values_copied_through():

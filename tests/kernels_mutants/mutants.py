@@ -316,6 +316,20 @@ MUTANTS = (
         "(memcheck, whose buffers have no bands, may find another allocation there: not asserted)",
         caught_by="guard",
     ),
+    Mutant(
+        "selection_replicated_one_past_the_end",
+        "csa_ratio4_index_replicate.cu",
+        "    if (element >= count) return;\n",
+        "    if (element > count) return;\n",
+        "selection",
+        frozenset({"selection"}),
+        "boundaries.r4-prefill-[4-9]",
+        "one thread too many copies the element one past the shared selection's end into the one past "
+        "selected_indices' end: a read and a write in two guard bands, visible only because the two buffers' "
+        "bands hold different bytes (the cases all select: with no selection slot the extra thread divides by "
+        "zero, a fault that would end a test running the emulation in its own process)",
+        caught_by="guard",
+    ),
 )
 
 DIFF_MUTANTS = tuple(mutant for mutant in MUTANTS if mutant.caught_by == "diff")

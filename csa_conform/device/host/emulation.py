@@ -311,6 +311,6 @@ class HostEmulationBackend:
         raw, size = array.allocation, array.array.nbytes
         return raw[:GUARD_BYTES].copy(), raw[GUARD_BYTES + size:].copy(), size
 
-    def restore_guard_bands(self, array) -> None:
-        array.allocation[:GUARD_BYTES] = GUARD_BYTE
-        array.allocation[GUARD_BYTES + array.array.nbytes:] = GUARD_BYTE
+    def restore_guard_bands(self, array, byte: int) -> None:
+        array.allocation[:GUARD_BYTES] = byte
+        array.allocation[GUARD_BYTES + array.array.nbytes:] = byte

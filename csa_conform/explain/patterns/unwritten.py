@@ -3,8 +3,8 @@ lies outside a buffer.
 
 The runner hands every kernel fresh buffers filled with 0xA5 bytes
 (csa_conform.spec.POISON), so an element a kernel never wrote reads
-back as that pattern; it surrounds every buffer with guard bands of 0xDB
-bytes (csa_conform.device.guards), so an element that holds them was read
+back as that pattern; it surrounds every buffer with guard bands of a byte
+of 0xD0..0xDF (csa_conform.device.guards), so an element that holds one was read
 from outside a buffer (at the wrong stride or past the end: a write there is
 reported as out of bounds); a present_* tensor whose elements still
 equal the past_* input they were copied from was not updated.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.device.guards import GUARD_BYTE
+from csa_conform.device.guards import BAND_BYTES
 from csa_conform.explain.patterns.findings import (
     GUARD_READ,
     MIN_SUPPORT,
@@ -29,38 +29,42 @@ from csa_conform.numerics.bits import equal_bits
 from csa_conform.spec import POISON, STATE_THREADING
 
 RUN = 4  # poison bytes in a row that mark a packed record's bytes as unwritten
+# Band bytes in a row that mark them as read from outside a buffer: with sixteen band bytes, four equal codes of
+# one in a row are common enough in quantized data (E4M3 -8 to -30); eight are not.
+BAND_RUN = 8
 
 
 def poisoned(device: np.ndarray) -> np.ndarray:
     """Elements whose every byte is the poison; for bytes, runs of at least RUN poison bytes."""
-    return _filled(device, POISON)
+    return _filled(device, (POISON,), RUN)
 
 
 def guarded(device: np.ndarray) -> np.ndarray:
-    """Elements whose every byte is the guard bands' byte; for bytes, runs of at least RUN of them."""
-    return _filled(device, GUARD_BYTE)
+    """Elements whose every byte is one of the guard bands' bytes; for bytes, runs of at least BAND_RUN of one."""
+    return _filled(device, BAND_BYTES, BAND_RUN)
 
 
-def _filled(device: np.ndarray, fill: int) -> np.ndarray:
+def _filled(device: np.ndarray, fills: tuple[int, ...], run: int) -> np.ndarray:
+    fills = np.asarray(fills, np.uint8)
     if device.dtype.itemsize > 1:
-        width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[device.dtype.itemsize]
-        pattern = int.from_bytes(bytes([fill]) * device.dtype.itemsize, "little")
-        return device.view(width) == pattern
-    byte = device == fill
-    flat = byte.reshape(-1, byte.shape[-1]) if byte.ndim else byte.reshape(1, 1)
-    marked = np.zeros_like(flat)
-    for offset in range(RUN):
-        window = np.ones_like(flat)
-        for k in range(RUN):
-            shifted = np.zeros_like(flat)
-            start = k - offset
-            if start >= 0:
-                shifted[:, : flat.shape[1] - start] = flat[:, start:]
-            else:
-                shifted[:, -start:] = flat[:, : flat.shape[1] + start]
-            window &= shifted
-        marked |= window
-    return marked.reshape(byte.shape)
+        lanes = np.ascontiguousarray(device).view(np.uint8).reshape(device.shape + (device.dtype.itemsize,))
+        return np.isin(lanes[..., 0], fills) & (lanes == lanes[..., :1]).all(axis=-1)
+    flat = device.reshape(-1, device.shape[-1]) if device.ndim else device.reshape(1, 1)
+    marked = np.zeros(flat.shape, bool)
+    windows = flat.shape[1] - run + 1
+    if windows > 0:
+        starts = np.isin(flat[:, :windows], fills)
+        for k in range(1, run):
+            starts &= flat[:, k: k + windows] == flat[:, :windows]
+        for k in range(run):
+            marked[:, k: k + windows] |= starts
+    return marked.reshape(device.shape)
+
+
+def _bytes_found(device: np.ndarray, marked: np.ndarray) -> str:
+    """The fill bytes the marked elements hold, as the headline names them."""
+    lanes = np.ascontiguousarray(device).view(np.uint8).reshape(device.shape + (device.dtype.itemsize,))[..., 0]
+    return ", ".join(f"0x{int(byte):02X}" for byte in np.unique(lanes[marked]))
 
 
 def _where(mask: np.ndarray, axes: tuple[str, ...]) -> dict:
@@ -100,17 +104,19 @@ def never_written(stage: str, tensor: str, expected, actual, differ, axes, conte
 
 
 def guard_read(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
-    """Differing elements that hold the guard bands' byte: read from outside a buffer (copied, or a sum that a
-    guard value of -1.2e17 absorbed)."""
-    found = _marked(guarded(actual), differ, actual.shape, axes)
+    """Differing elements that hold a guard band's byte: read from outside a buffer (copied, or a sum that a
+    guard value of -2.8e10 or less absorbed)."""
+    banded = guarded(actual)
+    found = _marked(banded, differ, actual.shape, axes)
     if found is None:
         return None
     count, differing, first, where, at = found
-    headline = (f"{tensor} holds the runner's 0x{GUARD_BYTE:02X} guard-band bytes in {count:,} of {differing:,} "
+    pattern = _bytes_found(actual, banded & differ)
+    headline = (f"{tensor} holds the runner's guard-band bytes ({pattern}) in {count:,} of {differing:,} "
                 f"differing elements{at}: the kernel read them from outside a buffer (at a wrong offset or past an "
                 f"end); first at {first}")
     return Finding(GUARD_READ, stage, tensor, headline, count, differing,
-                   {"pattern": f"0x{GUARD_BYTE:02X}", "copied": count, "first": first, "where": where})
+                   {"pattern": pattern, "copied": count, "first": first, "where": where})
 
 
 def stale(stage: str, tensor: str, expected, actual, differ, axes, context: Context) -> Finding | None:
