@@ -14,7 +14,11 @@ the C library's fmaf on every edge class in tests/explain/test_exact_fma.py.
 An accumulation dot product's FMA hypothesis runs once per reduction index
 over the whole output: ``fused_accumulate`` does it in place in one compiled
 pass (no temporaries, broadcast operands read where they lie), counting the
-results the fusion changed, which the tally reports.
+results the fusion changed, which the tally reports. Attention's logit dots
+and value sums are outer products summed over a reduction axis of a few
+hundred tiny rows: ``outer_accumulate`` sums them whole in one compiled call,
+fused or rounded twice as the reference does, where a call per reduction
+index would be nearly all overhead (``Numerics.outer_sum``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from csa_conform.numerics.variant import fmaf as numpy_fmaf
 from csa_conform.numerics.variant import fused_accumulate as numpy_fused_accumulate
 from csa_conform.oracle.engine import numba_available
 
-__all__ = ["fmaf", "fused_accumulate"]
+__all__ = ["fmaf", "fused_accumulate", "outer_accumulate"]
 
 
 @cache
@@ -90,6 +94,59 @@ def _accumulator() -> Callable:
             acc[index] = results[0]
         return changed
     return accumulate
+
+
+@cache
+def _outer() -> Callable:
+    """The compiled outer-product sum over [K, R, X] and [K, R, Y] (compiled on first use): per term the
+    reference's two roundings, or fused()'s one and a count of results unlike the two roundings'."""
+    from numba import njit
+
+    from csa_conform.oracle.compiled.cache import kernel_cache
+
+    @njit(cache=kernel_cache(), fastmath=False)
+    def outer(a, b, summed, fused):  # pragma: no cover - compiled
+        results = np.empty(2, dtype=np.float32)
+        bits = results.view(np.uint32)
+        total = np.empty(1, dtype=np.float64)
+        total_bits = total.view(np.int64)
+        changed = 0
+        for r in range(summed.shape[0]):
+            for k in range(a.shape[0]):
+                for x in range(a.shape[2]):
+                    left = a[k, r, x]
+                    for y in range(b.shape[2]):
+                        c, right = summed[r, x, y], b[k, r, y]
+                        results[1] = c + left * right
+                        if fused:
+                            product = np.float64(left) * np.float64(right)
+                            addend = np.float64(c)
+                            total[0] = product + addend
+                            if total[0] - total[0] == 0.0:  # finite: rounded to odd
+                                virtual = total[0] - product
+                                error = (product - (total[0] - virtual)) + (addend - virtual)
+                                if error != 0.0 and (total_bits[0] & 1) == 0:
+                                    total_bits[0] += 1 if (error > 0.0) == (total[0] > 0.0) else -1
+                            results[0] = np.float32(total[0])
+                            if bits[0] != bits[1]:
+                                changed += 1
+                            summed[r, x, y] = results[0]
+                        else:
+                            summed[r, x, y] = results[1]
+        return changed
+    return outer
+
+
+def outer_accumulate(a: np.ndarray, b: np.ndarray, fused: bool) -> tuple[np.ndarray, int]:
+    """(Σ_k a[k, ..., X, None] * b[k, ..., None, Y] ascending in k from +0, how many terms the fusion changed):
+    Numerics.outer_sum's per-k accumulation in one compiled call (numba must import)."""
+    rows = a.shape[1:-1]
+    count = int(np.prod(rows, dtype=np.int64))
+    left = np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], count, a.shape[-1])
+    right = np.ascontiguousarray(b, dtype=np.float32).reshape(b.shape[0], count, b.shape[-1])
+    summed = np.zeros((count, a.shape[-1], b.shape[-1]), dtype=np.float32)
+    changed = int(_outer()(left, right, summed, bool(fused)))
+    return summed.reshape(rows + (a.shape[-1], b.shape[-1])), changed
 
 
 def fused_accumulate(acc: np.ndarray, a, b) -> int:

@@ -39,6 +39,7 @@ from csa_conform.numerics.variant import (
     Numerics,
     Tally,
 )
+from csa_conform.oracle.engine import numba_available
 from csa_conform.oracle.index_scoring import SCALE_FOLDINGS
 from csa_conform.oracle.pooling import RMS_NORM_PORTS
 from csa_conform.spec import BY_NAME, FLOAT_STAGES
@@ -92,7 +93,8 @@ class Hypothesis:
         numerics = Numerics(dict(self.libm), self.block_scale, self.fused, self.ftz, tallies, trace, self.bf16,
                             self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
                             self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp,
-                            fused_accumulation=exact_fma.fused_accumulate)
+                            fused_accumulation=exact_fma.fused_accumulate,
+                            outer_accumulation=exact_fma.outer_accumulate if numba_available() else None)
         return replace(numerics, **dict(self.port)) if self.port else numerics
 
     def combine(self, other: Hypothesis) -> Hypothesis:

@@ -162,6 +162,9 @@ class Numerics:
     probes: dict[str, np.ndarray] | None = None  # the named sub-step outputs a probed kernel copies (explain)
     # acc = fma(a, b, acc) in place, returning how many results the fusion changed (explain: a compiled one)
     fused_accumulation: Callable[..., int] = fused_accumulate
+    # (a, b, fused) -> (outer_sum's result, how many results the fusion changed) in one pass (explain: a compiled
+    # one; None: accumulate() once per reduction index)
+    outer_accumulation: Callable | None = None
 
     @property
     def is_reference(self) -> bool:
@@ -246,8 +249,7 @@ class Numerics:
         """acc += a*b in place: two roundings (the reference, and any variant that neither fuses
         accumulations nor flushes) or one (fused: every accumulation, or ``value_sum``'s or ``logit_dot``'s
         alone)."""
-        fused = (ACCUMULATE in self.fused or (value_sum and VALUE_ACCUMULATE in self.fused)
-                 or (logit_dot and LOGIT_ACCUMULATE in self.fused))
+        fused = self._fuses(value_sum, logit_dot)
         if not fused and not self.ftz:
             if product is None:
                 acc += a * b
@@ -256,9 +258,7 @@ class Numerics:
                 np.add(acc, product, out=acc)
             return
         if not self.ftz:
-            changed = self.fused_accumulation(acc, a, b)
-            if self.tallies is not None:
-                self.tallies.setdefault("fused accumulation", Tally()).add_counts(changed, acc.size)
+            self._count_fused(self.fused_accumulation(acc, a, b), acc.size)
             return
         a, b = (self._flush(v) for v in (a, b))
         with np.errstate(over="ignore", invalid="ignore"):
@@ -268,6 +268,31 @@ class Numerics:
             self._count("fused accumulation", separate, contracted)
             separate = contracted
         acc[...] = self._flush(separate)
+
+    def outer_sum(self, a: np.ndarray, b: np.ndarray, value_sum: bool = False, logit_dot: bool = False) -> np.ndarray:
+        """[..., X, Y] = Σ_k a[k, ..., X, None] * b[k, ..., None, Y], ascending in k from +0, each term as
+        accumulate() adds it: in one pass where ``outer_accumulation`` is given and nothing is flushed, else
+        accumulate() once per k (a dot product of tiny rows is all per-call overhead there)."""
+        if self.outer_accumulation is not None and not self.ftz:
+            fused = self._fuses(value_sum, logit_dot)
+            summed, changed = self.outer_accumulation(a, b, fused)
+            if fused and a.shape[0]:  # counted as accumulate() counts: once per reduction index
+                self._count_fused(changed, summed.size * a.shape[0])
+            return summed
+        summed = np.zeros(a.shape[1:] + b.shape[-1:], dtype=np.float32)
+        product = np.empty_like(summed)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for x, y in zip(a, b):
+                self.accumulate(summed, x[..., None], y[..., None, :], product, value_sum, logit_dot)
+        return summed
+
+    def _fuses(self, value_sum: bool, logit_dot: bool) -> bool:
+        return (ACCUMULATE in self.fused or (value_sum and VALUE_ACCUMULATE in self.fused)
+                or (logit_dot and LOGIT_ACCUMULATE in self.fused))
+
+    def _count_fused(self, changed: int, seen: int) -> None:
+        if self.tallies is not None:
+            self.tallies.setdefault("fused accumulation", Tally()).add_counts(changed, seen)
 
     def sum_of_squares(self, x: np.ndarray) -> np.ndarray:
         """Σ x*x over the last axis, ascending from +0: accumulate() once per element, or, where that rounds

@@ -195,11 +195,8 @@ def candidate_records(geometry, present_compressed_kv, candidates, decode, in_pl
 
 def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
     """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long."""
-    dots = np.zeros(queries.shape[1:] + keys.shape[-1:], dtype=np.float32)
-    product = np.empty_like(dots)
+    dots = numerics.outer_sum(queries, keys, logit_dot=True)
     with np.errstate(over="ignore", invalid="ignore"):
-        for d in range(keys.shape[0]):
-            numerics.accumulate(dots, queries[d][..., None], keys[d][:, :, None, :], product, logit_dot=True)
         dots *= scale
     return dots
 
@@ -281,9 +278,4 @@ def _binary64_values(weights, values, slots, tile: int) -> np.ndarray:
 
 def _weighted_values(probabilities, values, numerics: Numerics) -> np.ndarray:
     """[B,s,N,D] = ascending sum over candidates of p_c * value_c."""
-    output = np.zeros(values.shape[1:3] + probabilities.shape[-1:] + values.shape[-1:], dtype=np.float32)
-    product = np.empty_like(output)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for probability, value in zip(probabilities, values):
-            numerics.accumulate(output, probability[..., None], value[:, :, None, :], product, value_sum=True)
-    return output
+    return numerics.outer_sum(probabilities, values, value_sum=True)

@@ -11,6 +11,8 @@ import pytest
 
 from csa_conform.explain.exact_fma import compiled_fmaf, fmaf
 from csa_conform.explain.exact_fma import fused_accumulate as exact_fused_accumulate
+from csa_conform.explain.exact_fma import outer_accumulate
+from csa_conform.numerics.variant import ACCUMULATE, Numerics
 from csa_conform.numerics.variant import fmaf as numpy_fmaf
 from csa_conform.numerics.variant import fused_accumulate as numpy_fused_accumulate
 
@@ -134,3 +136,35 @@ def test_an_accumulation_reads_broadcast_operands_without_copying_them():
     assert (_bits(acc) == _bits(expected)).all() and changed >= 0
     with pytest.raises(ValueError):
         exact_fused_accumulate(acc, a, np.ones((2, 5), F32))
+
+
+@pytest.mark.parametrize("edge", list(EDGES))
+@pytest.mark.parametrize("fused", [False, True])
+def test_an_outer_sum_in_one_call_is_the_accumulation_once_per_index(edge, fused):
+    """Attention's logit dots and value sums summed whole by the compiled loop: bit for bit what accumulate()
+    once per reduction index gives, fused or rounded twice (NaNs included), with the same count of results the
+    fusion changed."""
+    pytest.importorskip("numba")
+    a, b, _ = EDGES[edge]
+    left, right = a[:6 * 4 * 3].reshape(6, 2, 2, 3), b[:6 * 4 * 5].reshape(6, 2, 2, 5)
+    fusing = frozenset({ACCUMULATE}) if fused else frozenset()
+    once, each = {}, {}
+    got = Numerics(fused=fusing, tallies=once, outer_accumulation=outer_accumulate).outer_sum(left, right)
+    expected = Numerics(fused=fusing, tallies=each).outer_sum(left, right)
+    assert got.shape == expected.shape == (2, 2, 3, 5)
+    assert (_bits(got) == _bits(expected)).all(), edge
+    assert {name: (tally.changed, tally.seen) for name, tally in once.items()} == \
+        {name: (tally.changed, tally.seen) for name, tally in each.items()}
+    if fused:
+        assert once["fused accumulation"].seen == 6 * got.size
+
+
+@pytest.mark.parametrize("shapes", [((0, 2, 3), (0, 2, 4)), ((3, 0, 2), (3, 0, 5)), ((4, 1, 1), (4, 1, 1))])
+def test_an_outer_sum_of_nothing_or_of_one_element(shapes):
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(7)
+    left, right = (rng.standard_normal(shape).astype(F32) for shape in shapes)
+    for fusing in (frozenset(), frozenset({ACCUMULATE})):
+        got = Numerics(fused=fusing, outer_accumulation=outer_accumulate).outer_sum(left, right)
+        expected = Numerics(fused=fusing).outer_sum(left, right)
+        assert got.shape == expected.shape and (_bits(got) == _bits(expected)).all()
