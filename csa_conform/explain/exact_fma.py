@@ -18,7 +18,8 @@ results the fusion changed, which the tally reports. Attention's logit dots
 and value sums are outer products summed over a reduction axis of a few
 hundred tiny rows: ``outer_accumulate`` sums them whole in one compiled call,
 fused or rounded twice as the reference does, where a call per reduction
-index would be nearly all overhead (``Numerics.outer_sum``).
+index would be nearly all overhead (``Numerics.outer_sum``); ``wide_accumulate``
+sums the value sum of a port that carries it in binary64.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from csa_conform.numerics.variant import fmaf as numpy_fmaf
 from csa_conform.numerics.variant import fused_accumulate as numpy_fused_accumulate
 from csa_conform.oracle.engine import numba_available
 
-__all__ = ["fmaf", "fused_accumulate", "outer_accumulate"]
+__all__ = ["fmaf", "fused_accumulate", "outer_accumulate", "wide_accumulate"]
 
 
 @cache
@@ -99,25 +100,33 @@ def _accumulator() -> Callable:
 @cache
 def _outer() -> Callable:
     """The compiled outer-product sum over [K, R, X] and [K, R, Y] (compiled on first use): per term the
-    reference's two roundings, or fused()'s one and a count of results unlike the two roundings'."""
+    reference's two roundings, or fused()'s one, each product and result flushed to zero where ``ftz`` (the
+    operands come flushed); counts of the results the fusion changed, the products and the results flushed.
+    It holds no Python object, so the attention's query chunks run it side by side (nogil)."""
     from numba import njit
 
     from csa_conform.oracle.compiled.cache import kernel_cache
 
-    @njit(cache=kernel_cache(), fastmath=False)
-    def outer(a, b, summed, fused):  # pragma: no cover - compiled
+    @njit(cache=kernel_cache(), fastmath=False, nogil=True)
+    def outer(a, b, summed, fused, ftz):  # pragma: no cover - compiled
+        smallest = np.float32(2.0**-126)
+        zero = np.float32(0.0)
         results = np.empty(2, dtype=np.float32)
         bits = results.view(np.uint32)
         total = np.empty(1, dtype=np.float64)
         total_bits = total.view(np.int64)
-        changed = 0
+        counts = np.zeros(3, dtype=np.int64)  # fused changed, products flushed, results flushed
         for r in range(summed.shape[0]):
             for k in range(a.shape[0]):
                 for x in range(a.shape[2]):
                     left = a[k, r, x]
                     for y in range(b.shape[2]):
                         c, right = summed[r, x, y], b[k, r, y]
-                        results[1] = c + left * right
+                        product32 = left * right
+                        if ftz and abs(product32) < smallest and product32 != zero:
+                            product32 = np.float32(np.copysign(zero, product32))
+                            counts[1] += 1
+                        results[1] = c + product32
                         if fused:
                             product = np.float64(left) * np.float64(right)
                             addend = np.float64(c)
@@ -129,24 +138,65 @@ def _outer() -> Callable:
                                     total_bits[0] += 1 if (error > 0.0) == (total[0] > 0.0) else -1
                             results[0] = np.float32(total[0])
                             if bits[0] != bits[1]:
-                                changed += 1
-                            summed[r, x, y] = results[0]
-                        else:
-                            summed[r, x, y] = results[1]
-        return changed
+                                counts[0] += 1
+                            results[1] = results[0]
+                        value = results[1]
+                        if ftz and abs(value) < smallest and value != zero:
+                            value = np.float32(np.copysign(zero, value))
+                            counts[2] += 1
+                        summed[r, x, y] = value
+        return counts
     return outer
 
 
-def outer_accumulate(a: np.ndarray, b: np.ndarray, fused: bool) -> tuple[np.ndarray, int]:
-    """(Σ_k a[k, ..., X, None] * b[k, ..., None, Y] ascending in k from +0, how many terms the fusion changed):
-    Numerics.outer_sum's per-k accumulation in one compiled call (numba must import)."""
+def outer_accumulate(a: np.ndarray, b: np.ndarray, fused: bool, ftz: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_k a[k, ..., X, None] * b[k, ..., None, Y] ascending in k from +0; how many terms the fusion changed,
+    how many products and results were flushed): Numerics.outer_sum's per-k accumulation in one compiled call
+    (numba must import), the operands flushed already where ``ftz``."""
     rows = a.shape[1:-1]
     count = int(np.prod(rows, dtype=np.int64))
     left = np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], count, a.shape[-1])
     right = np.ascontiguousarray(b, dtype=np.float32).reshape(b.shape[0], count, b.shape[-1])
     summed = np.zeros((count, a.shape[-1], b.shape[-1]), dtype=np.float32)
-    changed = int(_outer()(left, right, summed, bool(fused)))
-    return summed.reshape(rows + (a.shape[-1], b.shape[-1])), changed
+    counts = _outer()(left, right, summed, bool(fused), bool(ftz))
+    return summed.reshape(rows + (a.shape[-1], b.shape[-1])), counts
+
+
+@cache
+def _wide() -> Callable:
+    """The compiled outer-product sum carried in binary64 (compiled on first use): each product exact, the
+    sums rounded to binary32 and widened again where the reduction index enters another tile."""
+    from numba import njit
+
+    from csa_conform.oracle.compiled.cache import kernel_cache
+
+    @njit(cache=kernel_cache(), fastmath=False, nogil=True)
+    def wide(a, b, tiles, summed):  # pragma: no cover - compiled
+        for r in range(summed.shape[0]):
+            for k in range(a.shape[0]):
+                if k and tiles[k] != tiles[k - 1]:
+                    for x in range(summed.shape[1]):
+                        for y in range(summed.shape[2]):
+                            summed[r, x, y] = np.float64(np.float32(summed[r, x, y]))
+                for x in range(a.shape[2]):
+                    left = np.float64(a[k, r, x])
+                    for y in range(b.shape[2]):
+                        summed[r, x, y] += left * np.float64(b[k, r, y])
+    return wide
+
+
+def wide_accumulate(a: np.ndarray, b: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """Σ_k a[k, ..., X, None] * b[k, ..., None, Y] ascending in k from +0 in binary64, rounded to binary32 where
+    ``tiles[k]`` changes and at the end: a value sum kept in a wide accumulator per tile, in one compiled
+    call (numba must import)."""
+    rows = a.shape[1:-1]
+    count = int(np.prod(rows, dtype=np.int64))
+    left = np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], count, a.shape[-1])
+    right = np.ascontiguousarray(b, dtype=np.float32).reshape(b.shape[0], count, b.shape[-1])
+    summed = np.zeros((count, a.shape[-1], b.shape[-1]), dtype=np.float64)
+    _wide()(left, right, np.ascontiguousarray(tiles, dtype=np.int64), summed)
+    with np.errstate(over="ignore"):
+        return summed.astype(np.float32).reshape(rows + (a.shape[-1], b.shape[-1]))
 
 
 def fused_accumulate(acc: np.ndarray, a, b) -> int:

@@ -46,6 +46,8 @@ from csa_conform.spec import BY_NAME, FLOAT_STAGES
 
 LOG2_E = np.float32(1.4426950408889634)  # 1.44269504f: log2 e as a binary32 literal
 WEIGHTS_ONLY = "weights-"  # key prefix of an expf variant for attention's P·V weights alone
+# attention's outer-product sums in one compiled call each where numba imports (exact_fma)
+COMPILED_SUMS = {"outer_accumulation": exact_fma.outer_accumulate, "wide_accumulation": exact_fma.wide_accumulate}
 BINARY64_VALUES = "values:binary64"  # key prefix of attention's value sum carried in binary64
 BINARY64_TILES = (0, 64, 128, 256)  # candidate slots per binary32 rounding of a binary64 value sum (0: once)
 # Stages that round to bf16, and the rounding conventions a port may use instead of ties-to-even.
@@ -94,7 +96,7 @@ class Hypothesis:
                             self.rope_shift, self.rope_split_halves, self.code_ties_away, exact_fma.fmaf,
                             self.scale_folding, self.hadamard, self.softmax_reciprocal, self.weights_exp,
                             fused_accumulation=exact_fma.fused_accumulate,
-                            outer_accumulation=exact_fma.outer_accumulate if numba_available() else None)
+                            **(COMPILED_SUMS if numba_available() else {}))
         return replace(numerics, **dict(self.port)) if self.port else numerics
 
     def combine(self, other: Hypothesis) -> Hypothesis:

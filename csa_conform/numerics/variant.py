@@ -165,6 +165,9 @@ class Numerics:
     # (a, b, fused) -> (outer_sum's result, how many results the fusion changed) in one pass (explain: a compiled
     # one; None: accumulate() once per reduction index)
     outer_accumulation: Callable | None = None
+    # (a, b, tiles) -> the outer sum carried in binary64, rounded where the tile changes and at the end, in one
+    # pass (explain: a compiled one; None: a NumPy pass per reduction index)
+    wide_accumulation: Callable | None = None
 
     @property
     def is_reference(self) -> bool:
@@ -271,13 +274,18 @@ class Numerics:
 
     def outer_sum(self, a: np.ndarray, b: np.ndarray, value_sum: bool = False, logit_dot: bool = False) -> np.ndarray:
         """[..., X, Y] = Σ_k a[k, ..., X, None] * b[k, ..., None, Y], ascending in k from +0, each term as
-        accumulate() adds it: in one pass where ``outer_accumulation`` is given and nothing is flushed, else
+        accumulate() adds it, and counted as it counts: in one pass where ``outer_accumulation`` is given, else
         accumulate() once per k (a dot product of tiny rows is all per-call overhead there)."""
-        if self.outer_accumulation is not None and not self.ftz:
+        if self.outer_accumulation is not None and a.shape[0]:
             fused = self._fuses(value_sum, logit_dot)
-            summed, changed = self.outer_accumulation(a, b, fused)
-            if fused and a.shape[0]:  # counted as accumulate() counts: once per reduction index
-                self._count_fused(changed, summed.size * a.shape[0])
+            if self.ftz:
+                a, b = self._flush(a), self._flush(b)
+            summed, (changed, products, results) = self.outer_accumulation(a, b, fused, self.ftz)
+            terms = summed.size * a.shape[0]
+            if self.ftz and self.tallies is not None:
+                self.tallies.setdefault("subnormal", Tally()).add_counts(int(products) + int(results), 2 * terms)
+            if fused:
+                self._count_fused(int(changed), terms)
             return summed
         summed = np.zeros(a.shape[1:] + b.shape[-1:], dtype=np.float32)
         product = np.empty_like(summed)

@@ -250,7 +250,7 @@ def _value_sum(weights, values, slots, probed, numerics: Numerics) -> np.ndarray
     if numerics.binary64_values is None:
         summed = _weighted_values(weights, values, numerics)
     else:
-        summed = _binary64_values(weights, values, slots, numerics.binary64_values)
+        summed = _binary64_values(weights, values, slots, numerics)
     if numerics.deferred_normalization:
         active = probed["softmax_max"] != -np.inf
         denominator = np.where(active, probed["softmax_denominator"], np.float32(1))
@@ -261,17 +261,19 @@ def _value_sum(weights, values, slots, probed, numerics: Numerics) -> np.ndarray
     return summed.astype(np.float32, copy=False)
 
 
-def _binary64_values(weights, values, slots, tile: int) -> np.ndarray:
+def _binary64_values(weights, values, slots, numerics: Numerics) -> np.ndarray:
     """The ascending sum of p_c * value_c in binary64 (each product exact), rounded to binary32 at the end of
-    each tile of ``tile`` candidate slots (0: once), as a kernel keeping a wide accumulator per tile does."""
+    each tile of ``numerics.binary64_values`` candidate slots (0: once), as a kernel keeping a wide accumulator
+    per tile does; in one pass where ``numerics.wide_accumulation`` is given."""
+    tile = numerics.binary64_values
+    tiles = np.asarray(slots, dtype=np.int64) // tile if tile else np.zeros(len(slots), dtype=np.int64)
+    if numerics.wide_accumulation is not None:
+        return numerics.wide_accumulation(weights, values, tiles)
     output = np.zeros(values.shape[1:3] + weights.shape[-1:] + values.shape[-1:], dtype=np.float64)
-    current = None
     with np.errstate(over="ignore", invalid="ignore"):
-        for weight, value, slot in zip(weights, values, slots):
-            block = int(slot) // tile if tile else 0
-            if current is not None and block != current:
+        for index, (weight, value) in enumerate(zip(weights, values)):
+            if index and tiles[index] != tiles[index - 1]:
                 output = output.astype(np.float32).astype(np.float64)
-            current = block
             output += weight[..., None].astype(np.float64) * value[:, :, None, :].astype(np.float64)
         return output.astype(np.float32)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from csa_conform.explain.exact_fma import compiled_fmaf, fmaf
 from csa_conform.explain.exact_fma import fused_accumulate as exact_fused_accumulate
-from csa_conform.explain.exact_fma import outer_accumulate
+from csa_conform.explain.exact_fma import outer_accumulate, wide_accumulate
 from csa_conform.numerics.variant import ACCUMULATE, Numerics
 from csa_conform.numerics.variant import fmaf as numpy_fmaf
 from csa_conform.numerics.variant import fused_accumulate as numpy_fused_accumulate
@@ -140,23 +141,41 @@ def test_an_accumulation_reads_broadcast_operands_without_copying_them():
 
 @pytest.mark.parametrize("edge", list(EDGES))
 @pytest.mark.parametrize("fused", [False, True])
-def test_an_outer_sum_in_one_call_is_the_accumulation_once_per_index(edge, fused):
+@pytest.mark.parametrize("ftz", [False, True])
+def test_an_outer_sum_in_one_call_is_the_accumulation_once_per_index(edge, fused, ftz):
     """Attention's logit dots and value sums summed whole by the compiled loop: bit for bit what accumulate()
-    once per reduction index gives, fused or rounded twice (NaNs included), with the same count of results the
-    fusion changed."""
+    once per reduction index gives, fused or rounded twice, flushing subnormals or not (NaNs included), with
+    the same counts of results the fusion changed and of values flushed."""
     pytest.importorskip("numba")
     a, b, _ = EDGES[edge]
     left, right = a[:6 * 4 * 3].reshape(6, 2, 2, 3), b[:6 * 4 * 5].reshape(6, 2, 2, 5)
+    if ftz:
+        left = left * F32(2.0**-120)  # some operands, products and results below the smallest normal
     fusing = frozenset({ACCUMULATE}) if fused else frozenset()
     once, each = {}, {}
-    got = Numerics(fused=fusing, tallies=once, outer_accumulation=outer_accumulate).outer_sum(left, right)
-    expected = Numerics(fused=fusing, tallies=each).outer_sum(left, right)
+    got = Numerics(fused=fusing, ftz=ftz, tallies=once, outer_accumulation=outer_accumulate).outer_sum(left, right)
+    expected = Numerics(fused=fusing, ftz=ftz, tallies=each).outer_sum(left, right)
     assert got.shape == expected.shape == (2, 2, 3, 5)
     assert (_bits(got) == _bits(expected)).all(), edge
-    assert {name: (tally.changed, tally.seen) for name, tally in once.items()} == \
-        {name: (tally.changed, tally.seen) for name, tally in each.items()}
-    if fused:
-        assert once["fused accumulation"].seen == 6 * got.size
+    assert [(name, tally.changed, tally.seen) for name, tally in once.items()] == \
+        [(name, tally.changed, tally.seen) for name, tally in each.items()]
+    assert ("fused accumulation" in once) == fused and ("subnormal" in once) == ftz
+
+
+def test_flushing_and_fusing_are_seen_by_the_outer_sum():
+    """The classes the sum must get right do occur: subnormal products flushed, fusion changing results."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(3)
+    left = (rng.standard_normal((64, 2, 3)) * 2.0**-70).astype(F32)
+    right = (rng.standard_normal((64, 2, 5)) * 2.0**-60).astype(F32)
+    tallies = {}
+    Numerics(fused=frozenset({ACCUMULATE}), ftz=True, tallies=tallies,
+             outer_accumulation=outer_accumulate).outer_sum(left, right)
+    assert tallies["subnormal"].changed > 0 and tallies["fused accumulation"].seen == 64 * 2 * 3 * 5
+    tallies = {}
+    Numerics(fused=frozenset({ACCUMULATE}), tallies=tallies, outer_accumulation=outer_accumulate).outer_sum(
+        rng.standard_normal((256, 2, 3)).astype(F32), rng.standard_normal((256, 2, 5)).astype(F32))
+    assert tallies["fused accumulation"].changed > 0
 
 
 @pytest.mark.parametrize("shapes", [((0, 2, 3), (0, 2, 4)), ((3, 0, 2), (3, 0, 5)), ((4, 1, 1), (4, 1, 1))])
@@ -165,6 +184,31 @@ def test_an_outer_sum_of_nothing_or_of_one_element(shapes):
     rng = np.random.default_rng(7)
     left, right = (rng.standard_normal(shape).astype(F32) for shape in shapes)
     for fusing in (frozenset(), frozenset({ACCUMULATE})):
-        got = Numerics(fused=fusing, outer_accumulation=outer_accumulate).outer_sum(left, right)
-        expected = Numerics(fused=fusing).outer_sum(left, right)
-        assert got.shape == expected.shape and (_bits(got) == _bits(expected)).all()
+        for ftz in (False, True):
+            once, each = {}, {}
+            got = Numerics(fused=fusing, ftz=ftz, tallies=once, outer_accumulation=outer_accumulate).outer_sum(
+                left, right)
+            expected = Numerics(fused=fusing, ftz=ftz, tallies=each).outer_sum(left, right)
+            assert got.shape == expected.shape and (_bits(got) == _bits(expected)).all()
+            assert [(name, tally.changed, tally.seen) for name, tally in once.items()] == \
+                [(name, tally.changed, tally.seen) for name, tally in each.items()]
+
+
+@pytest.mark.parametrize("tile", [None, 0, 2, 3])
+def test_a_value_sum_carried_in_binary64_in_one_call_is_the_numpy_pass_per_index(tile):
+    """A port's wide accumulator, rounded where the candidate slots enter another tile: the compiled sum and
+    the NumPy pass per index give the same bits, overflow to infinity included."""
+    pytest.importorskip("numba")
+    from csa_conform.oracle.sparse_sink_softmax_attention import _binary64_values
+
+    rng = np.random.default_rng(11)
+    weights = rng.random((7, 2, 3, 4)).astype(F32)
+    values = rng.standard_normal((7, 2, 3, 6)).astype(F32)
+    weights[2:4, 0, 1] = 1
+    values[2:4, 0, 1, :2] = MAX  # 2 MAX in binary64: infinity once rounded
+    slots = np.array([0, 1, 2, 4, 5, 9, 10])
+    numerics = Numerics(binary64_values=tile or 0)
+    expected = _binary64_values(weights, values, slots, numerics)
+    got = _binary64_values(weights, values, slots, replace(numerics, wide_accumulation=wide_accumulate))
+    assert got.dtype == np.float32 and got.shape == (2, 3, 4, 6)
+    assert (_bits(got) == _bits(expected)).all() and np.isinf(got).any()
