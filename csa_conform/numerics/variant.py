@@ -162,8 +162,9 @@ class Numerics:
     probes: dict[str, np.ndarray] | None = None  # the named sub-step outputs a probed kernel copies (explain)
     # acc = fma(a, b, acc) in place, returning how many results the fusion changed (explain: a compiled one)
     fused_accumulation: Callable[..., int] = fused_accumulate
-    # (a, b, fused) -> (outer_sum's result, how many results the fusion changed) in one pass (explain: a compiled
-    # one; None: accumulate() once per reduction index)
+    # (a, b, fused, ftz) -> (outer_sum's result, [results the fusion changed, products flushed, results flushed])
+    # in one pass, the operands flushed already where ftz (explain: a compiled one; None: accumulate() once per
+    # reduction index)
     outer_accumulation: Callable | None = None
     # (a, b, tiles) -> the outer sum carried in binary64, rounded where the tile changes and at the end, in one
     # pass (explain: a compiled one; None: a NumPy pass per reduction index)
