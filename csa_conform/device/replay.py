@@ -89,6 +89,15 @@ class ReplayMismatch:
         return record
 
 
+def _same_bands(backend, copy, original) -> None:
+    """The copy's guard bands hold the original's byte (each buffer of a step has its own,
+    csa_conform.device.guards): a kernel that reads past an end reads in the replay what it read eagerly."""
+    bands = getattr(backend, "guard_bands", None)
+    held = bands(original) if bands is not None else None
+    if held is not None and held[0].size:
+        backend.restore_guard_bands(copy, int(held[0][0]))
+
+
 class Graph:
     """A captured launch sequence on buffers of its own; ``replay()`` runs it as captured."""
 
@@ -100,6 +109,7 @@ class Graph:
                 if _is_buffer(arg) and id(arg) not in own:
                     own[id(arg)] = backend.empty(tuple(arg.shape), arg.dtype)  # guarded like the eager buffers
                     backend.copy_into(own[id(arg)], arg)
+                    _same_bands(backend, own[id(arg)], arg)
         self.fills = {id(own[key]): item.fill for key, item in fresh.items() if key in own and item.fill is not None}
         self.launches = [
             replace(launch, args=tuple(own.get(id(arg), arg) if _is_buffer(arg) else arg for arg in launch.args),

@@ -19,7 +19,9 @@ from click.testing import CliRunner
 
 from csa_conform.check.results import schema
 from csa_conform.cli.diff import diff
+from csa_conform.device.guards import BAND_BYTES, GUARD_BYTE, GuardedWrites
 from csa_conform.device.host import HostEmulationBackend
+from csa_conform.device.host.emulation import GUARD_BYTES
 from csa_conform.device.recorder import LaunchRecorder
 from csa_conform.device.replay import Replayer, fits
 from csa_conform.exitcodes import ExitCode
@@ -41,6 +43,15 @@ class DecodeBackend(HostEmulationBackend):
         cursor, out, length = args
         out.array[:] = 0
         out.array[: int(length)] = cursor.array[0] + np.arange(int(length), dtype=np.float32)
+
+
+class PeekBackend(HostEmulationBackend):
+    """A backend whose one kernel, ``peek(source, out)``, copies the word just past the end of ``source``."""
+
+    def launch(self, entry, function, grid, block, args) -> None:
+        source, out = args
+        end = GUARD_BYTES + source.array.nbytes
+        out.array[:] = source.allocation[end: end + 4].view(np.float32)
 
 
 def _decode_step(recorder: LaunchRecorder, cursor: float, length: int):
@@ -68,6 +79,20 @@ def test_a_device_cursor_replays_exactly_with_inputs_updated_in_place(recorder):
         _decode_step(recorder, cursor, 2)
         assert replayer.step(recorder, "case", step) == []
     assert replayer.describe() == {"mode": "graph", "captures": 1, "replayed_steps": 2}
+
+
+def test_a_graphs_buffers_hold_the_eager_buffers_band_bytes(tmp_path):
+    """A kernel reading past an end reads its buffer's own band byte (not the first one's) eagerly, and the
+    same in the replay: no replay mismatch from the graph's own buffers."""
+    recorder = LaunchRecorder(PeekBackend(tmp_path))
+    replayer = Replayer(lambda: {"peek": ("source", "out")}, {"peek": ("selection",)})
+    for step in range(2):
+        writes = GuardedWrites(recorder)
+        out, source = writes.empty((1,), np.float32), writes.full((2,), 1.0, np.float32)
+        writes.launch("peek", None, (1, 1, 1), (1, 1, 1), (source, out))
+        assert out.array.view(np.uint8).tolist() == [BAND_BYTES[1]] * 4 != [GUARD_BYTE] * 4
+        assert replayer.step(recorder, "case", step) == []
+    assert replayer.replayed_steps == 1
 
 
 def test_a_by_value_length_is_named_as_frozen_at_capture(recorder):
