@@ -149,15 +149,20 @@ def _outer() -> Callable:
     return outer
 
 
+def _rows(a: np.ndarray, b: np.ndarray) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """(the leading rows' shape, a as [K, rows, X], b as [K, rows, Y]): binary32, contiguous, one signature."""
+    rows = a.shape[1:-1]
+    count = int(np.prod(rows, dtype=np.int64))
+    return (rows, np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], count, a.shape[-1]),
+            np.ascontiguousarray(b, dtype=np.float32).reshape(b.shape[0], count, b.shape[-1]))
+
+
 def outer_accumulate(a: np.ndarray, b: np.ndarray, fused: bool, ftz: bool) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_k a[k, ..., X, None] * b[k, ..., None, Y] ascending in k from +0; how many terms the fusion changed,
     how many products and results were flushed): Numerics.outer_sum's per-k accumulation in one compiled call
     (numba must import), the operands flushed already where ``ftz``."""
-    rows = a.shape[1:-1]
-    count = int(np.prod(rows, dtype=np.int64))
-    left = np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], count, a.shape[-1])
-    right = np.ascontiguousarray(b, dtype=np.float32).reshape(b.shape[0], count, b.shape[-1])
-    summed = np.zeros((count, a.shape[-1], b.shape[-1]), dtype=np.float32)
+    rows, left, right = _rows(a, b)
+    summed = np.zeros((left.shape[1], a.shape[-1], b.shape[-1]), dtype=np.float32)
     counts = _outer()(left, right, summed, bool(fused), bool(ftz))
     return summed.reshape(rows + (a.shape[-1], b.shape[-1])), counts
 
@@ -189,11 +194,8 @@ def wide_accumulate(a: np.ndarray, b: np.ndarray, tiles: np.ndarray) -> np.ndarr
     """Σ_k a[k, ..., X, None] * b[k, ..., None, Y] ascending in k from +0 in binary64, rounded to binary32 where
     ``tiles[k]`` changes and at the end: a value sum kept in a wide accumulator per tile, in one compiled
     call (numba must import)."""
-    rows = a.shape[1:-1]
-    count = int(np.prod(rows, dtype=np.int64))
-    left = np.ascontiguousarray(a, dtype=np.float32).reshape(a.shape[0], count, a.shape[-1])
-    right = np.ascontiguousarray(b, dtype=np.float32).reshape(b.shape[0], count, b.shape[-1])
-    summed = np.zeros((count, a.shape[-1], b.shape[-1]), dtype=np.float64)
+    rows, left, right = _rows(a, b)
+    summed = np.zeros((left.shape[1], a.shape[-1], b.shape[-1]), dtype=np.float64)
     _wide()(left, right, np.ascontiguousarray(tiles, dtype=np.int64), summed)
     with np.errstate(over="ignore"):
         return summed.astype(np.float32).reshape(rows + (a.shape[-1], b.shape[-1]))

@@ -262,7 +262,7 @@ class Numerics:
                 np.add(acc, product, out=acc)
             return
         if not self.ftz:
-            self._count_fused(self.fused_accumulation(acc, a, b), acc.size)
+            self._tally("fused accumulation", self.fused_accumulation(acc, a, b), acc.size)
             return
         a, b = (self._flush(v) for v in (a, b))
         with np.errstate(over="ignore", invalid="ignore"):
@@ -283,10 +283,10 @@ class Numerics:
                 a, b = self._flush(a), self._flush(b)
             summed, (changed, products, results) = self.outer_accumulation(a, b, fused, self.ftz)
             terms = summed.size * a.shape[0]
-            if self.ftz and self.tallies is not None:
-                self.tallies.setdefault("subnormal", Tally()).add_counts(int(products) + int(results), 2 * terms)
+            if self.ftz:
+                self._tally("subnormal", int(products) + int(results), 2 * terms)
             if fused:
-                self._count_fused(int(changed), terms)
+                self._tally("fused accumulation", int(changed), terms)
             return summed
         summed = np.zeros(a.shape[1:] + b.shape[-1:], dtype=np.float32)
         product = np.empty_like(summed)
@@ -299,9 +299,9 @@ class Numerics:
         return (ACCUMULATE in self.fused or (value_sum and VALUE_ACCUMULATE in self.fused)
                 or (logit_dot and LOGIT_ACCUMULATE in self.fused))
 
-    def _count_fused(self, changed: int, seen: int) -> None:
+    def _tally(self, name: str, changed: int, seen: int) -> None:
         if self.tallies is not None:
-            self.tallies.setdefault("fused accumulation", Tally()).add_counts(changed, seen)
+            self.tallies.setdefault(name, Tally()).add_counts(changed, seen)
 
     def sum_of_squares(self, x: np.ndarray) -> np.ndarray:
         """Σ x*x over the last axis, ascending from +0: accumulate() once per element, or, where that rounds

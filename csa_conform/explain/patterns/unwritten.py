@@ -47,7 +47,7 @@ def guarded(device: np.ndarray) -> np.ndarray:
 def _filled(device: np.ndarray, fills: tuple[int, ...], run: int) -> np.ndarray:
     fills = np.asarray(fills, np.uint8)
     if device.dtype.itemsize > 1:
-        lanes = np.ascontiguousarray(device).view(np.uint8).reshape(device.shape + (device.dtype.itemsize,))
+        lanes = _lanes(device)
         return np.isin(lanes[..., 0], fills) & (lanes == lanes[..., :1]).all(axis=-1)
     flat = device.reshape(-1, device.shape[-1]) if device.ndim else device.reshape(1, 1)
     marked = np.zeros(flat.shape, bool)
@@ -61,10 +61,14 @@ def _filled(device: np.ndarray, fills: tuple[int, ...], run: int) -> np.ndarray:
     return marked.reshape(device.shape)
 
 
+def _lanes(device: np.ndarray) -> np.ndarray:
+    """Each element's bytes along a new last axis."""
+    return np.ascontiguousarray(device).view(np.uint8).reshape(device.shape + (device.dtype.itemsize,))
+
+
 def _bytes_found(device: np.ndarray, marked: np.ndarray) -> str:
-    """The fill bytes the marked elements hold, as the headline names them."""
-    lanes = np.ascontiguousarray(device).view(np.uint8).reshape(device.shape + (device.dtype.itemsize,))[..., 0]
-    return ", ".join(f"0x{int(byte):02X}" for byte in np.unique(lanes[marked]))
+    """The fill bytes the marked elements hold (one byte repeated), as the headline names them."""
+    return ", ".join(f"0x{int(byte):02X}" for byte in np.unique(_lanes(device)[..., 0][marked]))
 
 
 def _where(mask: np.ndarray, axes: tuple[str, ...]) -> dict:
