@@ -12,9 +12,9 @@ zero, truncation); index scoring's head weight scale 1/sqrt(d)/sqrt(I) rounded a
 folded square root, or ported without its 1/sqrt(I) or with I for sqrt(I); attention's softmax weights
 multiplied by the rounded reciprocal of their denominator; expf as exp2f(x·log2 e) (a fast-math exp);
 as attention's kernel may recompute its P·V weights after the denominator, each expf variant for those
-weights alone; and attention's value sum accumulated as flash-attention kernels do (divided by Z once at
-the end, or carried in binary64). Each stage is tried only with the ingredients it
-contains (its ``libm`` and ``fusions`` in csa_conform.spec).
+weights alone; attention's logit dots carried in binary64; and its value sum accumulated as
+flash-attention kernels do (divided by Z once at the end, or carried in binary64). Each stage is tried
+only with the ingredients it contains (its ``libm`` and ``fusions`` in csa_conform.spec).
 """
 
 from __future__ import annotations
@@ -148,6 +148,8 @@ def stage_hypotheses(stage: str, device_libm: Callable[[str], Callable] | None) 
     if stage == "sparse_sink_softmax_attention":
         found.append(Hypothesis("softmax:reciprocal", "the softmax weights multiplied by the rounded reciprocal 1/Z "
                                 "of their denominator instead of divided by Z", softmax_reciprocal=True))
+        found.append(Hypothesis("logits:binary64", "the logit dots q·k carried in binary64 (exact products) and "
+                                "rounded to binary32 once, before the scale", port=(("binary64_logits", True),)))
         found += value_sums()
     return found
 

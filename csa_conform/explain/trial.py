@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from csa_conform.explain.claims import confidence_of
-from csa_conform.numerics.variant import VALUE_SUM
+from csa_conform.numerics.variant import LOGIT_SUM, VALUE_SUM
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Trial:
             if what == "subnormal":
                 parts.append(f"{changed:,} of {seen:,} binary32 inputs and results are subnormal and flush to zero")
                 continue
-            unit = "operations" if what.startswith("fused") else "elements" if what == VALUE_SUM else "arguments"
+            unit = "operations" if what.startswith("fused") else "elements" if what in (VALUE_SUM, LOGIT_SUM) else "arguments"
             parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
         if parts:
             return "; ".join(parts)

@@ -42,6 +42,7 @@ PAIR_FUSIONS = (PAIRS_FIRST, PAIRS_SECOND, SUMS_FIRST, SUMS_SECOND)
 
 _SMALLEST_NORMAL = np.float32(2.0**-126)
 VALUE_SUM = "value-sum output"  # the tally of attention's output elements a value-sum variant changes
+LOGIT_SUM = "logit-dot result"  # the tally of attention's logit dots a binary64 logit sum changes
 
 
 def fmaf(a, b, c) -> np.ndarray:
@@ -144,6 +145,7 @@ class Numerics:
     # per tile of this many candidate slots (0: once, at the end; None: the reference's binary32 sum).
     deferred_normalization: bool = False
     binary64_values: int | None = None
+    binary64_logits: bool = False  # attention's logit dots q·k carried in binary64, rounded to binary32 once
     # A step of the stage's data flow ported another way (explain's structural hypotheses; the reference: none).
     codes_truncated: bool = False  # FP8 codes of normal values truncated toward zero instead of rounded to even
     pool_skipped: str | None = None  # a candidate slot ("first", "last") left out of the pooled sums, not the max
@@ -176,7 +178,7 @@ class Numerics:
                 and self.bf16_rounding is None and not self.rope_shift and not self.rope_split_halves
                 and not self.code_ties_away and self.scale_folding is None and self.hadamard_variant is None
                 and not self.softmax_reciprocal and self.weights_expf is None and not self.codes_truncated
-                and not self.deferred_normalization and self.binary64_values is None
+                and not self.deferred_normalization and self.binary64_values is None and not self.binary64_logits
                 and self.pool_skipped is None and not self.overlap_boundary and not self.causal_shift
                 and self.selection_pad == -1 and not self.selection_over_cache and self.selection_key is None
                 and not self.sink_in_max and not self.dense_extra and not self.dense_strict

@@ -19,7 +19,7 @@ import numpy as np
 from csa_conform.contract import StepGeometry
 from csa_conform.errors import invalid
 from csa_conform.numerics.records import decode_fp8_record
-from csa_conform.numerics.variant import REFERENCE, VALUE_SUM, Numerics
+from csa_conform.numerics.variant import LOGIT_SUM, REFERENCE, VALUE_SUM, Numerics
 from csa_conform.oracle.compiled.parallel import map_chunks, query_chunks
 from csa_conform.oracle.payloads import StagePayload
 
@@ -194,8 +194,14 @@ def candidate_records(geometry, present_compressed_kv, candidates, decode, in_pl
 
 
 def _scaled_scores(keys, queries, scale, numerics: Numerics) -> np.ndarray:
-    """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long."""
-    dots = numerics.outer_sum(queries, keys, logit_dot=True)
+    """[B,s,N,C] dots ascending in d, times scale; C innermost keeps NumPy's inner loop long. Explain's
+    variant carries each dot in binary64 and rounds it to binary32 once, before the scale."""
+    if numerics.binary64_logits:
+        dots = _binary64_sum(queries, keys, np.zeros(len(queries), dtype=np.int64), numerics)
+        if numerics.counting:
+            numerics.count(LOGIT_SUM, numerics.outer_sum(queries, keys, logit_dot=True), dots)
+    else:
+        dots = numerics.outer_sum(queries, keys, logit_dot=True)
     with np.errstate(over="ignore", invalid="ignore"):
         dots *= scale
     return dots
@@ -262,19 +268,26 @@ def _value_sum(weights, values, slots, probed, numerics: Numerics) -> np.ndarray
 
 
 def _binary64_values(weights, values, slots, numerics: Numerics) -> np.ndarray:
-    """The ascending sum of p_c * value_c in binary64 (each product exact), rounded to binary32 at the end of
-    each tile of ``numerics.binary64_values`` candidate slots (0: once), as a kernel keeping a wide accumulator
-    per tile does; in one pass where ``numerics.wide_accumulation`` is given."""
+    """The ascending sum of p_c * value_c in binary64, rounded to binary32 at the end of each tile of
+    ``numerics.binary64_values`` candidate slots (0: once), as a kernel keeping a wide accumulator per tile
+    does."""
     tile = numerics.binary64_values
     tiles = np.asarray(slots, dtype=np.int64) // tile if tile else np.zeros(len(slots), dtype=np.int64)
+    return _binary64_sum(weights, values, tiles, numerics)
+
+
+def _binary64_sum(a, b, tiles, numerics: Numerics) -> np.ndarray:
+    """[B,s,X,Y] = Σ_k a[k,B,s,X] * b[k,B,s,Y] ascending in k from +0 in binary64 (each product exact),
+    rounded to binary32 where ``tiles[k]`` changes and at the end; in one pass where
+    ``numerics.wide_accumulation`` is given."""
     if numerics.wide_accumulation is not None:
-        return numerics.wide_accumulation(weights, values, tiles)
-    output = np.zeros(values.shape[1:3] + weights.shape[-1:] + values.shape[-1:], dtype=np.float64)
+        return numerics.wide_accumulation(a, b, tiles)
+    output = np.zeros(b.shape[1:3] + a.shape[-1:] + b.shape[-1:], dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        for index, (weight, value) in enumerate(zip(weights, values)):
+        for index, (left, right) in enumerate(zip(a, b)):
             if index and tiles[index] != tiles[index - 1]:
                 output = output.astype(np.float32).astype(np.float64)
-            output += weight[..., None].astype(np.float64) * value[:, :, None, :].astype(np.float64)
+            output += left[..., None].astype(np.float64) * right[:, :, None, :].astype(np.float64)
         return output.astype(np.float32)
 
 

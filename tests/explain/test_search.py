@@ -141,6 +141,14 @@ def test_a_value_sum_in_binary64_is_named_and_its_tiles_are_variants_of_one_ingr
                                                            "values:binary64-tile128", "values:binary64-tile256"}
 
 
+def test_logit_dots_in_binary64_are_named_by_their_re_run():
+    g, inputs, expected = first_step("boundaries.r4-prefill-7")
+    wide = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_logits=True))
+    assert differing_rows(wide, expected[ATTENTION]).size
+    explanation = explain_payload(ATTENTION, g, inputs, expected, wide)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "logits:binary64"
+
+
 def test_an_accumulation_difference_no_variant_makes_is_not_claimed():
     g, inputs, expected = first_step("boundaries.r4-prefill-7")
     payload = {name: np.array(array, copy=True) for name, array in expected[ATTENTION].items()}

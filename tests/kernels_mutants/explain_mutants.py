@@ -153,6 +153,16 @@ EXPLAIN_BUGS = (
         "P·V accumulates in binary64 and rounds to binary32 once per tile of candidate slots",
         {"trial": ("values:binary64", "values:binary64-tile64", "values:binary64-tile128", "values:binary64-tile256")},
         kind="numeric"),
+    Bug("logit_binary64_accumulator", "block_quant.cuh",
+        (("        float dot = 0.0f;\n"
+          "        for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));\n"
+          "        float score = csa_mul(dot, a.scale);",
+          "        double dot = 0.0;\n"
+          "        for (int i = 0; i < a.dim; ++i) dot = dot + (double)q[i] * (double)csa_candidate_value(a, where, i);\n"
+          "        float score = csa_mul((float)dot, a.scale);"),),
+        "sparse_sink_softmax_attention", "random.r*-b2n2*",
+        "the logit dots q·k accumulate in binary64 and round to binary32 once",
+        {"trial": "logits:binary64"}, kind="numeric"),
     Bug("index_query_skips_the_hadamard", "csa_ratio4_index_select.cu",
         (("        csa_hadamard_bf16(q, index_dim);\n", ""),),
         "index_query_finalize", "boundaries.r4-prefill-8",

@@ -4,7 +4,7 @@ conformant. Emulated on the host; the sweep (marked slow) runs the kinds no othe
 aliased row, a layout read and written, a pool named on positive evidence, the index query's scale exponent, a
 Hadamard left out, a read without its head offset, a softmax by reciprocal, a fast-math exp of the P·V weights
 (told from exp2f everywhere by the case's other step), P·V normalized once at the end or summed in binary64,
-a refactor. The whole set's table is tests/kernels_mutants/explain_table.py (and build/gpu/explain.sh on a GPU)."""
+logit dots summed in binary64, a refactor. The whole set's table is tests/kernels_mutants/explain_table.py (and build/gpu/explain.sh on a GPU)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from csa_conform.spec import STAGE_NAMES
 SWEPT = ("index_query_reads_batch_zero", "index_query_read_head_major", "attention_output_written_head_major",
          "overlap_pool_reads_the_wrong_half", "dense_window_one_longer_on_a_first_step", "refactor_causal_count_shift",
          "index_query_scale_from_frexpf", "index_query_skips_the_hadamard", "sink_of_head_zero_for_every_head",
-         "softmax_reciprocal_multiply", "fast_math_exp", "pv_deferred_normalization", "pv_binary64_accumulator")
+         "softmax_reciprocal_multiply", "fast_math_exp", "pv_deferred_normalization", "pv_binary64_accumulator",
+         "logit_binary64_accumulator")
 KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
 
