@@ -2,8 +2,9 @@
 
 The step is re-run, on the oracle and on the device (isolated, as explain replays it), with one
 ingredient neutralised at a time while the contract still accepts the step: the attention bias zero, the
-sink's weight zero, the scale one, a compressor's APE zero or norm weight one, the index weights one, the
-step restarted at position 0 (a fresh prefill of the same tokens), one batch row, one head. Each variant
+sink's weight zero, the scale one or the contract's default, a compressor's APE zero or norm weight one,
+the index weights one, the step restarted at position 0 (a fresh prefill of the same tokens), one batch
+row, one head. Each variant
 is an experiment whose result is a fact about the kernel: the divergence of the stage vanishes there (it
 needs that ingredient) or persists (it does not). The edits are the reducer's (csa_conform.golden.edits),
 so every variant is a step the oracle accepts and computes itself; one the contract rejects, or one
@@ -68,6 +69,12 @@ def _scale_one(stream: Stream, _: Mapping[str, int]) -> Stream | str:
     return replace(stream, attrs={**stream.attrs, "scale": 1.0})
 
 
+def _scale_default(stream: Stream, _: Mapping[str, int]) -> Stream | str:
+    if float(stream.attrs.get("scale", 0.0)) == 0.0:
+        return "scale is the default already"
+    return replace(stream, attrs={**stream.attrs, "scale": 0.0})
+
+
 def _from_zero(stream: Stream, _: Mapping[str, int]) -> Stream | str:
     if stream.start == 0:
         return "the step starts at position 0 already"
@@ -97,6 +104,7 @@ ABLATIONS = (
     Ablation("no-sink", "head_sink = -FLT_MAX (its softmax weight is 0)", ATTENTION, _set("head_sink", NO_SINK,
                                                                                           "-FLT_MAX")),
     Ablation("scale=1", "scale = 1", ATTENTION, _scale_one),
+    Ablation("scale=default", "scale = 0 (the contract's default, 1/sqrt(D))", ATTENTION, _scale_default),
     Ablation("compressor_ape=0", "compressor_ape = 0", ("compression_update",), _set("compressor_ape", 0.0, "0")),
     Ablation("index_compressor_ape=0", "index_compressor_ape = 0", ("index_key_update",),
              _set("index_compressor_ape", 0.0, "0")),
@@ -214,7 +222,7 @@ def ablation_claim(results: list[dict], differing: int | None = None) -> Claim |
     chance = (f"; the step's {differing} differing element{'s are' if differing != 1 else ' is'} few enough for "
               "any changed input to move by chance" if few else "")
     return Claim(f"on this step the divergence vanishes with {'; with '.join(vanishes)} (ablation: {len(ran)} "
-                 f"inputs neutralised one at a time{chance})", ABLATION, 1 if few else len(ran),
+                 f"input{'s' if len(ran) != 1 else ''} neutralised one at a time{chance})", ABLATION, 1 if few else len(ran),
                  {"vanishes": vanishes, "persists": [result["change"] for result in ran
                                                      if result["outcome"] == PERSISTS]})
 

@@ -8,7 +8,8 @@ E2M1 zero, the E8M0 scale byte) and the pair a relation when one holds
 bf16 to nearest or toward zero, the device's value equal to another element
 of the reference's row, and which one: these last two stated on at least
 MIN_SUPPORT elements, since a few values repeat or land on a bf16 number by
-coincidence). Packed
+coincidence), and, where neither covers a part, the device holding one magnitude at
+every differing element (a clamp or a fill at one value; on at least MIN_SUPPORT elements). Packed
 records are split into their parts (scale bytes, codes or nibbles, the bf16
 RoPE tail) first.
 These are observations: always true, often the bug's name ("the device holds
@@ -27,6 +28,8 @@ from csa_conform.explain.claims import OBSERVATION, Claim
 from csa_conform.explain.patterns.findings import MIN_SUPPORT, comparable
 from csa_conform.numerics.bf16 import bf16_round
 from csa_conform.numerics.bits import differing_bits
+from csa_conform.numerics.fp4 import e2m1_decode
+from csa_conform.numerics.fp8 import e4m3_decode
 from csa_conform.numerics.records import FP4_RECORD_BYTES, FP8_BLOCK_BYTES, FP8_BLOCKS, FP8_RECORD_BYTES
 
 NORMAL = "a normal value"
@@ -235,6 +238,32 @@ def _relation(related: np.ndarray) -> str:
     return ""
 
 
+def _one_magnitude(e: np.ndarray, d: np.ndarray, form: str) -> str:
+    """'the device holds one magnitude, code 0x77 (±240), where the reference's are larger' when every differing
+    device value has one magnitude (a clamp or a fill), '' otherwise; zeros, infinities and NaNs are classes."""
+    if form == "f32":
+        magnitude = d.view(np.uint32) & 0x7FFFFFFF
+        theirs = e.view(np.uint32) & 0x7FFFFFFF
+        if magnitude[0] == 0 or magnitude[0] >= 0x7F800000:
+            return ""
+        shown = f"±{np.float32(np.abs(d[0]))!r}".replace("np.float32(", "").rstrip(")")
+    elif form in ("e4m3", "e2m1"):
+        mask, decode = (0x7F, e4m3_decode) if form == "e4m3" else (0x7, e2m1_decode)
+        magnitude, theirs = d & mask, e & mask
+        if magnitude[0] == 0 or (form == "e4m3" and magnitude[0] == 0x7F):
+            return ""
+        shown = f"code 0x{int(magnitude[0]):02X} (±{float(decode(np.uint8(magnitude[0]))):g})"
+    else:
+        return ""
+    if np.any(magnitude != magnitude[0]):
+        return ""
+    ordered = form == "f32" or form == "e2m1" or not np.any(theirs == 0x7F)  # E4M3 NaN codes have no order
+    larger = ordered and np.all(theirs > magnitude[0])
+    smaller = ordered and np.all(theirs < magnitude[0])
+    where = " where the reference's are larger" if larger else " where the reference's are smaller" if smaller else ""
+    return f"the device holds one magnitude, {shown}, at every differing element{where}"
+
+
 def part_claims(part: Part) -> tuple[list[Claim], list[str]]:
     """(the covering statements as observation claims, the counts of the other class pairs as lines)."""
     differ = differing_bits(part.expected, part.actual)
@@ -259,6 +288,10 @@ def part_claims(part: Part) -> tuple[list[Claim], list[str]]:
     if relation and (n >= MIN_SUPPORT or not related[0].startswith((ELSEWHERE, "bf16"))):  # a few: coincidence
         claims.append(Claim(f"{part.name}: {relation}, {n:,} of {n:,}", OBSERVATION, n,
                             {"part": part.name, "relation": relation, "elements": n}))
+    one = _one_magnitude(e, d, part.form) if not claims and n >= MIN_SUPPORT else ""
+    if one:
+        claims.append(Claim(f"{part.name}: {one}, {n:,} of {n:,}", OBSERVATION, n,
+                            {"part": part.name, "relation": one, "elements": n}))
     lines = []
     if not claims and not all(_trivial(*pair) for pair in pairs):
         ranked = sorted(pairs.items(), key=lambda item: -item[1])[:MOST_PAIRS]

@@ -26,6 +26,7 @@ RMS_EPSILON = np.float32(1.0e-6)
 RMS_NORM_PORTS = {
     "sum": "RMSNorm over the root of the square sum, not of its mean (every record 1/sqrt(width) too small)",
     "unweighted": "RMSNorm without its weight (the norm vector left out)",
+    "binary64-squares": "RMSNorm's square sum carried in binary64 (exact products) and rounded to binary32 once",
 }
 
 
@@ -73,7 +74,10 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Nu
     """bf16, then sequential-sum RMSNorm with a bf16 rounding of x*inv*w (or a port of RMS_NORM_PORTS)."""
     values = bf16_round(records, numerics)
     numerics.probe("bf16", values)
-    square_sum = numerics.sum_of_squares(values)
+    if numerics.rms_norm == "binary64-squares":
+        square_sum = _binary64_square_sum(values)
+    else:
+        square_sum = numerics.sum_of_squares(values)
     if not np.isfinite(square_sum).all():
         raise ContractError(operator_message(f"{what}RMSNorm square sum is non-finite"))
     width = np.float32(values.shape[-1])
@@ -85,6 +89,15 @@ def rms_normalize(records: np.ndarray, norm: np.ndarray, what: str, numerics: Nu
         normalized = bf16_round(values * inverse_rms[..., None] * weight, numerics)
     numerics.probe("rmsnorm", normalized)
     return normalized
+
+
+def _binary64_square_sum(values: np.ndarray) -> np.ndarray:
+    """Σ x*x over the last axis, ascending from +0 in binary64, rounded to binary32 once."""
+    total = np.zeros(values.shape[:-1], dtype=np.float64)
+    for column in np.moveaxis(values, -1, 0):
+        wide = column.astype(np.float64)
+        total += wide * wide
+    return total.astype(np.float32)
 
 
 def finalize_attention_records(pooled: np.ndarray, norm: np.ndarray, block_starts: np.ndarray, rope_dim: int,

@@ -40,6 +40,17 @@ def head_zero_bias(tmp_path_factory) -> KernelDirectory:
                     "(a.bias_h == 1 ? 0 : 0))")
 
 
+def test_a_kernel_ignoring_the_scale_attribute_vanishes_with_the_default_scale(tmp_path):
+    kernels = _planted(tmp_path / "kernels", "float score = csa_mul(dot, a.scale);",
+                       "float score = csa_mul(dot, 1.0f / sqrtf((float)a.dim));")
+    with GoldenFile(CI) as golden:
+        explanations = explain_case(golden, "edges.r128-fp8-b2-block-end-in-step-scale", kernels)
+    (attention,) = [e for e in explanations if e.stage == "sparse_sink_softmax_attention"]
+    outcomes = {ablation["key"]: ablation["outcome"] for ablation in attention.ablations}
+    assert outcomes["scale=default"] == VANISHES and outcomes["scale=1"] == PERSISTS
+    assert "vanishes with scale = 0 (the contract's default, 1/sqrt(D))" in attention.headline()
+
+
 def test_a_bias_dependent_bug_vanishes_without_the_bias_and_persists_without_the_sink(head_zero_bias):
     with GoldenFile(CI) as golden:
         explanations = explain_case(golden, "random.r128-bias-BNSC", head_zero_bias)

@@ -30,6 +30,8 @@ PORTED = [
      "codes:ties-away"),
     ("boundaries.r128-resumed-119-chunks", "compression_update", {"rms_norm": "sum"}, "rms:sum", "rms:unweighted"),
     ("boundaries.r4-prefill-8", "index_key_update", {"rms_norm": "unweighted"}, "rms:unweighted", "rms:sum"),
+    ("edges.r128-fp8-rope-65536", "compression_update", {"rms_norm": "binary64-squares"}, "rms:binary64-squares",
+     "rms:sum"),
     ("boundaries.r4-prefill-8", "index_scoring", {"causal_shift": -1}, "causal:-1", "causal:+1"),
     ("boundaries.r4-prefill-8", "index_scoring", {"scale_folding": "without-heads"}, "scale:without-heads",
      "scale:heads-unrooted"),

@@ -33,3 +33,22 @@ def test_a_few_values_that_land_on_bf16_numbers_are_no_relation():
     device[0, :3] = _bf16(reference[0, :3], True)
     claims, _ = value_classes({"Y": reference}, {"Y": device})
     assert not any("bf16" in claim.text for claim in claims)
+
+
+def test_a_clamp_at_one_magnitude_is_stated_with_the_reference_on_one_side():
+    """A tensor clamped at ±240 where the reference runs to ±448: every differing device value has one
+    magnitude and every reference value there is larger; mixed magnitudes or too few elements say nothing."""
+    reference = np.linspace(241, 448, 24, dtype=np.float32) * np.where(np.arange(24) % 2, -1, 1).astype(np.float32)
+    base = np.random.default_rng(2).uniform(-200, 200, (2, 64)).astype(np.float32)
+    expected, clamped = base.copy(), base.copy()
+    expected[0, :24] = reference
+    clamped[0, :24] = np.copysign(np.float32(240), reference)
+    claims, _ = value_classes({"Y": expected}, {"Y": clamped})
+    assert [claim.text for claim in claims] == ["Y: the device holds one magnitude, ±240.0, at every differing "
+                                                "element where the reference's are larger, 24 of 24"]
+    mixed = clamped.copy()
+    mixed[0, 5] = 239
+    assert not any("one magnitude" in claim.text for claim in value_classes({"Y": expected}, {"Y": mixed})[0])
+    few = expected.copy()
+    few[0, :3] = clamped[0, :3]
+    assert not any("one magnitude" in claim.text for claim in value_classes({"Y": expected}, {"Y": few})[0])
