@@ -240,19 +240,24 @@ def _relation(related: np.ndarray) -> str:
 
 def _one_magnitude(e: np.ndarray, d: np.ndarray, form: str) -> str:
     """'the device holds one magnitude, code 0x77 (±240), where the reference's are larger' when every differing
-    device value has one magnitude (a clamp or a fill), '' otherwise; zeros, infinities and NaNs are classes."""
+    device value has one magnitude (a clamp or a fill; its sign too where every one has the same), '' otherwise;
+    zeros, infinities and NaNs are classes."""
     if form == "f32":
         magnitude = d.view(np.uint32) & 0x7FFFFFFF
         theirs = e.view(np.uint32) & 0x7FFFFFFF
         if magnitude[0] == 0 or magnitude[0] >= 0x7F800000:
             return ""
-        shown = f"±{np.float32(np.abs(d[0]))!r}".replace("np.float32(", "").rstrip(")")
+        same_sign = np.all(d.view(np.uint32) == d.view(np.uint32)[0])
+        shown = ("" if same_sign else "±") + f"{np.float32(d[0] if same_sign else np.abs(d[0]))!r}".replace(
+            "np.float32(", "").rstrip(")")
     elif form in ("e4m3", "e2m1"):
         mask, decode = (0x7F, e4m3_decode) if form == "e4m3" else (0x7, e2m1_decode)
         magnitude, theirs = d & mask, e & mask
         if magnitude[0] == 0 or (form == "e4m3" and magnitude[0] == 0x7F):
             return ""
-        shown = f"code 0x{int(magnitude[0]):02X} (±{float(decode(np.uint8(magnitude[0]))):g})"
+        same_sign = np.all(d == d[0])
+        code = int(d[0]) if same_sign else int(magnitude[0])
+        shown = f"code 0x{code:02X} ({'' if same_sign else '±'}{float(decode(np.uint8(code))):g})"
     else:
         return ""
     if np.any(magnitude != magnitude[0]):

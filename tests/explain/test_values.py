@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from csa_conform.explain.values import value_classes
+from csa_conform.explain.values import Part, part_claims, value_classes
 
 
 def _bf16(values: np.ndarray, nearest: bool) -> np.ndarray:
@@ -52,3 +52,20 @@ def test_a_clamp_at_one_magnitude_is_stated_with_the_reference_on_one_side():
     few = expected.copy()
     few[0, :3] = clamped[0, :3]
     assert not any("one magnitude" in claim.text for claim in value_classes({"Y": expected}, {"Y": few})[0])
+
+
+def test_one_value_of_one_sign_is_stated_without_a_sign_choice():
+    expected = np.random.default_rng(3).uniform(1, 2, (1, 32)).astype(np.float32)
+    device = expected.copy()
+    device[0, :10] = np.float32(-0.5)
+    claims, _ = value_classes({"Y": expected}, {"Y": device})
+    assert [claim.text for claim in claims] == ["Y: the device holds one magnitude, -0.5, at every differing "
+                                                "element where the reference's are larger, 10 of 10"]
+
+
+def test_e4m3_codes_clamped_at_240_name_the_code_and_its_magnitude():
+    reference = (np.arange(64, dtype=np.uint8) % 7 + 0x78) | np.where(np.arange(64) % 2, 0x80, 0).astype(np.uint8)
+    device = (np.full(64, 0x77, dtype=np.uint8) | (reference & 0x80)).astype(np.uint8)
+    claims, _ = part_claims(Part("codes", "e4m3", reference[None], device[None]))
+    assert [claim.text for claim in claims] == ["codes: the device holds one magnitude, code 0x77 (±240), at every "
+                                                "differing element where the reference's are larger, 64 of 64"]
