@@ -168,3 +168,15 @@ def test_a_binary64_value_sum_rounded_per_tile_is_told_from_one_rounded_once_whe
     explanation = explain_payload(ATTENTION, g, inputs, expected, tiled)
     assert explanation.verdict == EXPLAINED and explanation.cause.key == "values:binary64-tile64"
     assert [trial.key for trial in explanation.rivals] == ["values:binary64-tile64"]
+
+
+def test_a_fit_that_looks_structural_does_not_end_the_numeric_search():
+    """Flush-to-zero in a query row of tiny values keeps the row's energy and breaks its inverse Hadamard, which
+    the sub-step fit reads as another orthogonal transform: the numeric search still runs and names it."""
+    g, inputs, expected = first_step("edges.r4-ties-b1n2-i5")
+    stage = "index_query_finalize"
+    flushed = run_stage(stage, g, inputs, expected, Numerics(ftz=True))
+    explanation = explain_payload(stage, g, inputs, expected, flushed)
+    fit = next(finding for finding in explanation.diagnosis if finding.kind == "sub-step")
+    assert fit.evidence["rule"] == "orthogonal" and fit.evidence["structural"]
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == "ftz", explanation.headline()

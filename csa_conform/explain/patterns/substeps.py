@@ -437,7 +437,7 @@ def localize(stage: str, g: StepGeometry, inputs: Mapping[str, np.ndarray], refe
         evidence["factor"] = factor
     # every differing attention record kept the reference's bf16 RoPE tail: nothing acting in RoPE differs
     evidence["rope_exact"] = stage == "compression_update" and bool((rules == "quantizer").all())
-    # no libm, FMA or flush-to-zero variant makes another orthogonal transform or a constant factor far from 1
+    # values moved far (another orthogonal transform, a constant far from 1): the sub-step re-runs are tried first
     evidence["structural"] = rule == "orthogonal" or (rule == "scale" and abs(factor - 1) > FAR_FROM_ONE)
     return Finding(SUB_STEP, stage, tensor, headline, int(counts[chosen].sum()), differing, evidence, FIT)
 
