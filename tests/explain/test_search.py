@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jsonschema
 import numpy as np
+import pytest
 
 import csa_conform.explain.search as explain_search
 from csa_conform.check.results import schema
@@ -121,12 +122,15 @@ def test_a_single_that_comes_closer_lifts_the_cap_to_the_full_one():
     assert explanation.search["cap"] == explain_search.COMBINATION_CAP
 
 
-def test_a_value_sum_normalized_once_at_the_end_is_named_by_its_re_run():
+@pytest.mark.parametrize("port, key", [({"deferred_normalization": True}, "values:deferred-normalization"),
+                                       ({"binary64_logits": True}, "logits:binary64")])
+def test_an_attention_ported_as_flash_kernels_do_is_named_by_its_re_run(port, key):
+    """The value sum normalized once at the end, or the logit dots carried in binary64."""
     g, inputs, expected = first_step("boundaries.r4-prefill-7")
-    deferred = run_stage(ATTENTION, g, inputs, expected, Numerics(deferred_normalization=True))
-    assert differing_rows(deferred, expected[ATTENTION]).size
-    explanation = explain_payload(ATTENTION, g, inputs, expected, deferred)
-    assert explanation.verdict == EXPLAINED and explanation.cause.key == "values:deferred-normalization"
+    ported = run_stage(ATTENTION, g, inputs, expected, Numerics(**port))
+    assert differing_rows(ported, expected[ATTENTION]).size
+    explanation = explain_payload(ATTENTION, g, inputs, expected, ported)
+    assert explanation.verdict == EXPLAINED and explanation.cause.key == key
     assert explanation.cause.confidence == "strong"
 
 
@@ -139,14 +143,6 @@ def test_a_value_sum_in_binary64_is_named_and_its_tiles_are_variants_of_one_ingr
     assert g.candidate_count <= 64
     assert {trial.key for trial in explanation.rivals} == {"values:binary64", "values:binary64-tile64",
                                                            "values:binary64-tile128", "values:binary64-tile256"}
-
-
-def test_logit_dots_in_binary64_are_named_by_their_re_run():
-    g, inputs, expected = first_step("boundaries.r4-prefill-7")
-    wide = run_stage(ATTENTION, g, inputs, expected, Numerics(binary64_logits=True))
-    assert differing_rows(wide, expected[ATTENTION]).size
-    explanation = explain_payload(ATTENTION, g, inputs, expected, wide)
-    assert explanation.verdict == EXPLAINED and explanation.cause.key == "logits:binary64"
 
 
 def test_an_accumulation_difference_no_variant_makes_is_not_claimed():
