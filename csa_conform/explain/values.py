@@ -5,11 +5,12 @@ device value get a class (−inf, ±0, subnormal, NaN, the format's saturated
 maximum, index −1; per code format the E4M3 zero and subnormal codes, the
 E2M1 zero, the E8M0 scale byte) and the pair a relation when one holds
 (the sign flipped, a power-of-two ratio, the reference's value rounded to
-bf16 to nearest or toward zero, the device's value equal to another element
-of the reference's row, and which one: these last two stated on at least
-MIN_SUPPORT elements, since a few values repeat or land on a bf16 number by
-coincidence), and, where neither covers a part, the device holding one magnitude at
-every differing element (a clamp or a fill at one value; on at least MIN_SUPPORT elements). Packed
+bf16 to nearest or toward zero, a few units in the last place apart, the
+device's value equal to another element of the reference's row, and which
+one: these last two stated on at least MIN_SUPPORT elements, since a few
+values repeat or land on a bf16 number by coincidence), and, where neither
+covers a part, the device holding one magnitude at every differing element
+(a clamp or a fill at one value; on at least MIN_SUPPORT elements). Packed
 records are split into their parts (scale bytes, codes or nibbles, the bf16
 RoPE tail) first.
 These are observations: always true, often the bug's name ("the device holds
@@ -42,6 +43,8 @@ SIGN = "sign flipped"
 # the device's value is the reference's rounded to bf16: to nearest (ties to even), toward zero, or either (the same)
 BF16_NEAREST, BF16_TRUNCATED, BF16_EITHER = "bf16 to nearest", "bf16 toward zero", "bf16 either way"
 ELSEWHERE = "elsewhere in the row "
+ULPS = "ulps "  # the device's value this many units in the last place from the reference's (same sign, finite)
+MOST_ULPS = 8  # a distance stated as rounding-level: at most this many units in the last place
 DISTINCT = 0.9  # rows whose values are at least this share distinct say something by holding a value elsewhere
 CHUNK = 1 << 22  # row elements compared at once when looking for the device's value elsewhere in the row
 
@@ -150,6 +153,7 @@ def relations(part: Part, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out[free & nearest] = BF16_NEAREST
         out[free & truncated & ~nearest] = BF16_TRUNCATED
         out[free & nearest & truncated] = BF16_EITHER
+        _label_ulps(out, e, d)
     elif part.form in ("e4m3", "e2m1"):
         sign = 0x80 if part.form == "e4m3" else 0x8
         out[(d == (e ^ sign)) & ((e & (sign - 1)) != 0)] = SIGN
@@ -165,6 +169,17 @@ def relations(part: Part, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         labels[hit] = [f"{ELSEWHERE}{int(k):+d}" for k in offsets]
         out[left] = labels
     return out
+
+
+def _label_ulps(out: np.ndarray, e: np.ndarray, d: np.ndarray) -> None:
+    """Label the pairs still without a relation that are a few units in the last place apart: in bf16 where both
+    values are bf16 numbers (their low half zero), else in binary32."""
+    eb, db = e.view(np.uint32), d.view(np.uint32)
+    free = (out == "") & np.isfinite(e) & np.isfinite(d) & ((eb >> 31) == (db >> 31))
+    bf16 = ((eb | db) & 0xFFFF) == 0
+    distance = np.abs(eb.astype(np.int64) - db.astype(np.int64)) >> np.where(bf16, 16, 0)
+    near = free & (distance <= MOST_ULPS)
+    out[near] = [f"{ULPS}{'bf16' if wide else 'f32'} {int(k)}" for wide, k in zip(bf16[near], distance[near])]
 
 
 def _distinct(rows: np.ndarray) -> float:
@@ -229,6 +244,15 @@ def _relation(related: np.ndarray) -> str:
             if len(values) == 1:
                 return one.format(f"{values[0]:+d}" if prefix != RATIO else values[0])
             return several.format(", ".join(f"{v:+d}" for v in values[:6]) + (", ..." if len(values) > 6 else ""))
+    if all(label.startswith(ULPS) for label in related):
+        formats = {label.split()[1] for label in related}
+        most = max(int(label.split()[2]) for label in related)
+        unit = "bf16" if formats == {"bf16"} else "binary32"
+        if formats == {"bf16", "f32"}:
+            return ""
+        return (f"the device's value is the reference's neighbouring {unit} number (one unit in the last place)"
+                if most == 1 else f"the device's value is within {most} units in the last place ({unit}) of the "
+                "reference's")
     if all(label == SIGN for label in related):
         return "the device holds the reference's value with its sign flipped"
     if all(label in (BF16_NEAREST, BF16_EITHER) for label in related) and BF16_NEAREST in related:

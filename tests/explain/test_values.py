@@ -69,3 +69,18 @@ def test_e4m3_codes_clamped_at_240_name_the_code_and_its_magnitude():
     claims, _ = part_claims(Part("codes", "e4m3", reference[None], device[None]))
     assert [claim.text for claim in claims] == ["codes: the device holds one magnitude, code 0x77 (±240), at every "
                                                 "differing element where the reference's are larger, 64 of 64"]
+
+
+def test_values_a_few_units_in_the_last_place_apart_say_so_in_their_format():
+    reference = np.random.default_rng(4).uniform(0.5, 2, (2, 32)).astype(np.float32)
+    one = (reference.view(np.uint32) + np.uint32(1)).view(np.float32)
+    claims, _ = value_classes({"Y": reference}, {"Y": one})
+    assert [claim.text for claim in claims] == ["Y: the device's value is the reference's neighbouring binary32 "
+                                                "number (one unit in the last place), 64 of 64"]
+    bf16 = _bf16(reference, True)
+    three_up = ((bf16.view(np.uint32) >> 16) + 3 << 16).astype(np.uint32).view(np.float32)
+    claims, _ = value_classes({"Y": bf16}, {"Y": three_up})
+    assert [claim.text for claim in claims] == ["Y: the device's value is within 3 units in the last place (bf16) "
+                                                "of the reference's, 64 of 64"]
+    far = reference * np.float32(1.5)
+    assert not any("last place" in claim.text for claim in value_classes({"Y": reference}, {"Y": far})[0])
