@@ -173,9 +173,9 @@ def relations(part: Part, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 def _label_ulps(out: np.ndarray, e: np.ndarray, d: np.ndarray) -> None:
     """Label the pairs still without a relation that are a few units in the last place apart: in bf16 where both
-    values are bf16 numbers (their low half zero), else in binary32."""
+    values are bf16 numbers (their low half zero), else in binary32; a zero is a class of its own."""
     eb, db = e.view(np.uint32), d.view(np.uint32)
-    free = (out == "") & np.isfinite(e) & np.isfinite(d) & ((eb >> 31) == (db >> 31))
+    free = (out == "") & np.isfinite(e) & np.isfinite(d) & (e != 0) & (d != 0) & ((eb >> 31) == (db >> 31))
     bf16 = ((eb | db) & 0xFFFF) == 0
     distance = np.abs(eb.astype(np.int64) - db.astype(np.int64)) >> np.where(bf16, 16, 0)
     near = free & (distance <= MOST_ULPS)

@@ -84,3 +84,7 @@ def test_values_a_few_units_in_the_last_place_apart_say_so_in_their_format():
                                                 "of the reference's, 64 of 64"]
     far = reference * np.float32(1.5)
     assert not any("last place" in claim.text for claim in value_classes({"Y": reference}, {"Y": far})[0])
+    smallest = np.zeros((1, 16), dtype=np.float32)
+    smallest[0, :8] = np.uint32(0x00010000).view(np.float32)  # the smallest bf16 subnormal, one bf16 unit above 0
+    claims, _ = value_classes({"Y": smallest}, {"Y": np.zeros_like(smallest)})
+    assert [claim.text for claim in claims] == ["Y: the device holds 0 where the reference holds 9.1835e-41, 8 of 8"]
