@@ -221,8 +221,9 @@ def ablation_claim(results: list[dict], differing: int | None = None) -> Claim |
     few = differing is not None and differing < MIN_SUPPORT
     chance = (f"; the step's {differing} differing element{'s are' if differing != 1 else ' is'} few enough for "
               "any changed input to move by chance" if few else "")
-    return Claim(f"on this step the divergence vanishes with {'; with '.join(vanishes)} (ablation: {len(ran)} "
-                 f"input{'s' if len(ran) != 1 else ''} neutralised one at a time{chance})", ABLATION, 1 if few else len(ran),
+    inputs = f"{len(ran)} input{'s' if len(ran) != 1 else ''}"
+    return Claim(f"on this step the divergence vanishes with {'; with '.join(vanishes)} (ablation: {inputs} "
+                 f"neutralised one at a time{chance})", ABLATION, 1 if few else len(ran),
                  {"vanishes": vanishes, "persists": [result["change"] for result in ran
                                                      if result["outcome"] == PERSISTS]})
 

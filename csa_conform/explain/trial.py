@@ -50,7 +50,8 @@ class Trial:
             if what == "subnormal":
                 parts.append(f"{changed:,} of {seen:,} binary32 inputs and results are subnormal and flush to zero")
                 continue
-            unit = "operations" if what.startswith("fused") else "elements" if what in (VALUE_SUM, LOGIT_SUM) else "arguments"
+            unit = ("operations" if what.startswith("fused") else "elements" if what in (VALUE_SUM, LOGIT_SUM)
+                    else "arguments")
             parts.append(f"{changed:,} of {seen:,} {what} {unit} round differently")
         if parts:
             return "; ".join(parts)

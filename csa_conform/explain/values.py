@@ -217,11 +217,16 @@ def _named(values: np.ndarray, labels: np.ndarray, form: str) -> str:
         return label
     if np.unique(values.view(np.uint32) if form == "f32" else values).size == 1:
         value = values[0]
-        shown = f"{np.float32(value)!r}".replace("np.float32(", "").rstrip(")") if form == "f32" else (
+        shown = _f32_text(value) if form == "f32" else (
             f"code 0x{int(value):02X}" if form in ("e4m3", "e8m0") else f"code {int(value)}" if form == "e2m1"
             else str(int(value)))
         return f"{shown} ({label})" if form in ("e4m3", "e2m1", "e8m0") and not label.startswith("a zero") else shown
     return label
+
+
+def _f32_text(value) -> str:
+    """A binary32 value as its shortest repr ("0.9375", "-2.8735182e-16")."""
+    return f"{np.float32(value)!r}".replace("np.float32(", "").rstrip(")")
 
 
 def _trivial(reference: str, device: str) -> bool:
@@ -245,11 +250,11 @@ def _relation(related: np.ndarray) -> str:
                 return one.format(f"{values[0]:+d}" if prefix != RATIO else values[0])
             return several.format(", ".join(f"{v:+d}" for v in values[:6]) + (", ..." if len(values) > 6 else ""))
     if all(label.startswith(ULPS) for label in related):
-        formats = {label.split()[1] for label in related}
-        most = max(int(label.split()[2]) for label in related)
-        unit = "bf16" if formats == {"bf16"} else "binary32"
-        if formats == {"bf16", "f32"}:
+        distances = [label.split() for label in related]  # "ulps", its format, its distance
+        formats = {format_ for _, format_, _ in distances}
+        if len(formats) > 1:
             return ""
+        unit, most = ("bf16" if formats == {"bf16"} else "binary32"), max(int(k) for _, _, k in distances)
         return (f"the device's value is the reference's neighbouring {unit} number (one unit in the last place)"
                 if most == 1 else f"the device's value is within {most} units in the last place ({unit}) of the "
                 "reference's")
@@ -272,8 +277,7 @@ def _one_magnitude(e: np.ndarray, d: np.ndarray, form: str) -> str:
         if magnitude[0] == 0 or magnitude[0] >= 0x7F800000:
             return ""
         same_sign = np.all(d.view(np.uint32) == d.view(np.uint32)[0])
-        shown = ("" if same_sign else "±") + f"{np.float32(d[0] if same_sign else np.abs(d[0]))!r}".replace(
-            "np.float32(", "").rstrip(")")
+        shown = _f32_text(d[0]) if same_sign else f"±{_f32_text(np.abs(d[0]))}"
     elif form in ("e4m3", "e2m1"):
         mask, decode = (0x7F, e4m3_decode) if form == "e4m3" else (0x7, e2m1_decode)
         magnitude, theirs = d & mask, e & mask
@@ -286,7 +290,8 @@ def _one_magnitude(e: np.ndarray, d: np.ndarray, form: str) -> str:
         return ""
     if np.any(magnitude != magnitude[0]):
         return ""
-    ordered = form == "f32" or form == "e2m1" or not np.any(theirs == 0x7F)  # E4M3 NaN codes have no order
+    nan = 0x7F800000 if form == "f32" else 0x7E if form == "e4m3" else 0x7  # magnitudes above it are NaNs
+    ordered = not np.any(theirs > nan)  # a NaN has no order
     larger = ordered and np.all(theirs > magnitude[0])
     smaller = ordered and np.all(theirs < magnitude[0])
     where = " where the reference's are larger" if larger else " where the reference's are smaller" if smaller else ""

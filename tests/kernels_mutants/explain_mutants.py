@@ -158,7 +158,8 @@ EXPLAIN_BUGS = (
           "        for (int i = 0; i < a.dim; ++i) dot = dot + csa_mul(q[i], csa_candidate_value(a, where, i));\n"
           "        float score = csa_mul(dot, a.scale);",
           "        double dot = 0.0;\n"
-          "        for (int i = 0; i < a.dim; ++i) dot = dot + (double)q[i] * (double)csa_candidate_value(a, where, i);\n"
+          "        for (int i = 0; i < a.dim; ++i)\n"
+          "            dot = dot + (double)q[i] * (double)csa_candidate_value(a, where, i);\n"
           "        float score = csa_mul((float)dot, a.scale);"),),
         "sparse_sink_softmax_attention", "random.r*-b2n2*",
         "the logit dots q·k accumulate in binary64 and round to binary32 once",

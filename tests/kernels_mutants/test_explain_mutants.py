@@ -4,7 +4,8 @@ conformant. Emulated on the host; the sweep (marked slow) runs the kinds no othe
 aliased row, a layout read and written, a pool named on positive evidence, the index query's scale exponent, a
 Hadamard left out, a read without its head offset, a softmax by reciprocal, a fast-math exp of the P·V weights
 (told from exp2f everywhere by the case's other step), P·V normalized once at the end or summed in binary64,
-logit dots summed in binary64, a refactor. The whole set's table is tests/kernels_mutants/explain_table.py (and build/gpu/explain.sh on a GPU)."""
+logit dots summed in binary64, a refactor. The whole set's table is tests/kernels_mutants/explain_table.py
+(and build/gpu/explain.sh on a GPU)."""
 
 from __future__ import annotations
 
